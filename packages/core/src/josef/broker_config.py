@@ -1,0 +1,80 @@
+"""The configuration keys the core itself reads, with Kafka's names and defaults.
+
+Topic-level keys carry their topic name (``retention.ms``) next to the
+broker-level default (``log.retention.ms``), exactly as Kafka documents them.
+"""
+
+from __future__ import annotations
+
+from josef.config import INT32_MAX, INT64_MAX, ConfigError, ConfigKey, ConfigType, at_least, one_of
+
+B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
+
+COMPRESSION_TYPES = ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer")
+
+
+def _listeners(value: list[str]) -> None:
+    for item in value:
+        name, sep, rest = item.partition("://")
+        if not sep or ":" not in rest:
+            raise ConfigError(f"listener {item!r} is not NAME://HOST:PORT")
+        port = rest.rsplit(":", 1)[1]
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"listener {item!r} has no valid port")
+
+
+def _process_roles(value: list[str]) -> None:
+    one_of("broker", "controller")(value)
+    if not value:
+        raise ConfigError("must name broker, controller or both")
+
+
+CORE_KEYS = (
+    # Identity and roles
+    ConfigKey("node.id", I, 1, "The node's id, as broker and as controller.", at_least(0)),
+    ConfigKey("process.roles", LST, ["broker", "controller"], "The roles of this process: broker, controller or both (KRaft combined mode).", _process_roles),
+    ConfigKey("metadata.quorum", S, "kraft", "Name of the metadata quorum backend (kraft, zookeeper...)."),
+    ConfigKey("log.storage", S, "local", "Name of the log storage backend (local, tiered...)."),
+    ConfigKey("authorizer.class.name", S, "allow-all", "Name of the authorizer that decides every request."),
+    # Network
+    ConfigKey("listeners", LST, ["PLAINTEXT://localhost:9092"], "Addresses the broker listens on, NAME://HOST:PORT (port 0 picks a free one).", _listeners),
+    ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
+    ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
+    ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),
+    # Storage
+    ConfigKey("log.dirs", LST, None, "Directories where partition logs live; defaults to log.dir."),
+    ConfigKey("log.dir", S, "/tmp/josef-logs", "The log directory when log.dirs is not set."),
+    ConfigKey("log.retention.check.interval.ms", L, 300000, "How often retention is applied.", at_least(1)),
+    ConfigKey("log.flush.scheduler.interval.ms", L, INT64_MAX, "How often logs are checked against flush.ms."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", I, 60000, "How often recovery points are checkpointed.", at_least(1)),
+    # Topics
+    ConfigKey("auto.create.topics.enable", B, True, "Create a topic when a client asks for metadata or produces to a topic that does not exist."),
+    ConfigKey("num.partitions", I, 1, "Partitions of an automatically created topic.", at_least(1)),
+    ConfigKey("default.replication.factor", I, 1, "Replication factor of an automatically created topic.", at_least(1)),
+    ConfigKey("delete.topic.enable", B, True, "Whether DeleteTopics may delete topics."),
+    ConfigKey("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up for this long leaves the ISR.", at_least(0)),
+    # Topic-level keys (broker default, topic override)
+    ConfigKey("log.cleanup.policy", LST, ["delete"], "delete, compact or both.", one_of("delete", "compact"), topic_name="cleanup.policy", dynamic=True),
+    ConfigKey("compression.type", S, "producer", "Codec of stored batches; producer keeps the producer's codec.", one_of(*COMPRESSION_TYPES), topic_name="compression.type", dynamic=True),
+    ConfigKey("log.cleaner.delete.retention.ms", L, 86400000, "How long delete tombstones are kept in compacted topics.", at_least(0), topic_name="delete.retention.ms", dynamic=True),
+    ConfigKey("log.segment.delete.delay.ms", L, 60000, "Wait before a deleted segment's files are removed.", at_least(0), topic_name="file.delete.delay.ms", dynamic=True),
+    ConfigKey("log.flush.interval.messages", L, INT64_MAX, "Flush a log after this many messages.", at_least(1), topic_name="flush.messages", dynamic=True),
+    ConfigKey("log.flush.interval.ms", L, INT64_MAX, "Flush a log when its oldest unflushed data is this old.", at_least(0), topic_name="flush.ms", dynamic=True),
+    ConfigKey("log.index.interval.bytes", I, 4096, "Bytes of log between offset index entries.", at_least(0), topic_name="index.interval.bytes", dynamic=True),
+    ConfigKey("message.max.bytes", I, 1048588, "Largest record batch the broker accepts.", at_least(0), topic_name="max.message.bytes", dynamic=True),
+    ConfigKey("log.message.timestamp.type", S, "CreateTime", "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.", one_of("CreateTime", "LogAppendTime"), topic_name="message.timestamp.type", dynamic=True),
+    ConfigKey("min.insync.replicas", I, 1, "Replicas that must have a write before acks=all succeeds.", at_least(1), topic_name="min.insync.replicas", dynamic=True),
+    ConfigKey("log.retention.bytes", L, -1, "Delete old segments when a partition is larger than this (-1: no limit).", topic_name="retention.bytes", dynamic=True),
+    ConfigKey("log.retention.ms", L, None, "Delete segments older than this (-1: forever). Overrides log.retention.minutes and .hours.", topic_name="retention.ms", dynamic=True),
+    ConfigKey("log.retention.minutes", I, None, "Retention in minutes when log.retention.ms is not set."),
+    ConfigKey("log.retention.hours", I, 168, "Retention in hours when neither log.retention.ms nor .minutes is set."),
+    ConfigKey("log.segment.bytes", I, 1073741824, "Roll a segment when it reaches this size.", at_least(14), topic_name="segment.bytes", dynamic=True),
+    ConfigKey("log.index.size.max.bytes", I, 10485760, "Size an offset or time index is preallocated to.", at_least(4), topic_name="segment.index.bytes", dynamic=True),
+    ConfigKey("log.roll.ms", L, None, "Roll a segment when its first batch is this old. Overrides log.roll.hours.", at_least(1), topic_name="segment.ms", dynamic=True),
+    ConfigKey("log.roll.hours", I, 168, "Roll a segment after this many hours when log.roll.ms is not set.", at_least(1)),
+    ConfigKey("log.roll.jitter.ms", L, 0, "Random jitter subtracted from segment.ms.", at_least(0), topic_name="segment.jitter.ms", dynamic=True),
+    ConfigKey("log.roll.jitter.hours", I, 0, "Jitter in hours when log.roll.jitter.ms is not set.", at_least(0)),
+    ConfigKey("unclean.leader.election.enable", B, False, "Elect a leader outside the ISR when none is left, at the risk of losing data.", topic_name="unclean.leader.election.enable", dynamic=True),
+)
+
+del B, S, I, L, LST, INT32_MAX

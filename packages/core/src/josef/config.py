@@ -1,0 +1,297 @@
+"""Configuration with Kafka's key names: definitions, parsing and validation.
+
+Keys are declared (by the core and by plugins, through the ``register_configs``
+hook) as :class:`ConfigKey` objects. A :class:`Config` is the typed view of a
+``server.properties`` file plus ``--override`` values; it is validated as a
+whole when it is built, so a bad value stops start-up with a message naming
+the key rather than failing later in the middle of a request.
+
+Topic-level keys (``retention.ms``) are the same :class:`ConfigKey` objects
+with a ``topic_name``; their broker-level name (``log.retention.ms``) gives
+the default that a topic override replaces, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+import pluggy
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or out of range."""
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's config types, numbered as in DescribeConfigs v3+."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """Where a value came from, numbered as in DescribeConfigs."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+Validator = Callable[[Any], None]
+
+
+def at_least(minimum: int | float) -> Validator:
+    def check(value: Any) -> None:
+        if value is not None and value < minimum:
+            raise ConfigError(f"must be at least {minimum}")
+
+    return check
+
+
+def one_of(*choices: str) -> Validator:
+    def check(value: Any) -> None:
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if v is not None and v not in choices:
+                raise ConfigError(f"must be one of {', '.join(choices)}")
+
+    return check
+
+
+@attrs.frozen
+class ConfigKey:
+    """One configuration key.
+
+    ``topic_name`` is set for keys a topic can override: ``name`` is then the
+    broker-level default (``log.retention.ms``) and ``topic_name`` the
+    topic-level key (``retention.ms``). ``dynamic`` keys may be changed at run
+    time through AlterConfigs on a broker resource.
+    """
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    validator: Validator | None = None
+    topic_name: str | None = None
+    dynamic: bool = False
+    sensitive: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a string (or an already typed value) into this key's type, validated."""
+        try:
+            value = _parse(self.type, raw)
+            if self.validator is not None:
+                self.validator(value)
+        except (ConfigError, ValueError) as exc:
+            raise ConfigError(f"invalid value {raw!r} for configuration {self.name}: {exc}") from None
+        return value
+
+    def render(self, value: Any) -> str | None:
+        """The string form DescribeConfigs shows (None for a null value)."""
+        if value is None:
+            return None
+        if self.type is ConfigType.BOOLEAN:
+            return "true" if value else "false"
+        if self.type is ConfigType.LIST:
+            return ",".join(value)
+        return str(value)
+
+
+def _parse(kind: ConfigType, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    if kind is ConfigType.BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise ConfigError("expected true or false")
+        return text.lower() == "true"
+    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        value = int(text)
+        limit = {ConfigType.INT: INT32_MAX, ConfigType.SHORT: 2**15 - 1, ConfigType.LONG: INT64_MAX}[kind]
+        if not -limit - 1 <= value <= limit:
+            raise ConfigError("out of range")
+        return value
+    if kind is ConfigType.DOUBLE:
+        return float(text)
+    if kind is ConfigType.LIST:
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return raw
+
+
+class ConfigDef:
+    """The set of known keys, gathered from the core and every plugin."""
+
+    def __init__(self, keys: Iterable[ConfigKey] = ()) -> None:
+        self._keys: dict[str, ConfigKey] = {}
+        self._topic_keys: dict[str, ConfigKey] = {}
+        for key in keys:
+            self.add(key)
+
+    @classmethod
+    def from_plugins(cls, pm: pluggy.PluginManager) -> ConfigDef:
+        definition = cls()
+        for impl in pm.hook.register_configs.get_hookimpls():
+            owner = pm.get_name(impl.plugin)
+            impl.function(register=lambda key, _owner=owner: definition.add(key, _owner))
+        return definition
+
+    def add(self, key: ConfigKey, owner: str = "?") -> None:
+        if key.name in self._keys:
+            raise ConfigError(f"configuration key {key.name} is declared twice (again by {owner})")
+        self._keys[key.name] = key
+        if key.topic_name:
+            self._topic_keys[key.topic_name] = key
+
+    def __getitem__(self, name: str) -> ConfigKey:
+        return self._keys[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._keys
+
+    def keys(self) -> list[ConfigKey]:
+        return list(self._keys.values())
+
+    def topic_key(self, topic_name: str) -> ConfigKey:
+        """The key behind a topic-level name; :class:`ConfigError` when there is none."""
+        try:
+            return self._topic_keys[topic_name]
+        except KeyError:
+            raise ConfigError(f"unknown topic configuration {topic_name}") from None
+
+    def topic_keys(self) -> list[ConfigKey]:
+        return list(self._topic_keys.values())
+
+    def parse_topic_configs(self, raw: Mapping[str, str | None]) -> dict[str, Any]:
+        """Validate topic-level overrides, keyed by topic-level name."""
+        return {name: self.topic_key(name).parse(value) for name, value in raw.items()}
+
+
+@attrs.frozen
+class Config:
+    """A validated, typed broker configuration.
+
+    ``static`` holds what server.properties and ``--override`` said;
+    ``dynamic`` what AlterConfigs set on the broker at run time (kept in the
+    metadata log). Lookups return the dynamic value, else the static one,
+    else the default.
+    """
+
+    definition: ConfigDef
+    static: Mapping[str, Any]
+    dynamic: Mapping[str, Any] = attrs.field(factory=dict)
+    #: Keys in the input that no plugin declared; kept and shown, as Kafka does.
+    unknown: Mapping[str, str] = attrs.field(factory=dict)
+
+    @classmethod
+    def build(cls, definition: ConfigDef, raw: Mapping[str, str]) -> Config:
+        static: dict[str, Any] = {}
+        unknown: dict[str, str] = {}
+        for name, value in raw.items():
+            if name in definition:
+                static[name] = definition[name].parse(value)
+            else:
+                unknown[name] = value
+        return cls(definition, static, {}, unknown)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.dynamic:
+            return self.dynamic[name]
+        if name in self.static:
+            return self.static[name]
+        return self.definition[name].default
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.dynamic:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self.static:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+    def with_dynamic(self, dynamic: Mapping[str, Any]) -> Config:
+        return attrs.evolve(self, dynamic=dict(dynamic))
+
+    def topic_default(self, key: ConfigKey) -> Any:
+        """The broker-wide default of a topic-level key, with Kafka's unit synonyms."""
+        chain = _SYNONYMS.get(key.name, ((key.name, 1),))
+        explicit = [(n, s) for n, s in chain if n in self.dynamic or n in self.static]
+        for synonym, scale in explicit + [(n, s) for n, s in chain if self[n] is not None]:
+            value = self[synonym]
+            return value * scale if value is not None and value >= 0 else value
+        return None
+
+    def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """Every topic-level key's effective value for a topic with these overrides."""
+        return {
+            key.topic_name: overrides[key.topic_name] if key.topic_name in overrides else self.topic_default(key)
+            for key in self.definition.topic_keys()
+            if key.topic_name
+        }
+
+
+#: Broker keys that stand for a topic key's default in another unit, most specific first.
+_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+    "log.roll.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+}
+
+
+def synonyms(key: ConfigKey) -> tuple[str, ...]:
+    """Broker-level names that set a topic key's default, most specific first."""
+    return tuple(name for name, _ in _SYNONYMS.get(key.name, ((key.name, 1),)))
+
+
+_PROPERTY_LINE = re.compile(r"^\s*([^=:\s]+)\s*[=:\s]\s*(.*)$")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Read a Java ``.properties`` file: ``key=value``, ``key: value``, ``#``/``!`` comments, ``\\`` continuations."""
+    result: dict[str, str] = {}
+    pending = ""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = pending + line.lstrip() if pending else line
+        pending = ""
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending = stripped[:-1]
+            continue
+        match = _PROPERTY_LINE.match(stripped)
+        if match:
+            result[match.group(1)] = match.group(2).strip()
+        elif "=" not in stripped and ":" not in stripped:
+            result[stripped] = ""
+        else:
+            raise ConfigError(f"{path}:{number}: cannot read line {line!r}")
+    return result
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
+    """``key=value`` strings from ``--override`` into a dict, rejecting anything else."""
+    result: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        result[key.strip()] = value.strip()
+    return result

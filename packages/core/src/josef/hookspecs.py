@@ -1,0 +1,154 @@
+"""The contracts between josef's core and its plugins.
+
+Every extension point of josef is one of these pluggy hooks. A plugin is a
+module with ``@hookimpl`` functions, published through the ``josef`` entry-point
+group; the core registers its own built-ins through the same hooks, so a
+built-in and a third-party implementation are on equal footing.
+
+Most hooks follow one pattern: the hook receives a ``register(name, obj)``
+callable and calls it once per implementation it offers. Implementations are
+then *selected by name* from configuration (``log.storage=local``), so a
+deployment states what it wants and a typo fails with the list of what is
+installed (see :mod:`josef.plugins`).
+
+Threading rule for every ``register_*`` hook: it is called once per plugin
+manager, synchronously, while the broker, client or CLI is being assembled and
+before any event loop work starts. Hooks must not block or do I/O; the
+objects they register are constructed later, by the caller that selects them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+hookspec = pluggy.HookspecMarker("josef")
+hookimpl = pluggy.HookimplMarker("josef")
+
+Register = Callable[[str, Any], None]
+
+
+@hookspec
+def register_log_storage(register: Register) -> None:
+    """Offer log storage backends for partition data.
+
+    Called when a broker is assembled. Call ``register(name, factory)`` for
+    each backend; ``factory(config)`` receives the broker's
+    :class:`josef.config.Config` and returns a :class:`josef.log.LogStorage`.
+    The broker selects one with ``log.storage`` (default ``local``).
+    Returns nothing.
+    """
+
+
+@hookspec
+def register_metadata_quorum(register: Register) -> None:
+    """Offer metadata quorum backends (KRaft, ZooKeeper, ...).
+
+    Called when a broker is assembled. Call ``register(name, factory)`` for
+    each backend; ``factory(config, log_storage)`` receives the broker's
+    :class:`josef.config.Config` and its :class:`josef.log.LogStorage` (a
+    backend may keep its own log there) and returns a
+    :class:`josef.metadata.quorum.MetadataQuorum`. Selected with
+    ``metadata.quorum`` (default ``kraft``). Returns nothing.
+    """
+
+
+@hookspec
+def register_coordinators(register: Register) -> None:
+    """Offer coordinators (group, transaction, share) that own a set of API keys.
+
+    Called when a broker is assembled. Call ``register(name, factory)``;
+    ``factory(broker)`` returns a coordinator object whose ``api_keys``
+    attribute lists the Kafka API keys it answers and whose
+    ``async handle(request_context, request)`` answers them. Every installed
+    coordinator is started; two coordinators claiming one API key is an
+    error. Returns nothing.
+    """
+
+
+@hookspec
+def register_authorizers(register: Register) -> None:
+    """Offer authorizers that decide whether a principal may do an operation.
+
+    Called when a broker is assembled. Call ``register(name, factory)``;
+    ``factory(config)`` returns a :class:`josef.authorizer.Authorizer`.
+    Selected with ``authorizer.class.name`` (default ``allow-all``, which the
+    core registers). ``authorize`` is called on the event loop for every
+    request that touches a resource and must not block. Returns nothing.
+    """
+
+
+@hookspec
+def register_partitioners(register: Register) -> None:
+    """Offer client-side partitioners for josef's producer.
+
+    Called when a producer is created. Call ``register(name, factory)``;
+    ``factory(config)`` returns an object with
+    ``partition(topic, key, value, partitions) -> int``. Selected with the
+    producer's ``partitioner.class``. Called on the producer's event loop for
+    every record: keep it cheap. Returns nothing.
+    """
+
+
+@hookspec
+def register_assignors(register: Register) -> None:
+    """Offer partition assignors (``range``, ``roundrobin``, ``sticky``, ``uniform``...).
+
+    Called when a consumer or the group coordinator is assembled. Call
+    ``register(name, factory)``; ``factory()`` returns an assignor whose
+    ``assign(members, partitions)`` returns the assignment. Client-side
+    assignors are chosen with ``partition.assignment.strategy``, server-side
+    ones with ``group.consumer.assignors``. Returns nothing.
+    """
+
+
+@hookspec
+def register_interceptors(register: Register) -> None:
+    """Offer producer and consumer interceptors.
+
+    Called when a producer or consumer is created. Call
+    ``register(name, factory)``; ``factory(config)`` returns an interceptor.
+    Interceptors listed in ``interceptor.classes`` are called in that order;
+    following Kafka's contract, an exception raised by one is logged and the
+    chain goes on. Returns nothing.
+    """
+
+
+@hookspec
+def register_remote_storage(register: Register) -> None:
+    """Offer remote storage backends for tiered storage (S3, GCS, a local dir...).
+
+    Called when tiered log storage is assembled. Call
+    ``register(name, factory)``; ``factory(config)`` returns an object that
+    copies, fetches and deletes remote log segments. Selected with
+    ``remote.log.storage.manager.class.name``. Its methods are called from
+    worker threads, never the event loop. Returns nothing.
+    """
+
+
+@hookspec
+def register_configs(register: Register) -> None:
+    """Declare configuration keys.
+
+    Called once when a :class:`josef.config.ConfigDef` is built, before any
+    ``server.properties`` is parsed. Call ``register(key)`` with a
+    :class:`josef.config.ConfigKey` per key (name, type, default,
+    documentation, validator, and the topic-level name when a topic may
+    override it). A key registered twice is an error naming both plugins.
+    Returns nothing.
+    """
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add sub-commands to the ``josef`` command line.
+
+    Called once when the ``josef`` command is built, with the root
+    :class:`click.Group`; add commands or groups to it with
+    ``cli.add_command`` or the ``@cli.command()`` decorator. Command bodies
+    run synchronously in the CLI process. Returns nothing.
+    """

@@ -1,0 +1,178 @@
+"""The contract between the broker and a log storage backend.
+
+A :class:`LogStorage` owns the partition logs of one broker. A :class:`Log`
+is one partition's append-only sequence of record batches, stored exactly as
+they travel on the wire. The broker (through :mod:`josef.partition`)
+validates batches and assigns offsets before calling :meth:`Log.append`, so a
+backend never parses records; it keeps the offset and time indexes, the
+leader-epoch cache and the log start offset, recovers after a crash, and
+applies retention.
+
+Methods are called from the broker's event loop and must not block for long:
+appends and reads go to the page cache; fsync and file deletion belong in
+:meth:`Log.flush`, :meth:`Log.apply_retention` and :meth:`LogStorage.delete`,
+which the broker runs in worker threads. Per-partition calls never overlap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import attrs
+
+from josef.protocol.records import AppendInfo
+
+
+@attrs.frozen(order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TopicPartition:
+        """The inverse of ``str()``, as used in directory names (``orders-3``)."""
+        topic, sep, partition = text.rpartition("-")
+        if not sep or not topic or not partition.isdigit():
+            raise ValueError(f"{text!r} is not TOPIC-PARTITION")
+        return cls(topic, int(partition))
+
+
+@attrs.frozen
+class LogConfig:
+    """The topic-level settings a log obeys, resolved from broker defaults and topic overrides."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    file_delete_delay_ms: int = 60000
+    cleanup_policy: tuple[str, ...] = ("delete",)
+
+    @classmethod
+    def from_topic_config(cls, values: Mapping[str, Any]) -> LogConfig:
+        """Build from topic-level keys (``segment.bytes``...) as :meth:`josef.config.Config.topic_config` gives them."""
+        names = {f.name: f.name.replace("_", ".") for f in attrs.fields(cls)}
+        kwargs = {field: values[key] for field, key in names.items() if key in values and values[key] is not None}
+        if "cleanup_policy" in kwargs:
+            kwargs["cleanup_policy"] = tuple(kwargs["cleanup_policy"])
+        return cls(**kwargs)
+
+
+@attrs.frozen
+class EpochEntry:
+    """First offset written under a leader epoch (one line of leader-epoch-checkpoint)."""
+
+    epoch: int
+    start_offset: int
+
+
+class OffsetOutOfRangeError(Exception):
+    """A read asked for an offset below the log start offset or above the log end offset."""
+
+
+class LogDirError(Exception):
+    """The disk under a log failed (full, read-only, gone): KAFKA_STORAGE_ERROR to clients."""
+
+
+@runtime_checkable
+class Log(Protocol):
+    tp: TopicPartition
+    config: LogConfig
+    #: Directory of this log (``<log.dir>/<topic>-<partition>``).
+    dir: Path
+
+    @property
+    def log_start_offset(self) -> int:
+        """First offset a consumer can read; raised by retention and DeleteRecords."""
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended batch gets (LEO)."""
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segments."""
+
+    def append(self, records: bytes | bytearray | memoryview, info: AppendInfo) -> None:
+        """Append validated batches whose offsets start at :attr:`log_end_offset`.
+
+        Rolls a new segment first when the active one is full
+        (``segment.bytes``) or old (``segment.ms``), adds index entries every
+        ``index.interval.bytes`` and time-index entries for new max
+        timestamps, and flushes when ``flush.messages``/``flush.ms`` say so.
+        Raises :class:`LogDirError` when the disk fails, leaving the log as
+        it was before the call.
+        """
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
+        """Whole batches holding ``offset`` and after, below ``max_offset`` (exclusive), up to ``max_bytes``.
+
+        The first batch may start before ``offset`` (clients skip the
+        records they did not ask for). With ``min_one_batch`` the first batch
+        is returned even when it is larger than ``max_bytes`` (KIP-74).
+        Returns ``b""`` at the end of the log. Raises
+        :class:`OffsetOutOfRangeError` below the log start or above the end.
+        """
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``, or None."""
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the record with the largest timestamp; ``(-1, -1)`` when empty."""
+
+    # Leader epochs -------------------------------------------------------------
+
+    def epoch_entries(self) -> Sequence[EpochEntry]:
+        """The leader-epoch cache, oldest first."""
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (ignored if not newer than the latest); checkpointed."""
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(largest epoch <= epoch, end offset of that epoch)``, Kafka's OffsetsForLeaderEpoch; ``(-1, -1)`` if unknown."""
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (a follower diverging from its leader)."""
+
+    # Housekeeping ---------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Raise the log start offset to ``offset`` (DeleteRecords); returns the new log start offset."""
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole segments past ``retention.ms``/``retention.bytes`` or below the log start; returns how many."""
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings (from AlterConfigs) from the next append on."""
+
+    def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point."""
+
+    def close(self) -> None:
+        """Flush indexes and checkpoints and release files; the log stays on disk."""
+
+
+@runtime_checkable
+class LogStorage(Protocol):
+    """All partition logs of one broker, under ``log.dirs``."""
+
+    def open(self, tp: TopicPartition, config: LogConfig) -> Log:
+        """The log of ``tp``, created if new, loaded (and recovered after an unclean stop) if on disk."""
+
+    def stored(self) -> list[TopicPartition]:
+        """Partitions that have a log on disk, opened or not."""
+
+    def delete(self, tp: TopicPartition) -> None:
+        """Close and remove ``tp``'s log and its files."""
+
+    def close(self) -> None:
+        """Close every open log and mark the shutdown clean, so the next start skips recovery."""

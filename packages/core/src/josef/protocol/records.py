@@ -1,0 +1,299 @@
+"""Kafka record batches (magic v2): validation and offset assignment without touching records.
+
+The broker treats a batch as an opaque block behind a 61-byte header: it
+checks the header and the CRC-32C, writes the base offset and leader epoch
+(neither is covered by the CRC) and reads the max timestamp. Nothing here
+loops over records on the produce or fetch path; :func:`iter_records` and
+:func:`build_batch` exist for the places that really need records
+(ListOffsets by timestamp, the metadata log, clients and tests).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, Sequence
+
+import attrs
+import crc32c
+
+from josef.protocol.codecs import Compression, compress, decompress
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+#: baseOffset and batchLength: what must be read to find the next batch.
+LOG_OVERHEAD = 12
+#: Offset of the attributes field: the CRC covers attributes .. end of batch.
+CRC_START = 21
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_MAX_TS = struct.Struct(">q")
+
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+NO_TIMESTAMP = -1
+
+
+class CorruptRecordError(ValueError):
+    """A batch failed validation: bad length, magic, CRC or codec (CORRUPT_MESSAGE)."""
+
+
+class RecordTooLargeError(ValueError):
+    """A batch is larger than the topic's max.message.bytes (MESSAGE_TOO_LARGE)."""
+
+
+class InvalidRecordError(ValueError):
+    """A batch is well-formed but not acceptable here (INVALID_RECORD)."""
+
+
+@attrs.frozen
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def parse(cls, buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+        return cls(*HEADER.unpack_from(buf, pos))
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & 0x07
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+
+@attrs.frozen
+class BatchInfo:
+    """Where one appended batch sits, for the indexes."""
+
+    position: int  # byte position inside the appended buffer
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@attrs.frozen
+class AppendInfo:
+    """What validation learnt about a produce buffer; the log needs it for its indexes."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    record_count: int
+    batches: tuple[BatchInfo, ...]
+    producer_ids: tuple[tuple[int, int, int, int], ...] = ()  # (id, epoch, base sequence, last offset) of idempotent batches
+
+
+def validate_and_assign(
+    buf: bytearray,
+    next_offset: int,
+    leader_epoch: int,
+    max_batch_bytes: int,
+    log_append_time_ms: int | None = None,
+) -> AppendInfo:
+    """Validate every batch in ``buf`` and assign offsets from ``next_offset``, in place.
+
+    ``log_append_time_ms`` set means the topic uses LogAppendTime: each batch's
+    max timestamp becomes that time and its CRC is recomputed.
+    """
+    view = memoryview(buf)
+    pos = 0
+    end = len(buf)
+    first = next_offset
+    max_ts = NO_TIMESTAMP
+    max_ts_offset = -1
+    count = 0
+    batches = []
+    producers = []
+    if end == 0:
+        raise InvalidRecordError("produce request carries no record batch")
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"truncated batch at byte {pos}: {end - pos} bytes left, header needs {HEADER_SIZE}")
+        (_, length, _, magic, crc, attributes, last_delta, _, batch_max_ts, pid, pepoch, bseq, nrecords) = HEADER.unpack_from(buf, pos)
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            raise CorruptRecordError(f"batch at byte {pos} claims {length} bytes, {end - pos - LOG_OVERHEAD} present")
+        if magic != 2:
+            raise CorruptRecordError(f"record batch magic {magic} is not supported (only v2)")
+        if crc32c.crc32c(view[pos + CRC_START : pos + size]) != crc:
+            raise CorruptRecordError(f"CRC-32C mismatch in batch at byte {pos}")
+        if attributes & 0x07 > Compression.ZSTD:
+            raise CorruptRecordError(f"unknown compression codec {attributes & 0x07}")
+        if attributes & CONTROL_BIT:
+            raise InvalidRecordError("clients may not produce control batches")
+        if nrecords != last_delta + 1 or nrecords <= 0:
+            raise InvalidRecordError(f"batch holds {nrecords} records but lastOffsetDelta is {last_delta}")
+        if size > max_batch_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}")
+        _OFFSET_AND_LENGTH.pack_into(buf, pos, next_offset, length)
+        _EPOCH.pack_into(buf, pos + 12, leader_epoch)
+        if log_append_time_ms is not None:
+            buf[pos + CRC_START + 1] |= TIMESTAMP_TYPE_BIT
+            _MAX_TS.pack_into(buf, pos + 35, log_append_time_ms)
+            _CRC.pack_into(buf, pos + 17, crc32c.crc32c(view[pos + CRC_START : pos + size]))
+            batch_max_ts = log_append_time_ms
+        last = next_offset + last_delta
+        if batch_max_ts > max_ts:
+            max_ts, max_ts_offset = batch_max_ts, last
+        batches.append(BatchInfo(pos, size, next_offset, last, batch_max_ts))
+        if pid >= 0:
+            producers.append((pid, pepoch, bseq, last))
+        count += nrecords
+        next_offset = last + 1
+        pos += size
+    view.release()
+    return AppendInfo(first, next_offset - 1, max_ts, max_ts_offset, count, tuple(batches), tuple(producers))
+
+
+def iter_batches(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` of each complete batch in ``buf``; stops at a partial tail."""
+    end = len(buf)
+    while end - pos >= HEADER_SIZE:
+        header = BatchHeader.parse(buf, pos)
+        if pos + header.size > end:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def batch_is_valid(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
+    """Whether a stored batch is intact (magic and CRC): used by log recovery."""
+    return header.magic == 2 and header.batch_length >= HEADER_SIZE - LOG_OVERHEAD and (
+        crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + header.size]) == header.crc
+    )
+
+
+# ---------------------------------------------------------------- records
+
+
+@attrs.frozen
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Decode the records of one batch (decompressing it)."""
+    header = BatchHeader.parse(batch)
+    body = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    append_time = header.log_append_time
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(body, pos)
+        end = pos + length
+        pos += 1  # attributes
+        ts_delta, pos = _read_varint(body, pos)
+        offset_delta, pos = _read_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        nheaders, pos = _read_varint(body, pos)
+        headers = []
+        for _ in range(nheaders):
+            hkey, pos = _read_bytes(body, pos)
+            hvalue, pos = _read_bytes(body, pos)
+            headers.append(((hkey or b"").decode(), hvalue))
+        if pos != end:
+            raise CorruptRecordError("record length does not match its fields")
+        timestamp = header.max_timestamp if append_time else header.base_timestamp + ts_delta
+        yield Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+
+
+def _varint(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _varbytes(data: bytes | None) -> bytes:
+    return _varint(-1) if data is None else _varint(len(data)) + data
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, int] | tuple[bytes | None, bytes | None, int, Sequence[tuple[str, bytes | None]]]],
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
+    """Encode ``(key, value, timestamp[, headers])`` tuples as one v2 batch."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base_ts = min(r[2] for r in records)
+    max_ts = max(r[2] for r in records)
+    body = bytearray()
+    for delta, rec in enumerate(records):
+        key, value, ts = rec[0], rec[1], rec[2]
+        headers = rec[3] if len(rec) > 3 else ()  # type: ignore[misc]
+        inner = bytearray(b"\x00")
+        inner += _varint(ts - base_ts) + _varint(delta) + _varbytes(key) + _varbytes(value) + _varint(len(headers))
+        for hkey, hvalue in headers:
+            inner += _varbytes(hkey.encode()) + _varbytes(hvalue)
+        body += _varint(len(inner)) + inner
+    payload = compress(compression, bytes(body))
+    attrs_ = attributes | int(compression)
+    after_crc = struct.pack(">hiqqqhii", attrs_, len(records) - 1, base_ts, max_ts, producer_id,
+                            producer_epoch, base_sequence, len(records)) + payload
+    length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc32c.crc32c(after_crc)) + after_crc
