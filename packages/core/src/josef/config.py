@@ -235,7 +235,7 @@ class Config:
         explicit = [(n, s) for n, s in chain if n in self.dynamic or n in self.static]
         for synonym, scale in explicit + [(n, s) for n, s in chain if self[n] is not None]:
             value = self[synonym]
-            return value * scale if value is not None and value >= 0 else value
+            return value * scale if scale != 1 and value >= 0 else value
         return None
 
     def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:

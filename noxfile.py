@@ -1,0 +1,44 @@
+"""The whole test suite: each package's own tests, then the integration matrix.
+
+``uvx nox`` runs everything; ``uvx nox -s integration`` only the end-to-end
+tests; ``uvx nox -l`` lists the sessions.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+PYTHON = "3.11"
+PACKAGES = ["core", "storage-local", "metadata-kraft"]
+#: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
+METADATA = ["kraft"]
+STORAGE = ["local"]
+TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3"]
+CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
+
+
+def install_workspace(session: nox.Session) -> None:
+    session.install(*TEST_DEPS, "uvloop>=0.19", *(f"-e./packages/{p}" for p in PACKAGES))
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES)
+def unit(session: nox.Session, package: str) -> None:
+    """One package's own tests."""
+    install_workspace(session)
+    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("storage", STORAGE)
+@nox.parametrize("metadata", METADATA)
+def integration(session: nox.Session, metadata: str, storage: str) -> None:
+    """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets."""
+    install_workspace(session)
+    session.install(*CLIENT_DEPS)
+    session.run("pytest", "integration-tests", *session.posargs,
+                env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})

@@ -1,0 +1,153 @@
+"""A josef broker: assembled from plugins, run on one event loop.
+
+:class:`Broker` wires the selected log storage and metadata quorum to the
+replica manager, the controller and the network listeners. It is what
+``josef server start`` runs and what the ``josef_broker`` pytest fixture
+starts in a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any, Sequence
+
+import anyio
+import anyio.abc
+import attrs
+import pluggy
+
+from josef import meta_properties
+from josef.authorizer import Authorizer
+from josef.config import Config, ConfigError
+from josef.log import LogStorage
+from josef.metadata.controller import Controller
+from josef.metadata.image import MetadataImage
+from josef.metadata.quorum import MetadataQuorum
+from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
+from josef.plugins import collect, get_plugin_manager
+from josef.replica_manager import ReplicaManager
+from josef.server import network
+from josef.server.apis import register_core_apis
+from josef.server.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(text: str) -> Listener:
+    name, _, rest = text.partition("://")
+    host, _, port = rest.rpartition(":")
+    return Listener(name, host.strip("[]"), int(port))
+
+
+class Broker:
+    def __init__(self, config: Config, pm: pluggy.PluginManager | None = None, *, auto_format: bool = False) -> None:
+        self.pm = pm or get_plugin_manager()
+        self.static_config = config
+        self.config = config
+        self.node_id: int = config["node.id"]
+        self.auto_format = auto_format
+        self.image = MetadataImage()
+        self.started_at = 0.0
+        #: Where each listener really listens (a configured port 0 becomes the chosen one).
+        self.bound: list[Listener] = []
+        self.ready = anyio.Event()
+        self.dispatcher = Dispatcher(self)
+        register_core_apis(self.dispatcher)
+        self._listeners: list[Any] = []
+        self.storage: LogStorage
+        self.quorum: MetadataQuorum
+        self.controller: Controller
+        self.replicas: ReplicaManager
+        self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
+            config["authorizer.class.name"])(config)
+
+    @property
+    def cluster_id(self) -> str:
+        return self.quorum.cluster_id
+
+    # Lifecycle ------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start, serve until cancelled, then shut down cleanly."""
+        self.started_at = time.monotonic()
+        meta_properties.check(self.config, auto_format=self.auto_format)
+        self.storage = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
+        self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
+            self.config["metadata.quorum"])(self.config, self.storage)
+        self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
+        self.controller = Controller(self.quorum, self.config, lambda: self.image)
+        loaded = False
+
+        def on_commit(offset: int, records: Sequence[MetadataRecord]) -> None:
+            previous = self.image
+            self.image, delta = previous.apply(offset, records)
+            if (BROKER_RESOURCE, "") in delta.changed_configs or (BROKER_RESOURCE, str(self.node_id)) in delta.changed_configs:
+                self._apply_dynamic_broker_config()
+            if loaded:
+                self.replicas.apply_delta(delta, self.image)
+
+        try:
+            await self.quorum.start(on_commit)
+            self._apply_dynamic_broker_config()
+            self.replicas.load(self.image)
+            loaded = True
+            async with anyio.create_task_group() as tg:
+                await self._listen(tg)
+                await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(),
+                                                      None)
+                tg.start_soon(self.replicas.run_housekeeping)
+                log.info("josef broker %s ready on %s in %.2fs (cluster %s)", self.node_id,
+                         ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.bound),
+                         time.monotonic() - self.started_at, self.cluster_id)
+                self.ready.set()
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._shutdown()
+
+    async def _listen(self, tg: anyio.abc.TaskGroup) -> None:
+        for text in self.config["listeners"]:
+            spec = parse_listener(text)
+            listener = await network.bind(spec.host, spec.port)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            self._listeners.append(listener)
+            self.bound.append(Listener(spec.name, spec.host, port))
+            tg.start_soon(network.serve_listener, listener, self.dispatcher, spec.name,
+                          self.config["socket.request.max.bytes"])
+
+    def _endpoints(self) -> list[Endpoint]:
+        advertised = [parse_listener(t) for t in (self.config["advertised.listeners"] or [])]
+        endpoints = []
+        for bound in self.bound:
+            spec = next((a for a in advertised if a.name == bound.name), bound)
+            host = spec.host if spec.host not in ("", "0.0.0.0", "::") else socket.gethostname()
+            endpoints.append(Endpoint(bound.name, host, spec.port or bound.port))
+        return endpoints
+
+    def _apply_dynamic_broker_config(self) -> None:
+        dynamic = {**self.image.config(BROKER_RESOURCE, ""), **self.image.config(BROKER_RESOURCE, str(self.node_id))}
+        try:
+            parsed = {k: self.static_config.definition[k].parse(v) for k, v in dynamic.items()}
+        except (ConfigError, KeyError) as exc:
+            log.error("ignoring dynamic broker configuration: %s", exc)
+            return
+        self.config = self.static_config.with_dynamic(parsed)
+        self.replicas.apply_broker_config(self.config, self.image)
+
+    async def _shutdown(self) -> None:
+        for listener in self._listeners:
+            await listener.aclose()
+        if hasattr(self, "quorum"):
+            await self.quorum.close()
+        if hasattr(self, "replicas"):
+            self.replicas.close()
+        log.info("josef broker %s stopped", self.node_id)

@@ -1,0 +1,258 @@
+"""The controller: validates admin requests against the image and turns them into metadata records.
+
+Both metadata backends use this class; they only differ in how the records
+it emits are made durable (:class:`josef.metadata.quorum.MetadataQuorum`).
+Operations are serialised so that each decision sees the image left by the
+previous one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Mapping, Sequence
+
+import anyio
+import attrs
+from kio.schema.errors import ErrorCode
+
+from josef.config import Config, ConfigError
+from josef.metadata.image import MetadataImage, TopicImage
+from josef.metadata.placement import assign_replicas
+from josef.metadata.quorum import MetadataQuorum
+from josef.metadata.records import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    random_uuid,
+)
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+class ControllerError(Exception):
+    """A request the controller refuses, with the Kafka error code clients expect."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@attrs.frozen
+class CreatedTopic:
+    topic: TopicImage
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise ControllerError(ErrorCode.invalid_topic_exception, f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME:
+        raise ControllerError(ErrorCode.invalid_topic_exception, f"topic name is longer than {MAX_TOPIC_NAME} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise ControllerError(ErrorCode.invalid_topic_exception,
+                              f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'")
+
+
+class Controller:
+    def __init__(self, quorum: MetadataQuorum, config: Config, image: Callable[[], MetadataImage]) -> None:
+        self._quorum = quorum
+        self._config = config
+        self._image = image
+        self._lock = anyio.Lock()
+
+    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
+        if records:
+            await self._quorum.append(records)
+
+    # Brokers ---------------------------------------------------------------
+
+    async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint], rack: str | None) -> None:
+        record = RegisterBrokerRecord(broker_id, incarnation_id, tuple(endpoints), rack, False)
+        async with self._lock:
+            current = self._image().brokers.get(broker_id)
+            if current is None or (current.endpoints, current.rack, current.fenced) != (record.endpoints, rack, False):
+                await self._commit([record])
+
+    # Topics ----------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+        configs: Mapping[str, str | None] | None = None,
+        validate_only: bool = False,
+    ) -> CreatedTopic:
+        validate_topic_name(name)
+        configs = {k: v for k, v in (configs or {}).items() if v is not None}
+        try:
+            self._config.definition.parse_topic_configs(configs)
+        except ConfigError as exc:
+            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+        async with self._lock:
+            image = self._image()
+            if name in image.topics:
+                raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+            collision = name.replace(".", "_")
+            for other in image.topics:
+                if other.replace(".", "_") == collision:
+                    raise ControllerError(ErrorCode.invalid_topic_exception,
+                                          f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide in metric names)")
+            live = [b for b, info in image.brokers.items() if not info.fenced]
+            replicas = self._place(live, num_partitions, replication_factor, assignments)
+            topic_id = random_uuid()
+            records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
+            records += [PartitionRecord(topic_id, p, r, r, r[0]) for p, r in enumerate(replicas)]
+            records += [ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items())]
+            if not validate_only:
+                await self._commit(records)
+                topic = self._image().topics[name]
+            else:
+                _, delta = image.apply(image.offset, records)
+                topic = delta.created_topics[0]
+            return CreatedTopic(topic, len(replicas[0]), configs)
+
+    def _place(self, live: list[int], num_partitions: int, replication_factor: int,
+               assignments: Mapping[int, Sequence[int]] | None) -> list[list[int]]:
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                raise ControllerError(ErrorCode.invalid_request,
+                                      "give either replica assignments or partitions and replication factor, not both")
+            if sorted(assignments) != list(range(len(assignments))):
+                raise ControllerError(ErrorCode.invalid_replica_assignment, "assigned partitions must be 0..N-1")
+            result = [list(assignments[p]) for p in range(len(assignments))]
+            sizes = {len(r) for r in result}
+            if len(sizes) != 1 or 0 in sizes or any(len(set(r)) != len(r) for r in result):
+                raise ControllerError(ErrorCode.invalid_replica_assignment, "every partition needs the same number of distinct replicas")
+            unknown = {b for r in result for b in r} - set(live)
+            if unknown:
+                raise ControllerError(ErrorCode.broker_not_available, f"brokers {sorted(unknown)} are not registered")
+            return result
+        partitions = self._config["num.partitions"] if num_partitions == -1 else num_partitions
+        factor = self._config["default.replication.factor"] if replication_factor == -1 else replication_factor
+        if partitions <= 0:
+            raise ControllerError(ErrorCode.invalid_partitions, f"number of partitions must be positive, got {partitions}")
+        if factor <= 0:
+            raise ControllerError(ErrorCode.invalid_replication_factor, f"replication factor must be positive, got {factor}")
+        if factor > len(live):
+            raise ControllerError(ErrorCode.invalid_replication_factor,
+                                  f"replication factor {factor} is larger than the {len(live)} available brokers")
+        return assign_replicas(live, partitions, factor)
+
+    async def delete_topic(self, name: str | None = None, topic_id: str | None = None) -> TopicImage:
+        if not self._config["delete.topic.enable"]:
+            raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
+        async with self._lock:
+            image = self._image()
+            topic = image.topics.get(name) if name is not None else image.topic_by_id(topic_id or "")
+            if topic is None:
+                if name is None:
+                    raise ControllerError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
+                raise ControllerError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+            await self._commit([RemoveTopicRecord(topic.topic_id)])
+            return topic
+
+    async def create_partitions(self, name: str, count: int, assignments: Sequence[Sequence[int]] | None,
+                                validate_only: bool) -> None:
+        async with self._lock:
+            image = self._image()
+            topic = image.topics.get(name)
+            if topic is None:
+                raise ControllerError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+            current = len(topic.partitions)
+            if count <= current:
+                raise ControllerError(ErrorCode.invalid_partitions,
+                                      f"topic {name!r} has {current} partitions; the new count must be larger, got {count}")
+            factor = len(topic.partitions[0].replicas)
+            live = [b for b, info in image.brokers.items() if not info.fenced]
+            if assignments:
+                if len(assignments) != count - current:
+                    raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                          f"{count - current} new partitions need as many assignments, got {len(assignments)}")
+                new = [list(a) for a in assignments]
+                if any(len(a) != factor or len(set(a)) != factor or not set(a) <= set(live) for a in new):
+                    raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                          f"each new partition needs {factor} distinct live brokers")
+            else:
+                if factor > len(live):
+                    raise ControllerError(ErrorCode.invalid_replication_factor, "not enough live brokers")
+                new = assign_replicas(live, count - current, factor, first_partition=current)
+            records = [PartitionRecord(topic.topic_id, current + i, r, r, r[0]) for i, r in enumerate(new)]
+            if not validate_only:
+                await self._commit(records)
+
+    # Configs ---------------------------------------------------------------
+
+    async def alter_configs(self, resource_type: int, resource_name: str,
+                            ops: Sequence[tuple[str, int, str | None]], validate_only: bool,
+                            incremental: bool = True) -> None:
+        """Apply ``(name, op, value)`` changes; a non-incremental call replaces every dynamic value."""
+        async with self._lock:
+            image = self._image()
+            current = dict(image.config(resource_type, resource_name))
+            if resource_type == TOPIC_RESOURCE:
+                if resource_name not in image.topics:
+                    raise ControllerError(ErrorCode.unknown_topic_or_partition, f"topic {resource_name!r} does not exist")
+                lookup = self._config.definition.topic_key
+            elif resource_type == BROKER_RESOURCE:
+                if resource_name and (not resource_name.isdigit() or int(resource_name) not in image.brokers):
+                    raise ControllerError(ErrorCode.invalid_request, f"no broker {resource_name!r}")
+                lookup = self._broker_key
+            else:
+                raise ControllerError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
+            wanted = dict(current) if incremental else {}
+            for name, op, value in ops:
+                try:
+                    key = lookup(name)
+                except ConfigError as exc:
+                    raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+                if op == SET:
+                    wanted[name] = value
+                elif op == DELETE:
+                    wanted.pop(name, None)
+                elif op in (APPEND, SUBTRACT):
+                    if key.type.name != "LIST":
+                        raise ControllerError(ErrorCode.invalid_config, f"{name} is not a list; APPEND and SUBTRACT need one")
+                    items = (wanted.get(name) or key.render(self._default(resource_type, key)) or "").split(",")
+                    items = [i for i in items if i]
+                    for item in (value or "").split(","):
+                        if op == APPEND and item not in items:
+                            items.append(item)
+                        elif op == SUBTRACT and item in items:
+                            items.remove(item)
+                    wanted[name] = ",".join(items)
+                else:
+                    raise ControllerError(ErrorCode.invalid_request, f"unknown config operation {op}")
+                if name in wanted:
+                    try:
+                        key.parse(wanted[name])
+                    except ConfigError as exc:
+                        raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+            records = [ConfigRecord(resource_type, resource_name, k, v) for k, v in sorted(wanted.items()) if current.get(k) != v]
+            records += [ConfigRecord(resource_type, resource_name, k, None) for k in sorted(current) if k not in wanted]
+            if not validate_only:
+                await self._commit(records)
+
+    def _broker_key(self, name: str):  # type: ignore[no-untyped-def]
+        if name not in self._config.definition:
+            raise ConfigError(f"unknown broker configuration {name}")
+        key = self._config.definition[name]
+        if not key.dynamic:
+            raise ConfigError(f"broker configuration {name} cannot be updated dynamically")
+        return key
+
+    def _default(self, resource_type: int, key):  # type: ignore[no-untyped-def]
+        return self._config.topic_default(key) if resource_type == TOPIC_RESOURCE else self._config[key.name]
+

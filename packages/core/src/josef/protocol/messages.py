@@ -1,0 +1,178 @@
+"""Kafka request/response framing on top of kio's generated message types.
+
+kio parses and serialises message bodies; this module adds the header
+versions, the per-API version table of what josef answers, and
+:func:`build`, which turns plain dicts into the right kio dataclass of a given
+version, dropping fields that version does not have. That keeps API handlers
+written once for all versions instead of once per version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import uuid
+from functools import cache
+from typing import Any, Callable, Mapping
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+
+_HEADER_FIXED = struct.Struct(">hhih")
+_INT32 = struct.Struct(">i")
+
+
+class MalformedRequestError(ValueError):
+    """A request frame could not be parsed: the connection is closed."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: Where the body starts in the frame.
+    body_offset: int
+
+
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise MalformedRequestError("truncated varint in request header")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise MalformedRequestError("varint too long in request header")
+
+
+def parse_header(frame: bytes | memoryview, flexible: Callable[[int, int], bool]) -> RequestHeader:
+    """Parse a request header (v1, or v2 with tagged fields when the API version is flexible)."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id, client_len = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise MalformedRequestError("client id runs past the end of the request")
+        client_id = bytes(frame[pos : pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    if flexible(api_key, api_version):
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+@cache
+def request_type(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_type(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: type) -> Callable[..., Any]:
+    return entity_reader(cls)  # type: ignore[arg-type]
+
+
+@cache
+def _writer(cls: type) -> Callable[..., Any]:
+    return entity_writer(cls)  # type: ignore[arg-type]
+
+
+def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
+    try:
+        body, _ = _reader(request_type(api_key, version))(frame, offset)
+    except Exception as exc:  # kio raises a variety of errors on bad input
+        raise MalformedRequestError(f"cannot parse api {api_key} v{version} body: {exc}") from exc
+    return body
+
+
+def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:
+    """The full response frame: size, header (v0, or v1 with empty tagged fields), body."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_INT32.pack(correlation_id))
+    if flexible_header:
+        buf.write(b"\x00")
+    _writer(type(response))(buf, response)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------ building
+
+
+def _convert_primitive(kafka_type: str) -> Callable[[Any], Any] | None:
+    if kafka_type == "error_code":
+        return lambda v: v if isinstance(v, ErrorCode) else ErrorCode(v)
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=v)
+    if kafka_type == "datetime_i64":
+        return lambda v: v if v is None or isinstance(v, datetime.datetime) else datetime.datetime.fromtimestamp(v / 1000, datetime.UTC)
+    if kafka_type == "uuid":
+        return lambda v: v if v is None or isinstance(v, uuid.UUID) else uuid_from_kafka(v)
+    return None
+
+
+def uuid_from_kafka(text: str) -> uuid.UUID:
+    from josef.metadata.records import uuid_from_text
+
+    return uuid_from_text(text)
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[str, Any, bool, Callable[[Any], Any] | None, bool], ...]:
+    plan = []
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+        if isinstance(kind, (EntityField, EntityTupleField)):
+            plan.append((field.name, kind.type_, kind.is_array, None, has_default))
+        else:
+            plan.append((field.name, None, False, _convert_primitive(field.metadata.get("kafka_type", "")), has_default))
+    return tuple(plan)
+
+
+def build(cls: type, data: Mapping[str, Any]) -> Any:
+    """An instance of kio dataclass ``cls`` from a dict, recursively; keys ``cls`` lacks are ignored.
+
+    Nested entities are given as dicts (or lists of dicts). Error codes,
+    millisecond durations and Kafka base64 UUIDs are converted. A field with
+    no value and no default is an error (a bug in the handler).
+    """
+    kwargs = {}
+    for name, nested, is_array, convert, has_default in _plan(cls):
+        if name not in data:
+            if not has_default:
+                raise TypeError(f"{cls.__module__}.{cls.__name__} needs field {name!r}")
+            continue
+        value = data[name]
+        if nested is not None and value is not None:
+            value = tuple(build(nested, v) for v in value) if is_array else build(nested, value)
+        elif convert is not None:
+            value = convert(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(cls))

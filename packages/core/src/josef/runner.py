@@ -1,0 +1,109 @@
+"""Running a broker: on this thread until a signal (the CLI), or on a background thread (tests, notebooks)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from concurrent.futures import Future
+from typing import Any, Mapping
+
+import anyio
+import anyio.from_thread
+import pluggy
+
+from josef.broker import Broker
+from josef.config import Config
+from josef.server_properties import load_config
+
+log = logging.getLogger(__name__)
+
+
+def backend_options() -> dict[str, Any]:
+    """uvloop when installed: same asyncio semantics, faster loop."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
+def run_forever(config: Config, *, auto_format: bool, pm: pluggy.PluginManager | None = None) -> None:
+    """Run a broker on this thread until SIGTERM or SIGINT, then shut it down cleanly."""
+
+    async def main() -> None:
+        broker = Broker(config, pm, auto_format=auto_format)
+        async with anyio.create_task_group() as tg:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                await tg.start(broker.run)
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    tg.cancel_scope.cancel()
+                    break
+
+    anyio.run(main, backend="asyncio", backend_options=backend_options())
+
+
+class BrokerThread:
+    """A real broker on its own thread and event loop, for tests and interactive use.
+
+    >>> with BrokerThread({"log.dirs": "/tmp/x", "listeners": "PLAINTEXT://127.0.0.1:0"}) as b:
+    ...     b.bootstrap_servers
+    """
+
+    def __init__(self, overrides: Mapping[str, str], pm: pluggy.PluginManager | None = None) -> None:
+        self.overrides = dict(overrides)
+        self.pm = pm
+        self.broker: Broker | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._task: Future[None] | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.broker is not None, "broker is not running"
+        return self.broker.bound[0].port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self.broker is not None, "broker is not running"
+        bound = self.broker.bound[0]
+        return f"{bound.host or '127.0.0.1'}:{bound.port}"
+
+    def start(self) -> BrokerThread:
+        config = load_config(None, self.overrides, self.pm)
+        self._stack = contextlib.ExitStack()
+        self._portal = self._stack.enter_context(
+            anyio.from_thread.start_blocking_portal("asyncio", backend_options()))
+        self.broker = self._portal.call(lambda: Broker(config, self.pm, auto_format=True))
+        try:
+            self._task, _ = self._portal.start_task(self.broker.run, name="josef-broker")
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def call(self, func: Any, *args: Any) -> Any:
+        """Run ``func(*args)`` (a coroutine function or a plain one) on the broker's loop and return its result."""
+        assert self._portal is not None
+        return self._portal.call(func, *args)
+
+    def stop(self) -> None:
+        """Shut down cleanly (close logs, write checkpoints), as SIGTERM does."""
+        if self._task is not None and self._portal is not None:
+            self._portal.call(self._task.cancel)
+            with contextlib.suppress(BaseException):
+                self._task.result(timeout=30)
+        if self._stack is not None:
+            self._stack.close()
+        self._task = self._portal = self._stack = None
+
+    def restart(self) -> BrokerThread:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> BrokerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

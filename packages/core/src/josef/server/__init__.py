@@ -1,0 +1,1 @@
+"""The broker's network side: connections, framing and request dispatch."""

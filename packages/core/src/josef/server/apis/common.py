@@ -1,0 +1,58 @@
+"""Small helpers shared by API handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from josef.log import LogDirError, OffsetOutOfRangeError, TopicPartition
+from josef.metadata.records import uuid_to_text
+from josef.partition import Partition, PartitionError
+from josef.protocol.records import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from josef.server.dispatch import RequestContext
+
+#: Authorized-operations fields when the client did not ask for them.
+OPERATIONS_OMITTED = -(2**31)
+
+
+def error_of(exc: Exception) -> tuple[ErrorCode, str]:
+    """The Kafka error code and message an exception raised under a handler stands for."""
+    if isinstance(exc, PartitionError):
+        return exc.code, exc.message
+    if isinstance(exc, RecordTooLargeError):
+        return ErrorCode.message_too_large, str(exc)
+    if isinstance(exc, CorruptRecordError):
+        return ErrorCode.corrupt_message, str(exc)
+    if isinstance(exc, InvalidRecordError):
+        return ErrorCode.invalid_record, str(exc)
+    if isinstance(exc, OffsetOutOfRangeError):
+        return ErrorCode.offset_out_of_range, str(exc)
+    if isinstance(exc, LogDirError):
+        return ErrorCode.kafka_storage_error, str(exc)
+    raise exc
+
+
+def topic_name(ctx: RequestContext, topic: Any) -> str | None:
+    """The name of a request's topic entry, which newer versions give as a topic id."""
+    name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+    if name:
+        return str(name)
+    topic_id = getattr(topic, "topic_id", None)
+    if topic_id is None:
+        return None
+    image = ctx.broker.image.topic_by_id(uuid_to_text(topic_id))
+    return image.name if image else None
+
+
+def partition_for(ctx: RequestContext, topic: str | None, index: int) -> Partition:
+    """The hosted partition, or the error a client expects when it is not here."""
+    if topic is None:
+        raise PartitionError(ErrorCode.unknown_topic_id, "unknown topic id")
+    partition = ctx.broker.replicas.get(TopicPartition(topic, index))
+    if partition is None:
+        image = ctx.broker.image.topics.get(topic)
+        if image is not None and index in image.partitions:
+            raise PartitionError(ErrorCode.not_leader_or_follower, f"{topic}-{index} is not hosted here")
+        raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
+    return partition

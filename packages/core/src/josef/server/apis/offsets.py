@@ -1,0 +1,108 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords: questions and changes about a partition's offsets."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from josef.log import OffsetOutOfRangeError
+from josef.partition import Partition
+from josef.server.apis.common import error_of, partition_for
+from josef.server.dispatch import RequestContext
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def _epoch_at(partition: Partition, offset: int) -> int:
+    """The leader epoch the batch at ``offset`` was written in (the epoch cache entry covering it)."""
+    entries = partition.log.epoch_entries()
+    index = bisect.bisect_right([e.start_offset for e in entries], offset) - 1
+    return entries[index].epoch if index >= 0 else -1
+
+
+def _lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query, (-1, -1) when no record qualifies."""
+    log = partition.log
+    if timestamp == LATEST:
+        return -1, partition.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, log.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        found = log.max_timestamp()
+    else:
+        found = None
+        hit = log.offset_for_timestamp(timestamp)
+        if hit is not None:
+            found = (hit[1], hit[0])
+    if found is None or found[1] < 0 or found[1] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+async def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            result: dict[str, Any] = {"partition_index": part.partition_index, "error_code": ErrorCode.none,
+                                      "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}
+            try:
+                partition = partition_for(ctx, topic.name, part.partition_index)
+                partition.require_leader()
+                partition.check_leader_epoch(getattr(part, "current_leader_epoch", -1))
+                timestamp, offset = _lookup(partition, part.timestamp)
+            except Exception as exc:
+                result["error_code"], _ = error_of(exc)
+            else:
+                epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
+                result.update(timestamp=timestamp, offset=offset, leader_epoch=epoch if offset >= 0 else -1)
+            partitions.append(result)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            result: dict[str, Any] = {"partition": part.partition, "error_code": ErrorCode.none,
+                                      "leader_epoch": -1, "end_offset": -1}
+            try:
+                partition = partition_for(ctx, topic.topic, part.partition)
+                partition.require_leader()
+                partition.check_leader_epoch(part.current_leader_epoch)
+            except Exception as exc:
+                result["error_code"], _ = error_of(exc)
+            else:
+                if part.leader_epoch == partition.leader_epoch:
+                    result.update(leader_epoch=partition.leader_epoch, end_offset=partition.log.log_end_offset)
+                else:
+                    epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
+                    result.update(leader_epoch=epoch, end_offset=end)
+            partitions.append(result)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def delete_records(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            result: dict[str, Any] = {"partition_index": part.partition_index, "error_code": ErrorCode.none,
+                                      "low_watermark": -1}
+            try:
+                partition = partition_for(ctx, topic.name, part.partition_index)
+                partition.require_leader()
+                offset = partition.high_watermark if part.offset == -1 else part.offset
+                if not 0 <= offset <= partition.high_watermark:
+                    raise OffsetOutOfRangeError(f"offset {part.offset} is beyond the high watermark {partition.high_watermark}")
+                result["low_watermark"] = partition.log.delete_records_before(offset)
+            except Exception as exc:
+                result["error_code"], _ = error_of(exc)
+            partitions.append(result)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,120 @@
+"""Request dispatch: which API keys and versions this broker answers, and by what.
+
+Handlers are plain ``async def handler(ctx, request) -> dict | None``
+functions. They read the kio request object of whatever version arrived and
+return the response as a dict, which :func:`josef.protocol.messages.build`
+turns into that version's response type, so one handler serves every version
+in its range. ``None`` means no response (acks=0 produce).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import attrs
+from kio.schema.errors import ErrorCode
+from kio.schema.index import schema_name_map, api_key_map
+
+from josef.protocol.messages import (
+    MalformedRequestError,
+    build,
+    encode_response,
+    parse_body,
+    parse_header,
+    request_type,
+    response_type,
+)
+
+if TYPE_CHECKING:
+    from josef.broker import Broker
+    from josef.server.network import Connection
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = 18
+Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | None"]]
+
+
+@attrs.frozen
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    listener_name: str
+
+
+@attrs.frozen
+class Api:
+    key: int
+    handler: Handler
+    min_version: int
+    max_version: int
+
+
+@cache
+def first_flexible_version(api_key: int) -> int:
+    """The first version of an API whose messages use tagged fields (header v2/v1)."""
+    versions = schema_name_map[api_key_map[api_key]]
+    flexible = [v for v in versions if request_type(api_key, v).__flexible__]
+    return min(flexible) if flexible else 1 << 15
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return api_key in api_key_map and version >= first_flexible_version(api_key)
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.apis: dict[int, Api] = {}
+
+    def register(self, key: int, handler: Handler, min_version: int, max_version: int) -> None:
+        if key in self.apis:
+            raise ValueError(f"API key {key} ({api_key_map.get(key)}) is answered twice")
+        known = schema_name_map[api_key_map[key]]
+        self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))
+
+    async def handle(self, conn: Connection, frame: bytes) -> bytes | None:
+        header = parse_header(frame, is_flexible)
+        api = self.apis.get(header.api_key)
+        if api is None:
+            raise MalformedRequestError(f"unknown or unsupported API key {header.api_key} (client {header.client_id!r})")
+        version = header.api_version
+        if not api.min_version <= version <= api.max_version:
+            if header.api_key == API_VERSIONS:
+                # KIP-511: answer in v0 with the ranges, so the client can pick a version we know.
+                return self._encode(header.correlation_id, API_VERSIONS, 0,
+                                    self.api_versions_body(ErrorCode.unsupported_version))
+            raise MalformedRequestError(
+                f"{api_key_map[header.api_key]} v{version} is not supported (v{api.min_version}-v{api.max_version}); client {header.client_id!r}"
+            )
+        request = parse_body(header.api_key, version, frame, header.body_offset)
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
+                             header.client_id, conn.client_host, conn.listener_name)
+        body = await api.handler(ctx, request)
+        if body is None:
+            return None
+        return self._encode(header.correlation_id, header.api_key, version, body)
+
+    def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
+        response = build(response_type(key, version), body)
+        flexible_header = key != API_VERSIONS and is_flexible(key, version)
+        return encode_response(correlation_id, response, flexible_header)
+
+    def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+        return {
+            "error_code": error,
+            "api_keys": [
+                {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+                for a in sorted(self.apis.values(), key=lambda a: a.key)
+            ],
+            "throttle_time": 0,
+        }
+
+
+

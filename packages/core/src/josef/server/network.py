@@ -1,0 +1,100 @@
+"""Kafka's wire protocol over TCP: one task per connection, requests answered in order.
+
+As in Kafka, a connection handles one request at a time: the next frame is
+read only after the previous response is written, which keeps responses in
+request order while clients pipeline (their requests wait in the socket
+buffer). acks=0 produce requests get no response. Anything malformed closes
+that connection with a log line; it never reaches the rest of the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+from anyio.streams.stapled import MultiListener
+
+from josef.protocol.messages import MalformedRequestError
+
+if TYPE_CHECKING:
+    from josef.server.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_RECEIVE_CHUNK = 1 << 20
+
+
+class FrameTooLargeError(Exception):
+    pass
+
+
+class Connection:
+    def __init__(self, stream: anyio.abc.SocketStream, dispatcher: Dispatcher, listener_name: str, max_frame: int) -> None:
+        self.stream = stream
+        self.dispatcher = dispatcher
+        self.listener_name = listener_name
+        self.max_frame = max_frame
+        remote = stream.extra(anyio.abc.SocketAttribute.remote_address)
+        self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
+        self.client_host = remote[0] if isinstance(remote, tuple) else str(remote)
+        self._buffer = bytearray()
+
+    async def _read_frame(self) -> bytes | None:
+        buf = self._buffer
+        while True:
+            if len(buf) >= 4:
+                (size,) = _SIZE.unpack_from(buf, 0)
+                if size < 0 or size > self.max_frame:
+                    raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+                if len(buf) >= 4 + size:
+                    frame = bytes(memoryview(buf)[4 : 4 + size])
+                    del buf[: 4 + size]
+                    return frame
+            try:
+                chunk = await self.stream.receive(_RECEIVE_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                if buf:
+                    log.info("connection %s closed in the middle of a request", self.peer)
+                return None
+            buf += chunk
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                frame = await self._read_frame()
+                if frame is None:
+                    return
+                response = await self.dispatcher.handle(self, frame)
+                if response is not None:
+                    await self.stream.send(response)
+        except (MalformedRequestError, FrameTooLargeError) as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
+            log.debug("connection %s broke: %s", self.peer, exc)
+        finally:
+            await self.stream.aclose()
+
+
+def _tune(stream: anyio.abc.SocketStream) -> None:
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, 4 << 20)
+
+
+async def serve_listener(listener: anyio.abc.Listener, dispatcher: Dispatcher, listener_name: str, max_frame: int) -> None:
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        _tune(stream)
+        await Connection(stream, dispatcher, listener_name, max_frame).serve()
+
+    await listener.serve(handle)
+
+
+async def bind(host: str, port: int) -> MultiListener | anyio.abc.SocketListener:
+    """Listen on ``host:port`` (all addresses the name resolves to, like Kafka)."""
+    return await anyio.create_tcp_listener(local_host=host or None, local_port=port, reuse_port=False)

@@ -1,0 +1,1 @@
+"""KRaft metadata quorum for josef."""
