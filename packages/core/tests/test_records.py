@@ -94,3 +94,17 @@ def test_count_must_match_last_offset_delta():
 def test_iter_batches_stops_at_partial_tail():
     one = build_batch(RECORDS)
     assert len(list(iter_batches(one + one[:20]))) == 1
+
+
+def test_recompress_keeps_records_and_producer_fields():
+    from josef.protocol.records import recompress
+
+    original = build_batch(RECORDS, producer_id=42, producer_epoch=1, base_sequence=10)
+    already = build_batch(RECORDS[:1], compression=Compression.ZSTD)
+    out = recompress(original + already, Compression.ZSTD)
+    batches = list(iter_batches(bytes(out)))
+    assert [h.compression for _, h in batches] == [Compression.ZSTD, Compression.ZSTD]
+    pos, header = batches[0]
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 1, 10)
+    assert list(iter_records(out[pos:pos + header.size])) == list(iter_records(original))
+    assert out[batches[1][0]:] == already

@@ -56,7 +56,7 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.auto_format = auto_format
         self.image = MetadataImage()
-        self.started_at = 0.0
+        self.started_at = time.monotonic()
         #: Where each listener really listens (a configured port 0 becomes the chosen one).
         self.bound: list[Listener] = []
         self.ready = anyio.Event()
@@ -78,7 +78,6 @@ class Broker:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start, serve until cancelled, then shut down cleanly."""
-        self.started_at = time.monotonic()
         meta_properties.check(self.config, auto_format=self.auto_format)
         self.storage = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(

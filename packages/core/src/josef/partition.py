@@ -15,7 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import Log, LogConfig, TopicPartition
 from josef.metadata.image import PartitionImage
-from josef.protocol.records import AppendInfo, validate_and_assign
+from josef.protocol.codecs import Compression
+from josef.protocol.records import AppendInfo, recompress, validate_and_assign
 
 
 class PartitionError(Exception):
@@ -95,7 +96,8 @@ class Partition:
             raise PartitionError(ErrorCode.not_enough_replicas,
                                  f"{self.tp} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}")
         append_time = int(time.time() * 1000) if self.topic_config.get("message.timestamp.type") == "LogAppendTime" else None
-        buf = bytearray(records)
+        codec = self.topic_config.get("compression.type", "producer")
+        buf = bytearray(records) if codec == "producer" else recompress(records, Compression.from_name(codec))
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
         self.log.append(buf, info)

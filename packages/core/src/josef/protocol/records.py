@@ -280,7 +280,7 @@ def build_batch(
     """Encode ``(key, value, timestamp[, headers])`` tuples as one v2 batch."""
     if not records:
         raise ValueError("a batch needs at least one record")
-    base_ts = min(r[2] for r in records)
+    base_ts = records[0][2]  # the first record's, as the Java client writes it
     max_ts = max(r[2] for r in records)
     body = bytearray()
     for delta, rec in enumerate(records):
@@ -297,3 +297,22 @@ def build_batch(
                             producer_epoch, base_sequence, len(records)) + payload
     length = 4 + 1 + 4 + len(after_crc)
     return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+def recompress(buf: bytes | bytearray, codec: Compression) -> bytearray:
+    """Re-encode every batch not already in ``codec`` (a topic whose compression.type is not ``producer``).
+
+    This is the one broker path that touches records, as in Kafka: it runs
+    only for topics configured to force a codec.
+    """
+    out = bytearray()
+    for pos, header in iter_batches(buf):
+        batch = memoryview(buf)[pos : pos + header.size]
+        if header.compression == codec:
+            out += batch
+            continue
+        records = [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch)]
+        out += build_batch(records, compression=codec, producer_id=header.producer_id,
+                           producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                           attributes=header.attributes & (TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT))
+    return out

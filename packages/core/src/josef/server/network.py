@@ -39,7 +39,7 @@ class Connection:
         self.dispatcher = dispatcher
         self.listener_name = listener_name
         self.max_frame = max_frame
-        remote = stream.extra(anyio.abc.SocketAttribute.remote_address)
+        remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
         self.client_host = remote[0] if isinstance(remote, tuple) else str(remote)
         self._buffer = bytearray()
@@ -89,8 +89,17 @@ def _tune(stream: anyio.abc.SocketStream) -> None:
 
 async def serve_listener(listener: anyio.abc.Listener, dispatcher: Dispatcher, listener_name: str, max_frame: int) -> None:
     async def handle(stream: anyio.abc.SocketStream) -> None:
-        _tune(stream)
-        await Connection(stream, dispatcher, listener_name, max_frame).serve()
+        # Whatever goes wrong on one connection must end there: the listener's
+        # task group would otherwise take the whole broker down with it.
+        try:
+            _tune(stream)
+            await Connection(stream, dispatcher, listener_name, max_frame).serve()
+        except OSError as exc:
+            log.debug("connection failed: %s", exc)
+            await stream.aclose()
+        except Exception:
+            log.exception("unexpected error on a connection; closing it")
+            await stream.aclose()
 
     await listener.serve(handle)
 

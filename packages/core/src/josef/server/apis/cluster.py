@@ -77,6 +77,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "controller_id": broker.quorum.controller_id,
         "topics": topics,
         "cluster_authorized_operations": OPERATIONS_OMITTED,
+        "error_code": ErrorCode.none,
     }
 
 

@@ -1,0 +1,3 @@
+from josef.cli import main
+
+main()

@@ -1,0 +1,165 @@
+"""Unit tests of the controller's decisions, over an in-memory stand-in for the quorum."""
+
+import anyio
+import pytest
+from kio.schema.errors import ErrorCode
+
+from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError
+from josef.metadata.image import MetadataImage
+from josef.metadata.placement import assign_replicas
+from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode
+from josef.plugins import get_plugin_manager
+from josef.server_properties import load_config
+
+
+class MemoryQuorum:
+    """Commits at once; the quorum contract without storage."""
+
+    def __init__(self):
+        self.image = MetadataImage()
+        self.records = []
+
+    async def append(self, records):
+        # Every record must survive its encoding, as it would in the metadata log.
+        records = [decode(encode(r)) for r in records]
+        self.records.extend(records)
+        self.image, _ = self.image.apply(len(self.records) - 1, records)
+        return len(self.records) - 1
+
+
+def make(brokers=(1,), **overrides):
+    config = load_config(None, overrides, get_plugin_manager(autoload=False))
+    quorum = MemoryQuorum()
+    controller = Controller(quorum, config, lambda: quorum.image)
+
+    async def register():
+        for b in brokers:
+            await controller.register_broker(b, "x", [Endpoint("PLAINTEXT", "h", 9000 + b)], None)
+
+    anyio.run(register)
+    return controller, quorum
+
+
+def run(coro_fn, *args, **kwargs):
+    return anyio.run(lambda: coro_fn(*args, **kwargs))
+
+
+def test_create_topic_defaults_and_configs():
+    controller, quorum = make(**{"num.partitions": "3"})
+    created = run(controller.create_topic, "orders", configs={"retention.ms": "1000"})
+    topic = quorum.image.topics["orders"]
+    assert len(topic.partitions) == 3 and created.replication_factor == 1
+    assert all(p.leader == 1 and p.isr == (1,) for p in topic.partitions.values())
+    assert quorum.image.config(TOPIC_RESOURCE, "orders") == {"retention.ms": "1000"}
+    assert quorum.image.topic_by_id(topic.topic_id) is topic
+
+
+@pytest.mark.parametrize(
+    "kwargs,code",
+    [
+        ({"name": "bad name"}, ErrorCode.invalid_topic_exception),
+        ({"name": "x" * 250}, ErrorCode.invalid_topic_exception),
+        ({"name": ".."}, ErrorCode.invalid_topic_exception),
+        ({"name": "t", "num_partitions": 0}, ErrorCode.invalid_partitions),
+        ({"name": "t", "replication_factor": 3}, ErrorCode.invalid_replication_factor),
+        ({"name": "t", "configs": {"retention.ms": "soon"}}, ErrorCode.invalid_config),
+        ({"name": "t", "configs": {"no.such.key": "1"}}, ErrorCode.invalid_config),
+        ({"name": "t", "assignments": {0: [1], 2: [1]}}, ErrorCode.invalid_replica_assignment),
+        ({"name": "t", "assignments": {0: [7]}}, ErrorCode.broker_not_available),
+    ],
+)
+def test_create_topic_errors(kwargs, code):
+    controller, quorum = make()
+    with pytest.raises(ControllerError) as info:
+        run(controller.create_topic, **kwargs)
+    assert info.value.code == code
+    assert not quorum.image.topics
+
+
+def test_duplicate_and_colliding_names():
+    controller, _ = make()
+    run(controller.create_topic, "a.b")
+    for name, code in (("a.b", ErrorCode.topic_already_exists), ("a_b", ErrorCode.invalid_topic_exception)):
+        with pytest.raises(ControllerError) as info:
+            run(controller.create_topic, name)
+        assert info.value.code == code
+
+
+def test_validate_only_writes_nothing():
+    controller, quorum = make()
+    created = run(controller.create_topic, "t", 4, validate_only=True)
+    assert len(created.topic.partitions) == 4 and "t" not in quorum.image.topics
+
+
+def test_delete_topic_and_its_configs():
+    controller, quorum = make()
+    run(controller.create_topic, "t", configs={"retention.ms": "5"})
+    run(controller.delete_topic, "t")
+    assert "t" not in quorum.image.topics and not quorum.image.config(TOPIC_RESOURCE, "t")
+    with pytest.raises(ControllerError) as info:
+        run(controller.delete_topic, "t")
+    assert info.value.code == ErrorCode.unknown_topic_or_partition
+
+
+def test_create_partitions():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", 2, 2)
+    run(controller.create_partitions, "t", 5, None, False)
+    topic = quorum.image.topics["t"]
+    assert sorted(topic.partitions) == [0, 1, 2, 3, 4]
+    assert all(len(set(p.replicas)) == 2 for p in topic.partitions.values())
+    with pytest.raises(ControllerError) as info:
+        run(controller.create_partitions, "t", 5, None, False)
+    assert info.value.code == ErrorCode.invalid_partitions
+
+
+def test_incremental_alter_configs():
+    controller, quorum = make()
+    run(controller.create_topic, "t")
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("retention.ms", SET, "10"), ("cleanup.policy", SET, "delete")], False)
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("cleanup.policy", APPEND, "compact")], False)
+    assert quorum.image.config(TOPIC_RESOURCE, "t") == {"retention.ms": "10", "cleanup.policy": "delete,compact"}
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("cleanup.policy", SUBTRACT, "delete"), ("retention.ms", DELETE, None)], False)
+    assert quorum.image.config(TOPIC_RESOURCE, "t") == {"cleanup.policy": "compact"}
+    # The legacy AlterConfigs replaces the whole set.
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("segment.ms", SET, "100000")], False, False)
+    assert quorum.image.config(TOPIC_RESOURCE, "t") == {"segment.ms": "100000"}
+
+
+def test_alter_configs_errors():
+    controller, _ = make()
+    run(controller.create_topic, "t")
+    cases = [
+        (TOPIC_RESOURCE, "nope", [("retention.ms", SET, "1")], ErrorCode.unknown_topic_or_partition),
+        (TOPIC_RESOURCE, "t", [("retention.ms", SET, "x")], ErrorCode.invalid_config),
+        (TOPIC_RESOURCE, "t", [("retention.ms", APPEND, "1")], ErrorCode.invalid_config),
+        (BROKER_RESOURCE, "1", [("node.id", SET, "2")], ErrorCode.invalid_config),
+        (BROKER_RESOURCE, "9", [("log.retention.ms", SET, "2")], ErrorCode.invalid_request),
+    ]
+    for resource_type, name, ops, code in cases:
+        with pytest.raises(ControllerError) as info:
+            run(controller.alter_configs, resource_type, name, ops, False)
+        assert info.value.code == code, (name, ops)
+
+
+def test_broker_dynamic_config():
+    controller, quorum = make()
+    run(controller.alter_configs, BROKER_RESOURCE, "", [("log.retention.ms", SET, "99")], False)
+    assert quorum.image.config(BROKER_RESOURCE, "") == {"log.retention.ms": "99"}
+
+
+def test_register_broker_is_idempotent():
+    controller, quorum = make()
+    count = len(quorum.records)
+    run(controller.register_broker, 1, "y", [Endpoint("PLAINTEXT", "h", 9001)], None)
+    assert len(quorum.records) == count
+    run(controller.register_broker, 1, "y", [Endpoint("PLAINTEXT", "h", 9999)], None)
+    assert quorum.image.brokers[1].endpoints[0].port == 9999
+
+
+def test_placement_spreads_leaders_and_replicas():
+    replicas = assign_replicas([1, 2, 3], 6, 3, start_index=0, shift=0)
+    assert [r[0] for r in replicas] == [1, 2, 3, 1, 2, 3]
+    assert all(len(set(r)) == 3 for r in replicas)
+    with pytest.raises(ValueError):
+        assign_replicas([1], 1, 2)
