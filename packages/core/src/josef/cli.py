@@ -10,6 +10,7 @@ import click
 
 from josef import __version__
 from josef.config import ConfigError
+from josef.log import LogDirError
 from josef.plugins import PluginError, get_plugin_manager
 
 
@@ -44,8 +45,10 @@ def start(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     try:
         config = load_config(properties, overrides, pm)
         run_forever(config, auto_format=properties is None, pm=pm)
-    except (ConfigError, PluginError) as exc:
+    except (ConfigError, PluginError, LogDirError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a log directory or listener the broker cannot use
+        raise click.ClickException(f"cannot start: {exc}") from None
 
 
 def build_cli() -> click.Group:

@@ -41,7 +41,17 @@ def run_forever(config: Config, *, auto_format: bool, pm: pluggy.PluginManager |
                     tg.cancel_scope.cancel()
                     break
 
-    anyio.run(main, backend="asyncio", backend_options=backend_options())
+    try:
+        anyio.run(main, backend="asyncio", backend_options=backend_options())
+    except BaseExceptionGroup as group:
+        raise _sole(group) from None
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """The one error inside nested task-group wrappers, so start-up failures read plainly."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 class BrokerThread:
