@@ -1,0 +1,428 @@
+"""One partition's log on local disk, in Kafka's layout: :class:`LocalLog` implements :class:`josef.log.Log`."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import struct
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError, TopicPartition
+from josef.protocol.records import AppendInfo, BatchInfo
+
+from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
+from josef_storage_local.epochs import LeaderEpochCache
+from josef_storage_local.files import dir_error
+from josef_storage_local.logdir import LogDir
+from josef_storage_local.segment import DELETED_SUFFIX, SUFFIXES, Segment
+
+Clock = Callable[[], int]
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_AT = 12
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LocalLog:
+    """Segments of one partition, oldest first; the last one is active (appended to).
+
+    Holds the leader-epoch cache, the log start offset and the recovery
+    point (everything below it has been fsynced, so recovery after a crash
+    starts there). Per-partition calls never overlap (the contract), so
+    there is no lock here.
+    """
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        dir: Path,
+        config: LogConfig,
+        log_dir: LogDir,
+        *,
+        recover: bool,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        """Open the log in ``dir``, creating it if new; ``recover`` after an unclean shutdown."""
+        self.tp = tp
+        self.dir = dir
+        self.config = config
+        self.closed = False
+        self._log_dir = log_dir
+        self._clock = clock
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        try:
+            self._load(recover)
+        except OSError as exc:
+            raise dir_error(exc, "loading the log in", dir) from exc
+
+    # Loading -------------------------------------------------------------------------
+
+    def _load(self, recover: bool) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        bases = self._segment_files()
+        now = self._clock()
+        log_start = self._log_dir.log_start_offset(self.tp)
+        self._segments = [
+            Segment(self.dir, base, self.config, now) for base in bases or [log_start]
+        ]
+        try:
+            self._epochs = LeaderEpochCache(self.dir / EPOCH_FILE)
+        except ValueError as exc:
+            raise LogDirError(f"corrupt leader-epoch checkpoint in {self.dir}: {exc}") from exc
+        recovery_point = self._log_dir.recovery_point(self.tp)
+        first_unflushed = self._segment_index(recovery_point) if recover else len(self._segments)
+        self._end_offset = self._check_or_recover(first_unflushed)
+        for segment in self._segments[:-1]:
+            segment.seal()
+        self._segments[-1].activate()
+        self._log_start_offset = max(log_start, self._segments[0].base_offset)
+        self._recovery_point = min(recovery_point, self._end_offset)
+        if self._log_start_offset > self._end_offset:
+            # A crash lost data above the log start offset: nothing left is readable.
+            self._truncate_fully_and_start_at(self._log_start_offset)
+        self._epochs.truncate_from_end(self._end_offset)
+        self._epochs.truncate_from_start(self._log_start_offset)
+        self._epochs.checkpoint()
+        self._record_offsets()
+
+    def _segment_files(self) -> list[int]:
+        """Base offsets of the segments in the directory, after removing what a crash left behind.
+
+        ``.deleted`` files are finished deletions; index files without a
+        ``.log`` belong to no segment (Kafka removes both).
+        """
+        bases = []
+        for path in self.dir.iterdir():
+            stem, suffix = path.name.split(".", 1)[0], path.suffix
+            if path.name.endswith(DELETED_SUFFIX):
+                path.unlink()
+            elif suffix == ".log" and stem.isdigit():
+                bases.append(int(stem))
+            elif suffix in SUFFIXES and not path.with_suffix(".log").exists():
+                path.unlink()
+        return sorted(bases)
+
+    def _check_or_recover(self, first_unflushed: int) -> int:
+        """Check the indexes of segments below the recovery point, recover the rest; returns the log end offset.
+
+        A segment whose indexes fail the check is rebuilt even after a clean
+        shutdown. When recovery cuts a segment, the later ones cannot be
+        trusted and are deleted (as Kafka does).
+        """
+        end_offset = self._segments[0].base_offset
+        for i, segment in enumerate(self._segments):
+            is_last = i == len(self._segments) - 1
+            next_base = None if is_last else self._segments[i + 1].base_offset
+            if i < first_unflushed and segment.indexes_ok(next_base):
+                if not is_last:
+                    continue
+                tail = segment.load_tail()
+                if tail is not None:
+                    return tail
+            end_offset, truncated = segment.recover(self.config.index_interval_bytes, self._epochs)
+            if truncated and not is_last:
+                for later in self._segments[i + 1 :]:
+                    later.delete()
+                del self._segments[i + 1 :]
+                break
+        return end_offset
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment that holds ``offset`` (the first one for offsets below it)."""
+        return max(bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1, 0)
+
+    def _record_offsets(self) -> None:
+        self._log_dir.update(
+            self.tp, recovery_point=self._recovery_point, log_start_offset=self._log_start_offset
+        )
+
+    # Offsets ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are on disk (fsynced); recovery after a crash starts at its segment."""
+        return self._recovery_point
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        """Base offsets of the segments, oldest first."""
+        return [segment.base_offset for segment in self._segments]
+
+    # Appending and reading -----------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, info: AppendInfo) -> None:
+        if info.first_offset != self._end_offset:
+            raise ValueError(
+                f"{self.tp}: batches start at offset {info.first_offset} but the log ends at {self._end_offset}"
+            )
+        now = self._clock()
+        try:
+            segment = self._segments[-1]
+            if segment.should_roll(
+                self.config, len(records), info.max_timestamp, info.last_offset, now
+            ):
+                segment = self._roll(now)
+            segment.append(records, info.batches, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise dir_error(exc, "appending to the log in", self.dir) from exc
+        self._end_offset = info.last_offset + 1
+        self._learn_epochs(records, info.batches)
+        self._unflushed_messages += info.record_count
+        if (
+            self._unflushed_messages >= self.config.flush_messages
+            or now - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush()
+
+    def _roll(self, now: int) -> Segment:
+        """Start a new active segment at the log end, then seal the old one.
+
+        Kafka also schedules a flush of the old segment; here that is left to
+        :meth:`flush`, which the broker runs in a worker thread (an append
+        must not wait for fsync).
+        """
+        segment = Segment(self.dir, self._end_offset, self.config, now)
+        segment.activate()
+        self._segments.append(segment)
+        self._segments[-2].seal()
+        return segment
+
+    def _learn_epochs(
+        self, records: bytes | bytearray | memoryview, batches: Sequence[BatchInfo]
+    ) -> None:
+        """Add the leader epochs of appended batches to the cache, as Kafka does on every append.
+
+        This is how a follower's cache follows its leader's. Memory only: a
+        crash loses nothing, because recovery learns epochs from the batches
+        again, and :meth:`flush` checkpoints before the recovery point moves.
+        """
+        latest = self._epochs.latest_epoch
+        for batch in batches:
+            epoch = _LEADER_EPOCH.unpack_from(records, batch.position + _LEADER_EPOCH_AT)[0]
+            if epoch > latest:
+                self._epochs.assign(epoch, batch.base_offset)
+                latest = epoch
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True
+    ) -> bytes:
+        if offset < self._log_start_offset or offset > self._end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.tp}: offset {offset} is outside the log [{self._log_start_offset}, {self._end_offset}]"
+            )
+        if offset >= min(self._end_offset, max_offset):
+            return b""
+        ends_below_max_offset = max_offset >= self._end_offset
+        try:
+            # Segments are contiguous, so the first one normally answers; the next is
+            # asked only when a segment ends before ``offset`` (never an empty answer then).
+            for segment in itertools.islice(self._segments, self._segment_index(offset), None):
+                data = segment.read(
+                    offset, max_bytes, max_offset, min_one_batch, ends_below_max_offset
+                )
+                if data is not None:
+                    return data
+        except OSError as exc:
+            raise dir_error(exc, "reading the log in", self.dir) from exc
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        try:
+            for i, segment in enumerate(self._segments):
+                if segment.max_timestamp < timestamp or self._below_log_start(i):
+                    continue
+                found = segment.find_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+        except OSError as exc:
+            raise dir_error(exc, "searching the log in", self.dir) from exc
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        best = None
+        for i, segment in enumerate(self._segments):
+            if not self._below_log_start(i) and segment.max_timestamp > (
+                best.max_timestamp if best else -1
+            ):
+                best = segment
+        if best is None:
+            return -1, -1
+        try:
+            return best.max_timestamp_record()
+        except OSError as exc:
+            raise dir_error(exc, "searching the log in", self.dir) from exc
+
+    def _below_log_start(self, i: int) -> bool:
+        """Whether segment ``i`` ends below the log start offset (retention has yet to delete it)."""
+        return (
+            i + 1 < len(self._segments)
+            and self._segments[i + 1].base_offset <= self._log_start_offset
+        )
+
+    # Leader epochs -------------------------------------------------------------------
+
+    def epoch_entries(self) -> Sequence[EpochEntry]:
+        return self._epochs.entries
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        self._epochs.assign(epoch, start_offset)
+        try:
+            self._epochs.checkpoint()
+        except OSError as exc:
+            raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self._epochs.end_offset_for(epoch, self._end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self._end_offset:
+            return
+        try:
+            if offset < self._segments[0].base_offset:
+                self._truncate_fully_and_start_at(offset)
+            else:
+                keep = self._segment_index(offset) + 1
+                for segment in self._segments[keep:]:
+                    segment.delete()
+                del self._segments[keep:]
+                active = self._segments[-1]
+                self._end_offset = active.truncate_to(offset, self._clock())
+                active.activate()
+                self._log_start_offset = min(self._log_start_offset, self._end_offset)
+                self._recovery_point = min(self._recovery_point, self._end_offset)
+                self._epochs.truncate_from_end(self._end_offset)
+            self._epochs.checkpoint()
+        except OSError as exc:
+            raise dir_error(exc, "truncating the log in", self.dir) from exc
+        self._record_offsets()
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (Kafka's truncateFullyAndStartAt)."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [Segment(self.dir, offset, self.config, self._clock())]
+        self._segments[0].activate()
+        self._end_offset = self._log_start_offset = self._recovery_point = offset
+        self._epochs.clear()
+
+    # Housekeeping ----------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        if offset > self._end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.tp}: cannot delete records before {offset}, past the log end {self._end_offset}"
+            )
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._epochs.truncate_from_start(offset)
+            self._record_offsets()
+            try:
+                self._epochs.checkpoint()
+                self._log_dir.checkpoint()
+            except OSError as exc:
+                raise dir_error(exc, "writing checkpoints for", self.dir) from exc
+        return self._log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments while they end below the log start, are past retention.ms or exceed retention.bytes.
+
+        The active segment is never deleted. Files are renamed to
+        ``.deleted`` and removed at once: file.delete.delay.ms is not
+        waited for, since no reader can hold a deleted segment (reads
+        return bytes and never overlap this call).
+        """
+        segments, config = self._segments, self.config
+        count = 0
+        while (
+            count < len(segments) - 1 and segments[count + 1].base_offset <= self._log_start_offset
+        ):
+            count += 1
+        if "delete" in config.cleanup_policy:
+            if config.retention_ms >= 0:
+                while (
+                    count < len(segments) - 1
+                    and now_ms - segments[count].largest_timestamp() > config.retention_ms
+                ):
+                    count += 1
+            if config.retention_bytes >= 0:
+                excess = (
+                    self.size_bytes - config.retention_bytes - sum(s.size for s in segments[:count])
+                )
+                while count < len(segments) - 1 and excess >= segments[count].size:
+                    excess -= segments[count].size
+                    count += 1
+        if count == 0:
+            return 0
+        doomed = segments[:count]
+        del segments[:count]
+        self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
+        self._epochs.truncate_from_start(self._log_start_offset)
+        self._record_offsets()
+        try:
+            for segment in doomed:
+                segment.delete()
+            self._epochs.checkpoint()
+            self._log_dir.checkpoint()
+        except OSError as exc:
+            raise dir_error(exc, "deleting old segments in", self.dir) from exc
+        return count
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def flush(self) -> None:
+        """fsync every segment from the one holding the recovery point, then move the recovery point to the end.
+
+        The epoch cache is checkpointed first: epochs learnt from appends are
+        only in memory, and recovery relearns them only above the recovery point.
+        """
+        end_offset = self._end_offset
+        try:
+            for segment in itertools.islice(
+                self._segments, self._segment_index(self._recovery_point), None
+            ):
+                segment.flush()
+            self._epochs.checkpoint()
+            self._recovery_point = end_offset
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._clock()
+            self._record_offsets()
+            self._log_dir.checkpoint_if_due()
+        except OSError as exc:
+            raise dir_error(exc, "flushing the log in", self.dir) from exc
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._segments[-1].seal()
+            self.flush()
+            for segment in self._segments:
+                segment.close()
+        except OSError as exc:
+            raise dir_error(exc, "closing the log in", self.dir) from exc
+        self.closed = True
+
+    def release(self) -> None:
+        """Close the files without flushing or trimming anything: the log is about to be deleted (or, in tests, to "crash")."""
+        if not self.closed:
+            for segment in self._segments:
+                segment.close()
+            self.closed = True

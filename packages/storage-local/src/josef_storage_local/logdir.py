@@ -1,0 +1,128 @@
+"""One directory of ``log.dirs``: its partition directories, offset checkpoints and clean-shutdown marker.
+
+Kafka keeps the recovery point and the log start offset of every partition
+in two files per log directory, and a ``.kafka_cleanshutdown`` marker that
+says whether the logs were closed properly. The marker is removed when the
+directory is opened, so a crash from then on leaves it absent and the next
+start recovers the logs from their recovery points.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from josef.log import TopicPartition
+
+from josef_storage_local.checkpoints import read_offsets, write_offsets
+from josef_storage_local.files import write_atomically
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+#: Suffix of a partition directory being deleted (``topic-0.<uuid>-delete``), as Kafka names it.
+DELETE_SUFFIX = "-delete"
+
+logger = logging.getLogger(__name__)
+
+
+def _read_or_empty(path: Path) -> dict[TopicPartition, int]:
+    """A checkpoint, or nothing when it is unreadable: Kafka then recovers from offset 0, which is safe."""
+    try:
+        return read_offsets(path)
+    except ValueError as exc:
+        logger.warning(
+            "ignoring corrupt checkpoint %s (logs are recovered from their start): %s", path, exc
+        )
+        return {}
+
+
+class LogDir:
+    """Checkpoints of one log directory, shared by the logs in it; thread-safe (logs flush in worker threads)."""
+
+    def __init__(self, path: Path, checkpoint_interval_ms: int, clock: Callable[[], int]) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._checkpoint_interval_ms = checkpoint_interval_ms
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._recovery_points = _read_or_empty(path / RECOVERY_POINT_FILE)
+        self._log_start_offsets = _read_or_empty(path / LOG_START_OFFSET_FILE)
+        self._last_checkpoint_ms = clock()
+        for leftover in path.glob("*" + DELETE_SUFFIX):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)  # a deletion interrupted by a crash
+        marker = path / CLEAN_SHUTDOWN_FILE
+        if marker.exists():
+            self._unrecovered: set[TopicPartition] = set()
+            marker.unlink()
+        else:
+            # Logs on disk not yet recovered since the unclean stop: recovered
+            # when opened; while any is left, the marker must not be written.
+            self._unrecovered = set(self.stored())
+
+    def stored(self) -> list[TopicPartition]:
+        """Partitions with a directory here; anything not named TOPIC-PARTITION (``-delete``...) is skipped."""
+        found = []
+        for entry in self.path.iterdir():
+            if entry.is_dir():
+                try:
+                    found.append(TopicPartition.parse(entry.name))
+                except ValueError:
+                    continue
+        return found
+
+    def holds(self, tp: TopicPartition) -> bool:
+        return (self.path / str(tp)).is_dir()
+
+    def needs_recovery(self, tp: TopicPartition) -> bool:
+        return tp in self._unrecovered
+
+    def recovered(self, tp: TopicPartition) -> None:
+        self._unrecovered.discard(tp)
+
+    def recovery_point(self, tp: TopicPartition) -> int:
+        return self._recovery_points.get(tp, 0)
+
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        return self._log_start_offsets.get(tp, 0)
+
+    def update(self, tp: TopicPartition, *, recovery_point: int, log_start_offset: int) -> None:
+        """Record a log's offsets in memory; :meth:`checkpoint` writes them."""
+        with self._lock:
+            self._recovery_points[tp] = recovery_point
+            self._log_start_offsets[tp] = log_start_offset
+
+    def forget(self, tp: TopicPartition) -> None:
+        """Drop a deleted log from the checkpoints."""
+        with self._lock:
+            self._recovery_points.pop(tp, None)
+            self._log_start_offsets.pop(tp, None)
+            self._unrecovered.discard(tp)
+
+    def checkpoint(self) -> None:
+        """Write both checkpoint files (atomically) now."""
+        with self._lock:
+            write_offsets(self.path / RECOVERY_POINT_FILE, self._recovery_points)
+            write_offsets(self.path / LOG_START_OFFSET_FILE, self._log_start_offsets)
+            self._last_checkpoint_ms = self._clock()
+
+    def checkpoint_if_due(self) -> None:
+        """Write the checkpoints if log.flush.offset.checkpoint.interval.ms has passed.
+
+        Flushes call this: rewriting a file that lists every partition on
+        each flush of each partition would cost more than the flushes. A
+        stale recovery point only makes a crash recovery read more.
+        """
+        if self._clock() - self._last_checkpoint_ms >= self._checkpoint_interval_ms:
+            self.checkpoint()
+
+    def mark_clean_shutdown(self) -> bool:
+        """Write the clean-shutdown marker, unless a log here still awaits its recovery; returns whether written."""
+        if self._unrecovered:
+            return False
+        write_atomically(self.path / CLEAN_SHUTDOWN_FILE, "")
+        return True
