@@ -11,7 +11,9 @@ applies retention.
 Methods are called from the broker's event loop and must not block for long:
 appends and reads go to the page cache; fsync and file deletion belong in
 :meth:`Log.flush`, :meth:`Log.apply_retention` and :meth:`LogStorage.delete`,
-which the broker runs in worker threads. Per-partition calls never overlap.
+which the broker runs in worker threads. Those may overlap with appends and
+reads of the same log from the event loop, so a backend must make them safe
+(a per-log lock held briefly is enough); calls from the loop never overlap.
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import functools
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from pathlib import Path
 
 from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError, TopicPartition
@@ -23,8 +26,23 @@ _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_AT = 12
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _locked(method: F) -> F:
+    """Serialise a public method with the others: the broker runs retention and
+    flushes in worker threads while appends and reads happen on its event loop."""
+
+    @functools.wraps(method)
+    def wrapper(self: LocalLog, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class LocalLog:
@@ -32,8 +50,8 @@ class LocalLog:
 
     Holds the leader-epoch cache, the log start offset and the recovery
     point (everything below it has been fsynced, so recovery after a crash
-    starts there). Per-partition calls never overlap (the contract), so
-    there is no lock here.
+    starts there). Public methods take a lock because housekeeping runs
+    in worker threads while the event loop appends and reads (the contract).
     """
 
     def __init__(
@@ -51,6 +69,7 @@ class LocalLog:
         self.dir = dir
         self.config = config
         self.closed = False
+        self._lock = threading.RLock()
         self._log_dir = log_dir
         self._clock = clock
         self._unflushed_messages = 0
@@ -167,6 +186,7 @@ class LocalLog:
 
     # Appending and reading -----------------------------------------------------------
 
+    @_locked
     def append(self, records: bytes | bytearray | memoryview, info: AppendInfo) -> None:
         if info.first_offset != self._end_offset:
             raise ValueError(
@@ -220,6 +240,7 @@ class LocalLog:
                 self._epochs.assign(epoch, batch.base_offset)
                 latest = epoch
 
+    @_locked
     def read(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True
     ) -> bytes:
@@ -243,6 +264,7 @@ class LocalLog:
             raise dir_error(exc, "reading the log in", self.dir) from exc
         return b""
 
+    @_locked
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         try:
             for i, segment in enumerate(self._segments):
@@ -255,6 +277,7 @@ class LocalLog:
             raise dir_error(exc, "searching the log in", self.dir) from exc
         return None
 
+    @_locked
     def max_timestamp(self) -> tuple[int, int]:
         best = None
         for i, segment in enumerate(self._segments):
@@ -281,6 +304,7 @@ class LocalLog:
     def epoch_entries(self) -> Sequence[EpochEntry]:
         return self._epochs.entries
 
+    @_locked
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         self._epochs.assign(epoch, start_offset)
         try:
@@ -288,9 +312,11 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
 
+    @_locked
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self._epochs.end_offset_for(epoch, self._end_offset)
 
+    @_locked
     def truncate_to(self, offset: int) -> None:
         if offset >= self._end_offset:
             return
@@ -324,6 +350,7 @@ class LocalLog:
 
     # Housekeeping ----------------------------------------------------------------------
 
+    @_locked
     def delete_records_before(self, offset: int) -> int:
         if offset > self._end_offset:
             raise OffsetOutOfRangeError(
@@ -340,6 +367,7 @@ class LocalLog:
                 raise dir_error(exc, "writing checkpoints for", self.dir) from exc
         return self._log_start_offset
 
+    @_locked
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest segments while they end below the log start, are past retention.ms or exceed retention.bytes.
 
@@ -387,6 +415,7 @@ class LocalLog:
     def update_config(self, config: LogConfig) -> None:
         self.config = config
 
+    @_locked
     def flush(self) -> None:
         """fsync every segment from the one holding the recovery point, then move the recovery point to the end.
 
@@ -408,6 +437,7 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "flushing the log in", self.dir) from exc
 
+    @_locked
     def close(self) -> None:
         if self.closed:
             return
@@ -420,6 +450,7 @@ class LocalLog:
             raise dir_error(exc, "closing the log in", self.dir) from exc
         self.closed = True
 
+    @_locked
     def release(self) -> None:
         """Close the files without flushing or trimming anything: the log is about to be deleted (or, in tests, to "crash")."""
         if not self.closed:
