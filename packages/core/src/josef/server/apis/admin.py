@@ -43,7 +43,8 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
         wanted = [(name, None) for name in request.topic_names]
     responses = []
     for name, topic_id in wanted:
-        result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
+        result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+                                  "error_message": None}
         try:
             deleted = await controller.delete_topic(name, topic_id)
             result.update(name=deleted.name, topic_id=deleted.topic_id)
