@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -41,68 +41,59 @@ def _lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
     return found
 
 
-async def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+Answer = Callable[[Partition, Any], dict[str, Any]]
+
+
+def _per_partition(ctx: RequestContext, request: Any, topic_field: str, index_field: str,
+                   defaults: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    """Answer each partition of a request at its leader; an error becomes that partition's error code."""
     topics = []
     for topic in request.topics:
+        name = getattr(topic, topic_field)
         partitions = []
         for part in topic.partitions:
-            result: dict[str, Any] = {"partition_index": part.partition_index, "error_code": ErrorCode.none,
-                                      "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}
+            index = getattr(part, index_field)
+            result = {index_field: index, "error_code": ErrorCode.none, **defaults}
             try:
-                partition = partition_for(ctx, topic.name, part.partition_index)
+                partition = partition_for(ctx, name, index)
                 partition.require_leader()
                 partition.check_leader_epoch(getattr(part, "current_leader_epoch", -1))
-                timestamp, offset = _lookup(partition, part.timestamp)
+                result.update(answer(partition, part))
             except Exception as exc:
                 result["error_code"], _ = error_of(exc)
-            else:
-                epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
-                result.update(timestamp=timestamp, offset=offset, leader_epoch=epoch if offset >= 0 else -1)
             partitions.append(result)
-        topics.append({"name": topic.name, "partitions": partitions})
+        topics.append({topic_field: name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
+
+
+def _list_offset(partition: Partition, part: Any) -> dict[str, Any]:
+    timestamp, offset = _lookup(partition, part.timestamp)
+    epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
+    return {"timestamp": timestamp, "offset": offset, "leader_epoch": epoch if offset >= 0 else -1}
+
+
+def _end_of_epoch(partition: Partition, part: Any) -> dict[str, Any]:
+    if part.leader_epoch == partition.leader_epoch:
+        return {"leader_epoch": partition.leader_epoch, "end_offset": partition.log.log_end_offset}
+    epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
+    return {"leader_epoch": epoch, "end_offset": end}
+
+
+def _delete_before(partition: Partition, part: Any) -> dict[str, Any]:
+    offset = partition.high_watermark if part.offset == -1 else part.offset
+    if not 0 <= offset <= partition.high_watermark:
+        raise OffsetOutOfRangeError(f"offset {part.offset} is beyond the high watermark {partition.high_watermark}")
+    return {"low_watermark": partition.log.delete_records_before(offset)}
+
+
+async def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return _per_partition(ctx, request, "name", "partition_index",
+                          {"timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}, _list_offset)
 
 
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for part in topic.partitions:
-            result: dict[str, Any] = {"partition": part.partition, "error_code": ErrorCode.none,
-                                      "leader_epoch": -1, "end_offset": -1}
-            try:
-                partition = partition_for(ctx, topic.topic, part.partition)
-                partition.require_leader()
-                partition.check_leader_epoch(part.current_leader_epoch)
-            except Exception as exc:
-                result["error_code"], _ = error_of(exc)
-            else:
-                if part.leader_epoch == partition.leader_epoch:
-                    result.update(leader_epoch=partition.leader_epoch, end_offset=partition.log.log_end_offset)
-                else:
-                    epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
-                    result.update(leader_epoch=epoch, end_offset=end)
-            partitions.append(result)
-        topics.append({"topic": topic.topic, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return _per_partition(ctx, request, "topic", "partition", {"leader_epoch": -1, "end_offset": -1}, _end_of_epoch)
 
 
 async def delete_records(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for part in topic.partitions:
-            result: dict[str, Any] = {"partition_index": part.partition_index, "error_code": ErrorCode.none,
-                                      "low_watermark": -1}
-            try:
-                partition = partition_for(ctx, topic.name, part.partition_index)
-                partition.require_leader()
-                offset = partition.high_watermark if part.offset == -1 else part.offset
-                if not 0 <= offset <= partition.high_watermark:
-                    raise OffsetOutOfRangeError(f"offset {part.offset} is beyond the high watermark {partition.high_watermark}")
-                result["low_watermark"] = partition.log.delete_records_before(offset)
-            except Exception as exc:
-                result["error_code"], _ = error_of(exc)
-            partitions.append(result)
-        topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return _per_partition(ctx, request, "name", "partition_index", {"low_watermark": -1}, _delete_before)
