@@ -34,6 +34,13 @@ def unit(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
+def lowest(session: nox.Session) -> None:
+    """Every package's tests against the lowest versions its pyproject allows."""
+    session.install("--resolution=lowest-direct", *TEST_DEPS, *(f"-e./packages/{p}" for p in PACKAGES))
+    session.run("pytest", *(f"packages/{p}/tests" for p in PACKAGES), *session.posargs)
+
+
+@nox.session(python=PYTHON)
 @nox.parametrize("storage", STORAGE)
 @nox.parametrize("metadata", METADATA)
 def integration(session: nox.Session, metadata: str, storage: str) -> None:
