@@ -79,7 +79,7 @@ class Dispatcher:
         known = schema_name_map[api_key_map[key]]
         self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))
 
-    async def handle(self, conn: Connection, frame: bytes) -> bytes | None:
+    async def handle(self, conn: Connection, frame: bytes | memoryview) -> bytes | None:
         header = parse_header(frame, is_flexible)
         api = self.apis.get(header.api_key)
         if api is None:

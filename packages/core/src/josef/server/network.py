@@ -42,26 +42,48 @@ class Connection:
         remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
         self.client_host = remote[0] if isinstance(remote, tuple) else str(remote)
-        self._buffer = bytearray()
+        self._buffer = b""
+        self._pos = 0
 
-    async def _read_frame(self) -> bytes | None:
-        buf = self._buffer
-        while True:
-            if len(buf) >= 4:
-                (size,) = _SIZE.unpack_from(buf, 0)
-                if size < 0 or size > self.max_frame:
-                    raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
-                if len(buf) >= 4 + size:
-                    frame = bytes(memoryview(buf)[4 : 4 + size])
-                    del buf[: 4 + size]
-                    return frame
-            try:
-                chunk = await self.stream.receive(_RECEIVE_CHUNK)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
-                if buf:
+    async def _receive(self) -> bytes | None:
+        try:
+            return await self.stream.receive(_RECEIVE_CHUNK)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+            return None
+
+    async def _read_exactly(self, n: int) -> bytes | memoryview | None:
+        """``n`` bytes from the connection; None when it closes first.
+
+        Chunks are collected and joined once, so a large produce request is
+        copied once here rather than once per chunk received; pipelined small
+        requests are sliced off the buffer without moving what follows.
+        """
+        buffer, pos = self._buffer, self._pos
+        if len(buffer) - pos >= n:
+            self._pos = pos + n
+            return buffer[pos : pos + n]
+        parts = [buffer[pos:]]
+        have = len(parts[0])
+        while have < n:
+            chunk = await self._receive()
+            if chunk is None:
+                if have:
                     log.info("connection %s closed in the middle of a request", self.peer)
                 return None
-            buf += chunk
+            parts.append(chunk)
+            have += len(chunk)
+        data = b"".join(parts)
+        self._buffer, self._pos = data, n
+        return memoryview(data)[:n] if have > n else data
+
+    async def _read_frame(self) -> bytes | memoryview | None:
+        size_bytes = await self._read_exactly(4)
+        if size_bytes is None:
+            return None
+        (size,) = _SIZE.unpack(size_bytes)
+        if size < 0 or size > self.max_frame:
+            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+        return await self._read_exactly(size)
 
     async def serve(self) -> None:
         try:
