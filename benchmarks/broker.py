@@ -72,6 +72,10 @@ class Broker:
     """
 
     def __init__(self, overrides: dict[str, str], start_timeout: float, keep_log: str | None = None):
+        # Write back what earlier runs left dirty in the page cache: otherwise the
+        # kernel throttles this run's writes (balance_dirty_pages) by an amount that
+        # depends on the previous run, and produce figures swing 2x between runs.
+        os.sync()
         self.data_dir = tempfile.mkdtemp(prefix="josef-bench-")
         self.overrides = {
             "listeners": "PLAINTEXT://127.0.0.1:0",

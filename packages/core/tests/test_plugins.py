@@ -119,3 +119,22 @@ def test_autoload_can_be_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("JOSEF_DISABLE_PLUGIN_AUTOLOAD", "1")
     names = {name for name, _ in get_plugin_manager().list_name_plugin()}
     assert names == {"josef.builtins"}
+
+
+def test_plugin_that_fails_to_import_names_its_distribution(monkeypatch):
+    import importlib.metadata
+
+    class Dist:
+        name = "josef-broken"
+
+    class BrokenEntryPoint:
+        name = "broken"
+        dist = Dist()
+
+        def load(self):
+            raise ImportError("No module named 'josef_broken'")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [BrokenEntryPoint()])
+    with pytest.raises(PluginError, match="'broken' from distribution 'josef-broken' failed to import"):
+        get_plugin_manager()
+    assert get_plugin_manager(block=["josef-broken"]) is not None
