@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - explained to the user
     sys.exit("confluent-kafka is required: run with `cd /work/main && uv run python benchmarks/broker.py`")
 
 READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
-SELF_REPORTED = re.compile(r"ready on .* in ([0-9.]+)s")
+SELF_REPORTED = re.compile(r"ready on .*process age ([0-9.]+)s")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1e6

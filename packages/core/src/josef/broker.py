@@ -9,6 +9,7 @@ starts in a background thread.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from typing import Any, Sequence
@@ -42,6 +43,16 @@ class Listener:
     port: int
 
 
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux), to report start-up time including imports."""
+    try:
+        start_ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def parse_listener(text: str) -> Listener:
     name, _, rest = text.partition("://")
     host, _, port = rest.rpartition(":")
@@ -67,6 +78,8 @@ class Broker:
         self.quorum: MetadataQuorum
         self.controller: Controller
         self.replicas: ReplicaManager
+        if config.unknown:
+            log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
             config["authorizer.class.name"])(config)
 
@@ -104,9 +117,9 @@ class Broker:
                 await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(),
                                                       None)
                 tg.start_soon(self.replicas.run_housekeeping)
-                log.info("josef broker %s ready on %s in %.2fs (cluster %s)", self.node_id,
+                log.info("josef broker %s ready on %s in %.2fs (process age %.2fs; cluster %s)", self.node_id,
                          ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.bound),
-                         time.monotonic() - self.started_at, self.cluster_id)
+                         time.monotonic() - self.started_at, _process_age_s(), self.cluster_id)
                 self.ready.set()
                 task_status.started()
         finally:
