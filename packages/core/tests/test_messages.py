@@ -3,7 +3,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from josef.protocol.messages import build, encode_response, parse_header, response_type
-from josef.server.dispatch import first_flexible_version, is_flexible
+from josef.protocol.messages import first_flexible_version, is_flexible
 
 
 def test_build_drops_fields_the_version_lacks_and_converts():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from josef.authorizer import AllowAll
 from josef.broker_config import CORE_KEYS
+from josef.client.partitioner import Murmur2Partitioner, RoundRobinPartitioner
 from josef.hookspecs import Register, hookimpl
 
 
@@ -16,3 +17,9 @@ def register_configs(register: Register) -> None:
 @hookimpl
 def register_authorizers(register: Register) -> None:
     register("allow-all", AllowAll)
+
+
+@hookimpl
+def register_partitioners(register: Register) -> None:
+    register("murmur2", Murmur2Partitioner)
+    register("round-robin", RoundRobinPartitioner)

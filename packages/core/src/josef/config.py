@@ -118,23 +118,40 @@ def _parse(kind: ConfigType, raw: Any) -> Any:
     if raw is None:
         return None
     if not isinstance(raw, str):
-        return raw
+        return _check_typed(kind, raw)
     text = raw.strip()
     if kind is ConfigType.BOOLEAN:
         if text.lower() not in ("true", "false"):
             raise ConfigError("expected true or false")
         return text.lower() == "true"
     if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        value = int(text)
-        limit = {ConfigType.INT: INT32_MAX, ConfigType.SHORT: 2**15 - 1, ConfigType.LONG: INT64_MAX}[kind]
-        if not -limit - 1 <= value <= limit:
-            raise ConfigError("out of range")
-        return value
+        return _check_typed(kind, int(text))
     if kind is ConfigType.DOUBLE:
         return float(text)
     if kind is ConfigType.LIST:
         return [item.strip() for item in text.split(",") if item.strip()]
     return raw
+
+
+def _check_typed(kind: ConfigType, value: Any) -> Any:
+    """Values given as Python objects (client keyword arguments) must already have the key's type."""
+    if kind is ConfigType.BOOLEAN and not isinstance(value, bool):
+        raise ConfigError("expected a boolean")
+    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError("expected an integer")
+        limit = {ConfigType.INT: INT32_MAX, ConfigType.SHORT: 2**15 - 1, ConfigType.LONG: INT64_MAX}[kind]
+        if not -limit - 1 <= value <= limit:
+            raise ConfigError("out of range")
+    if kind is ConfigType.DOUBLE and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError("expected a number")
+    if kind is ConfigType.LIST:
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value]
+        raise ConfigError("expected a list")
+    if kind in (ConfigType.STRING, ConfigType.PASSWORD) and not isinstance(value, str):
+        raise ConfigError("expected a string")
+    return value
 
 
 class ConfigDef:

@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any, Callable, Mapping
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
@@ -94,6 +95,18 @@ def _reader(cls: type) -> Callable[..., Any]:
 @cache
 def _writer(cls: type) -> Callable[..., Any]:
     return entity_writer(cls)  # type: ignore[arg-type]
+
+
+@cache
+def first_flexible_version(api_key: int) -> int:
+    """The first version of an API whose messages use tagged fields (header v2/v1)."""
+    versions = schema_name_map[api_key_map[api_key]]
+    flexible = [v for v in versions if request_type(api_key, v).__flexible__]
+    return min(flexible) if flexible else 1 << 15
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return api_key in api_key_map and version >= first_flexible_version(api_key)
 
 
 def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:

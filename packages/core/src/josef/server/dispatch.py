@@ -10,7 +10,6 @@ in its range. ``None`` means no response (acks=0 produce).
 from __future__ import annotations
 
 import logging
-from functools import cache
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import attrs
@@ -18,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import schema_name_map, api_key_map
 
 from josef.protocol.messages import (
+    is_flexible,
     MalformedRequestError,
     build,
     encode_response,
@@ -54,18 +54,6 @@ class Api:
     handler: Handler
     min_version: int
     max_version: int
-
-
-@cache
-def first_flexible_version(api_key: int) -> int:
-    """The first version of an API whose messages use tagged fields (header v2/v1)."""
-    versions = schema_name_map[api_key_map[api_key]]
-    flexible = [v for v in versions if request_type(api_key, v).__flexible__]
-    return min(flexible) if flexible else 1 << 15
-
-
-def is_flexible(api_key: int, version: int) -> bool:
-    return api_key in api_key_map and version >= first_flexible_version(api_key)
 
 
 class Dispatcher:

@@ -1,0 +1,175 @@
+"""What the client knows of the cluster: brokers, partition leaders, and a connection to each broker.
+
+Metadata is fetched from any reachable broker (bootstrap servers first) and
+refreshed on demand, when a request fails with a stale-metadata error, and
+at least every ``metadata.max.age.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Any, Iterable
+
+import attrs
+from kio.schema.errors import ErrorCode
+
+from josef.client.errors import KafkaConnectionError, KafkaError
+from josef.client.connection import Connection
+
+log = logging.getLogger(__name__)
+
+METADATA = 3
+
+#: Errors that mean "the client's idea of the leader is out of date".
+STALE_METADATA = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error,
+    ErrorCode.not_enough_replicas, ErrorCode.network_exception, ErrorCode.request_timed_out,
+})
+
+
+@attrs.frozen(order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@attrs.frozen
+class PartitionInfo:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class Cluster:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.bootstrap = [parse_address(s) for s in config["bootstrap.servers"]]
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.partitions: dict[str, dict[int, PartitionInfo]] = {}
+        self.topic_errors: dict[str, ErrorCode] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._connections: dict[int | tuple[str, int], Connection] = {}
+        self._connecting: dict[int | tuple[str, int], asyncio.Future[Connection]] = {}
+        self._refreshed_at = 0.0
+        self._refresh: asyncio.Future[None] | None = None
+
+    # Connections ---------------------------------------------------------------
+
+    async def connection(self, node: int | tuple[str, int]) -> Connection:
+        """A live connection to a broker id (or address), opened on first use and after failures."""
+        conn = self._connections.get(node)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(node)
+        if pending is None:
+            pending = self._connecting[node] = asyncio.ensure_future(self._open(node))
+        try:
+            return await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._connecting.pop(node, None)
+
+    async def _open(self, node: int | tuple[str, int]) -> Connection:
+        address = node if isinstance(node, tuple) else self.brokers.get(node)
+        if address is None:
+            raise KafkaConnectionError(f"broker {node} is not in the metadata")
+        conn = await Connection.open(address[0], address[1], client_id=self.config["client.id"],
+                                     request_timeout_ms=self.config["request.timeout.ms"],
+                                     connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
+        self._connections[node] = conn
+        return conn
+
+    async def any_connection(self) -> Connection:
+        """A connection to some broker: a known one first, else the bootstrap servers in random order."""
+        for conn in self._connections.values():
+            if not conn.closed:
+                return conn
+        candidates: list[int | tuple[str, int]] = list(self.brokers) + random.sample(self.bootstrap, len(self.bootstrap))
+        errors = []
+        for node in candidates:
+            try:
+                return await self.connection(node)
+            except KafkaConnectionError as exc:
+                errors.append(str(exc))
+        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+
+    # Metadata ------------------------------------------------------------------------
+
+    @property
+    def stale(self) -> bool:
+        return time.monotonic() - self._refreshed_at > self.config["metadata.max.age.ms"] / 1000
+
+    async def refresh(self, topics: Iterable[str] | None = None, *, auto_create: bool = False) -> None:
+        """Fetch metadata for ``topics`` (None: all) and merge it; concurrent callers share one request."""
+        if self._refresh is not None and not self._refresh.done():
+            await asyncio.shield(self._refresh)
+            wanted = set(topics or ())
+            if topics is not None and wanted <= set(self.partitions):
+                return
+        self._refresh = asyncio.ensure_future(self._fetch(None if topics is None else sorted(set(topics)), auto_create))
+        await asyncio.shield(self._refresh)
+
+    async def _fetch(self, topics: list[str] | None, auto_create: bool) -> None:
+        conn = await self.any_connection()
+        body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+                "allow_auto_topic_creation": auto_create, "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
+        response = await conn.request(METADATA, body)
+        self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        self.cluster_id = response.cluster_id
+        self.controller_id = response.controller_id
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                self.topic_errors[topic.name] = topic.error_code
+                self.partitions.pop(topic.name, None)
+                continue
+            self.topic_errors.pop(topic.name, None)
+            self.partitions[topic.name] = {
+                p.partition_index: PartitionInfo(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+                for p in topic.partitions
+            }
+        if topics is None:
+            for name in set(self.partitions) - {t.name for t in response.topics}:
+                del self.partitions[name]
+        self._refreshed_at = time.monotonic()
+        for node, conn in list(self._connections.items()):
+            if isinstance(node, int) and node in self.brokers and self.brokers[node] != (conn.host, conn.port):
+                await conn.close()  # the broker moved (a restart on another port)
+
+    async def partitions_for(self, topic: str, *, auto_create: bool = True, timeout_s: float = 60) -> dict[int, PartitionInfo]:
+        """The partitions of ``topic``, waiting for metadata; :class:`KafkaError` if it does not exist."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            known = self.partitions.get(topic)
+            if known and all(p.leader >= 0 for p in known.values()):
+                return known
+            await self.refresh([topic], auto_create=auto_create)
+            known = self.partitions.get(topic)
+            if known and all(p.leader >= 0 for p in known.values()):
+                return known
+            error = self.topic_errors.get(topic, ErrorCode.leader_not_available)
+            if not error.retriable or time.monotonic() > deadline:
+                raise KafkaError(error, f"topic {topic!r}")
+            await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+
+    def leader(self, tp: TopicPartition) -> int:
+        info = self.partitions.get(tp.topic, {}).get(tp.partition)
+        return info.leader if info is not None else -1
+
+    async def close(self) -> None:
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()

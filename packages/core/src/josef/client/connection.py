@@ -1,0 +1,175 @@
+"""One TCP connection to one broker: requests pipelined, responses matched in order.
+
+Kafka answers the requests of a connection in the order they were sent, so
+pending requests wait in a FIFO and the reader resolves them one by one.
+Versions are negotiated once with ApiVersions; every request is built from a
+plain dict with :func:`josef.protocol.messages.build`, so callers write one
+request shape for all versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import io
+import logging
+import socket
+import struct
+from typing import Any, Mapping
+
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+
+from josef.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.messages import build, is_flexible, request_type, response_type
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhih")
+API_VERSIONS = 18
+
+#: The newest version of each API this client writes. Newer ones exist in kio
+#: but switch topics to ids (Produce 13, Fetch 13+), which the client does not track.
+CLIENT_MAX = {0: 12, 1: 12, 2: 9, 3: 12, 10: 4, 18: 3, 19: 7, 20: 5, 21: 2, 22: 5, 32: 4, 33: 2, 37: 3,
+              44: 1, 60: 1}
+
+
+class Connection:
+    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id.encode()
+        self.request_timeout = request_timeout_ms / 1000
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: collections.deque[tuple[int, int, int, asyncio.Future[Any]]] = collections.deque()
+        self._correlation = 0
+        self._read_task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.host}:{self.port}>"
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, client_id: str = "josef", request_timeout_ms: int = 30000,
+                   connect_timeout_ms: int = 10000) -> Connection:
+        conn = cls(host, port, client_id, request_timeout_ms)
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=1 << 24), connect_timeout_ms / 1000)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc or 'timed out'}") from None
+        sock = conn._writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
+        await conn._negotiate()
+        return conn
+
+    async def _negotiate(self) -> None:
+        """ApiVersions at our newest version; a v0 UNSUPPORTED_VERSION answer (KIP-511) still lists the broker's ranges."""
+        version = CLIENT_MAX[API_VERSIONS]
+        response = await self.request(API_VERSIONS, {"client_software_name": "josef",
+                                                     "client_software_version": "0.1.0"}, version=version)
+        if response.error_code == ErrorCode.unsupported_version:
+            response = await self.request(API_VERSIONS, {}, version=0)
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def version(self, api_key: int) -> int:
+        """The newest version both sides speak."""
+        ours = schema_name_map[api_key_map[api_key]]
+        low, high = min(ours), min(max(ours), CLIENT_MAX.get(api_key, max(ours)))
+        theirs = self.versions.get(api_key)
+        if theirs is None or theirs[1] < low or theirs[0] > high:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} does not support {api_key_map[api_key]} in versions {low}-{high}"
+                + (f" (it has {theirs[0]}-{theirs[1]})" if theirs else ""))
+        return min(high, theirs[1])
+
+    def send(self, api_key: int, body: Mapping[str, Any], *, version: int | None = None,
+             expect_response: bool = True) -> asyncio.Future[Any] | None:
+        """Write a request now; returns a future of its response (None when none is expected, acks=0)."""
+        if self.closed or self._writer is None:
+            raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
+        if version is None:
+            version = self.version(api_key)
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        request = build(request_type(api_key, version), body)
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        buf.write(_HEADER.pack(api_key, version, self._correlation, len(self.client_id)))
+        buf.write(self.client_id)
+        if is_flexible(api_key, version):
+            buf.write(b"\0")
+        entity_writer(type(request))(buf, request)
+        frame = buf.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
+        self._writer.write(frame)
+        del frame
+        if not expect_response:
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((self._correlation, api_key, version, future))
+        return future
+
+    async def request(self, api_key: int, body: Mapping[str, Any], *, version: int | None = None) -> Any:
+        future = self.send(api_key, body, version=version)
+        assert future is not None
+        return await self.wait(future)
+
+    async def wait(self, future: asyncio.Future[Any]) -> Any:
+        """The response, or :class:`KafkaTimeoutError` after request.timeout.ms (the connection is then closed, as its order is lost)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
+        except asyncio.TimeoutError:
+            self._fail(KafkaTimeoutError(f"no response from {self.host}:{self.port} within {self.request_timeout:.1f}s"))
+            raise KafkaTimeoutError(f"no response from {self.host}:{self.port} within {self.request_timeout:.1f}s") from None
+
+    async def drain(self) -> None:
+        """Wait until the socket buffer accepts more (back-pressure from a slow broker)."""
+        if self._writer is not None and not self.closed:
+            try:
+                await self._writer.drain()
+            except (OSError, RuntimeError) as exc:
+                self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} broke: {exc}"))
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                size = _SIZE.unpack(await self._reader.readexactly(4))[0]
+                frame = await self._reader.readexactly(size)
+                correlation, api_key, version, future = self._pending.popleft()
+                if _SIZE.unpack_from(frame, 0)[0] != correlation:
+                    raise KafkaConnectionError(f"response {correlation} out of order from {self.host}:{self.port}")
+                offset = 4 + (1 if api_key != API_VERSIONS and is_flexible(api_key, version) else 0)
+                response, _ = entity_reader(response_type(api_key, version))(frame, offset)
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, OSError, IndexError) as exc:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed: {exc or 'EOF'}"))
+        except KafkaConnectionError as exc:
+            self._fail(exc)
+        except asyncio.CancelledError:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+            raise
+
+    def _fail(self, error: Exception) -> None:
+        self.closed = True
+        while self._pending:
+            future = self._pending.popleft()[3]
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed by the client"))
+        if self._read_task is not None:
+            self._read_task.cancel()
+            try:
+                await self._read_task
+            except asyncio.CancelledError:
+                pass
