@@ -109,6 +109,10 @@ class BrokerThread:
         self._task = self._portal = self._stack = None
 
     def restart(self) -> BrokerThread:
+        """Stop cleanly and start again on the same port, as a restarted broker would be found by clients."""
+        if self.broker is not None and self.broker.bound:
+            bound = self.broker.bound[0]
+            self.overrides["listeners"] = f"{bound.name}://{bound.host}:{bound.port}"
         self.stop()
         return self.start()
 

@@ -33,6 +33,8 @@ TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 NO_TIMESTAMP = -1
+#: Producer sequence numbers run 0 .. Int.MAX and then start again at 0.
+SEQUENCE_WRAP = 2**31
 
 
 class CorruptRecordError(ValueError):
@@ -104,6 +106,27 @@ class BatchInfo:
 
 
 @attrs.frozen
+class ProducerBatch:
+    """The idempotence fields of one appended batch (producerId >= 0), read from its header.
+
+    :mod:`josef.producer_state` checks and records these per batch; the
+    last sequence is derived, never read from records.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+    @property
+    def last_sequence(self) -> int:
+        """``baseSequence + lastOffsetDelta``, wrapping from Int.MAX to 0 as Kafka's sequences do."""
+        return (self.base_sequence + self.last_offset - self.first_offset) % SEQUENCE_WRAP
+
+
+@attrs.frozen
 class AppendInfo:
     """What validation learnt about a produce buffer; the log needs it for its indexes."""
 
@@ -113,7 +136,8 @@ class AppendInfo:
     offset_of_max_timestamp: int
     record_count: int
     batches: tuple[BatchInfo, ...]
-    producer_ids: tuple[tuple[int, int, int, int], ...] = ()  # (id, epoch, base sequence, last offset) of idempotent batches
+    #: The batches that carry a producer id, in order (empty for plain producers).
+    producer_ids: tuple[ProducerBatch, ...] = ()
 
 
 def validate_and_assign(
@@ -156,6 +180,8 @@ def validate_and_assign(
             raise InvalidRecordError("clients may not produce control batches")
         if nrecords != last_delta + 1 or nrecords <= 0:
             raise InvalidRecordError(f"batch holds {nrecords} records but lastOffsetDelta is {last_delta}")
+        if pid >= 0 and bseq < 0:
+            raise InvalidRecordError(f"batch of producer {pid} has invalid sequence number {bseq}")
         if size > max_batch_bytes:
             raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}")
         _OFFSET_AND_LENGTH.pack_into(buf, pos, next_offset, length)
@@ -170,7 +196,7 @@ def validate_and_assign(
             max_ts, max_ts_offset = batch_max_ts, last
         batches.append(BatchInfo(pos, size, next_offset, last, batch_max_ts))
         if pid >= 0:
-            producers.append((pid, pepoch, bseq, last))
+            producers.append(ProducerBatch(pid, pepoch, bseq, next_offset, last, batch_max_ts))
         count += nrecords
         next_offset = last + 1
         pos += size
@@ -252,8 +278,15 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
         yield Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
 
 
+_SMALL_VARINTS = [bytes([(n << 1) & 0xFF]) if n >= 0 else b"" for n in range(64)]
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 64:
+        return _SMALL_VARINTS[value]
     value = (value << 1) ^ (value >> 63)
+    if value < 0x4000:  # two bytes: record lengths and offset deltas of ordinary batches
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value & ~0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -262,8 +295,38 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _varbytes(data: bytes | None) -> bytes:
-    return _varint(-1) if data is None else _varint(len(data)) + data
+_NULL = _varint(-1)
+_NO_HEADERS = b"\x00"
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    """One record of a v2 batch (length-prefixed). The producer's only per-record encoding work."""
+    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta),
+             _NULL if key is None else _varint(len(key)) + key,
+             _NULL if value is None else _varint(len(value)) + value]
+    if headers:
+        parts.append(_varint(len(headers)))
+        for hkey, hvalue in headers:
+            raw = hkey.encode()
+            parts.append(_varint(len(raw)) + raw)
+            parts.append(_NULL if hvalue is None else _varint(len(hvalue)) + hvalue)
+    else:
+        parts.append(_NO_HEADERS)
+    inner = b"".join(parts)
+    return _varint(len(inner)) + inner
+
+
+def seal_batch(body: bytes | bytearray, count: int, base_timestamp: int, max_timestamp: int, *,
+               base_offset: int = 0, compression: Compression = Compression.NONE, producer_id: int = -1,
+               producer_epoch: int = -1, base_sequence: int = -1, attributes: int = 0,
+               leader_epoch: int = -1) -> bytes:
+    """Wrap encoded records in a v2 batch header: compress the records, compute the CRC-32C."""
+    payload = compress(compression, bytes(body))
+    after_crc = struct.pack(">hiqqqhii", attributes | int(compression), count - 1, base_timestamp, max_timestamp,
+                            producer_id, producer_epoch, base_sequence, count) + payload
+    length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc32c.crc32c(after_crc)) + after_crc
 
 
 def build_batch(
@@ -281,22 +344,12 @@ def build_batch(
     if not records:
         raise ValueError("a batch needs at least one record")
     base_ts = records[0][2]  # the first record's, as the Java client writes it
-    max_ts = max(r[2] for r in records)
-    body = bytearray()
-    for delta, rec in enumerate(records):
-        key, value, ts = rec[0], rec[1], rec[2]
-        headers = rec[3] if len(rec) > 3 else ()  # type: ignore[misc]
-        inner = bytearray(b"\x00")
-        inner += _varint(ts - base_ts) + _varint(delta) + _varbytes(key) + _varbytes(value) + _varint(len(headers))
-        for hkey, hvalue in headers:
-            inner += _varbytes(hkey.encode()) + _varbytes(hvalue)
-        body += _varint(len(inner)) + inner
-    payload = compress(compression, bytes(body))
-    attrs_ = attributes | int(compression)
-    after_crc = struct.pack(">hiqqqhii", attrs_, len(records) - 1, base_ts, max_ts, producer_id,
-                            producer_epoch, base_sequence, len(records)) + payload
-    length = 4 + 1 + 4 + len(after_crc)
-    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc32c.crc32c(after_crc)) + after_crc
+    body = b"".join(
+        encode_record(delta, rec[2] - base_ts, rec[0], rec[1], rec[3] if len(rec) > 3 else ())  # type: ignore[misc]
+        for delta, rec in enumerate(records))
+    return seal_batch(body, len(records), base_ts, max(r[2] for r in records), base_offset=base_offset,
+                      compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
+                      base_sequence=base_sequence, attributes=attributes, leader_epoch=leader_epoch)
 
 
 def recompress(buf: bytes | bytearray, codec: Compression) -> bytearray:

@@ -27,6 +27,11 @@ def _brokers(image: MetadataImage, listener: str, include_fenced: bool = False) 
     return result
 
 
+def _missing(code: ErrorCode, name: str | None, topic_id: Any = None) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
+            "topic_authorized_operations": OPERATIONS_OMITTED}
+
+
 def _topic(topic: TopicImage) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
@@ -55,19 +60,17 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             name = entry.name
             if name is None and getattr(entry, "topic_id", None) is not None:
                 found = broker.image.topic_by_id(uuid_to_text(entry.topic_id))
-                topics.append(_topic(found) if found else {"error_code": ErrorCode.unknown_topic_id, "name": None,
-                                                            "topic_id": entry.topic_id, "is_internal": False, "partitions": ()})
+                topics.append(_topic(found) if found else _missing(ErrorCode.unknown_topic_id, None, entry.topic_id))
                 continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_create:
                 error = await _auto_create(ctx, name)
                 topic = broker.image.topics.get(name)
                 if topic is None:
-                    topics.append({"error_code": error, "name": name, "is_internal": False, "partitions": ()})
+                    topics.append(_missing(error, name))
                     continue
             if topic is None:
-                topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name,
-                               "is_internal": False, "partitions": ()})
+                topics.append(_missing(ErrorCode.unknown_topic_or_partition, name))
             else:
                 topics.append(_topic(topic))
     return {
