@@ -15,8 +15,8 @@ from kio.serial import entity_reader, entity_writer
 from josef.metadata.records import uuid_from_text
 from josef.protocol.records import build_batch
 from josef.server.apis import CORE_APIS
-from josef.server.dispatch import is_flexible
-from josef.protocol.messages import build, request_type, response_type
+
+from josef.protocol.messages import build, is_flexible, request_type, response_type
 
 
 class RawClient:
@@ -64,6 +64,7 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
                          "configs": []}], "timeout": 5000, "validate_only": True},
         20: {"topic_names": ["absent"], "topics": [{"name": "absent", "topic_id": None}], "timeout": 5000},
         21: {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 5000},
+        22: {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1},
         23: {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
             {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
         32: {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],

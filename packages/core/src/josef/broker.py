@@ -28,6 +28,7 @@ from josef.metadata.image import MetadataImage
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
 from josef.plugins import collect, get_plugin_manager
+from josef.producer_ids import ProducerIdManager
 from josef.replica_manager import ReplicaManager
 from josef.server import network
 from josef.server.apis import register_core_apis
@@ -78,6 +79,7 @@ class Broker:
         self.quorum: MetadataQuorum
         self.controller: Controller
         self.replicas: ReplicaManager
+        self.producer_ids: ProducerIdManager
         if config.unknown:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
@@ -97,6 +99,7 @@ class Broker:
             self.config["metadata.quorum"])(self.config, self.storage)
         self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
         self.controller = Controller(self.quorum, self.config, lambda: self.image)
+        self.producer_ids = ProducerIdManager(lambda: self.controller.allocate_producer_ids(self.node_id))
         loaded = False
 
         def on_commit(offset: int, records: Sequence[MetadataRecord]) -> None:

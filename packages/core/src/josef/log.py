@@ -5,8 +5,8 @@ is one partition's append-only sequence of record batches, stored exactly as
 they travel on the wire. The broker (through :mod:`josef.partition`)
 validates batches and assigns offsets before calling :meth:`Log.append`, so a
 backend never parses records; it keeps the offset and time indexes, the
-leader-epoch cache and the log start offset, recovers after a crash, and
-applies retention.
+leader-epoch cache, the log start offset and snapshots of the broker's
+producer state, recovers after a crash, and applies retention.
 
 Methods are called from the broker's event loop and must not block for long:
 appends and reads go to the page cache; fsync and file deletion belong in
@@ -19,11 +19,12 @@ reads of the same log from the event loop, so a backend must make them safe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from josef.protocol.records import AppendInfo
+from josef.producer_state import ProducerEntry, ProducerSnapshot
+from josef.protocol.records import AppendInfo, BatchHeader
 
 
 @attrs.frozen(order=True)
@@ -143,15 +144,60 @@ class Log(Protocol):
         """``(largest epoch <= epoch, end offset of that epoch)``, Kafka's OffsetsForLeaderEpoch; ``(-1, -1)`` if unknown."""
 
     def truncate_to(self, offset: int) -> None:
-        """Drop everything at and after ``offset`` (a follower diverging from its leader)."""
+        """Drop everything at and after ``offset`` (a follower diverging from its leader).
+
+        Producer snapshots above the new log end go too; the broker then
+        reloads its producer state (:meth:`josef.partition.Partition.truncate_to`).
+        """
+
+    # Producer state -----------------------------------------------------------
+    #
+    # The broker owns the idempotent-producer state machine
+    # (:mod:`josef.producer_state`); the log stores its snapshots beside the
+    # segments, as Kafka's ``<offset>.snapshot`` files, so a restart does not
+    # replay the whole log. A snapshot at offset N holds the state after every
+    # batch below N. The backend chooses the file format.
+
+    def attach_producer_state(self, source: Callable[[], Sequence[ProducerEntry]]) -> None:
+        """Give the log the broker's producer state, which it snapshots from then on.
+
+        The log calls ``source()`` when it rolls a segment (before the append
+        that rolled it, so the entries are the state at the new segment's base
+        offset: the broker updates its state only after :meth:`append`
+        returns) and in :meth:`close`, and stores the entries as a snapshot at
+        that offset. Called on the thread that calls :meth:`append` and
+        :meth:`close`. A log without a source (the metadata log) writes no
+        snapshots.
+        """
+
+    def latest_producer_snapshot(self) -> ProducerSnapshot | None:
+        """The newest readable snapshot between the log start and end offsets, or None.
+
+        Unreadable (corrupt) snapshots are skipped and removed. The broker
+        loads this, then replays :meth:`batch_headers` from its offset.
+        """
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding ``start_offset`` to the log end, oldest first.
+
+        Reads headers only, never records: what the broker rebuilds producer
+        state from. Consume the iterator at once, on the thread that appends,
+        before appending again.
+        """
 
     # Housekeeping ---------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
-        """Raise the log start offset to ``offset`` (DeleteRecords); returns the new log start offset."""
+        """Raise the log start offset to ``offset`` (DeleteRecords); returns the new log start offset.
+
+        Producer snapshots below the new log start offset are deleted.
+        """
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete whole segments past ``retention.ms``/``retention.bytes`` or below the log start; returns how many."""
+        """Delete whole segments past ``retention.ms``/``retention.bytes`` or below the log start; returns how many.
+
+        Producer snapshots below the new log start offset go with them.
+        """
 
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings (from AlterConfigs) from the next append on."""
@@ -160,7 +206,7 @@ class Log(Protocol):
         """fsync everything appended so far and advance the recovery point."""
 
     def close(self) -> None:
-        """Flush indexes and checkpoints and release files; the log stays on disk."""
+        """Snapshot the producer state at the log end, flush indexes and checkpoints and release files; the log stays on disk."""
 
 
 @runtime_checkable

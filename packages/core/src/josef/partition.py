@@ -4,6 +4,11 @@ Designed for replication from the start: the log end offset (LEO) belongs
 to the log, the high watermark is the smallest LEO across the ISR, the ISR is
 data set by the controller, and every batch a leader appends is stamped with
 its leader epoch, which the log's epoch cache remembers.
+
+Each partition also keeps the idempotent producers' state
+(:mod:`josef.producer_state`): loaded from the log's latest producer snapshot
+plus the batch headers after it, checked on every leader append, and handed
+to the log, which snapshots it when a segment rolls and when it closes.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import Log, LogConfig, TopicPartition
 from josef.metadata.image import PartitionImage
+from josef.producer_state import AppendPlan, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
-from josef.protocol.records import AppendInfo, recompress, validate_and_assign
+from josef.protocol.records import AppendInfo, ProducerBatch, recompress, validate_and_assign
 
 
 class PartitionError(Exception):
@@ -44,6 +50,25 @@ class Partition:
         #: LEO of each follower in the ISR, as learnt from their fetches (leader only).
         self.follower_end_offsets: dict[int, int] = {}
         self.high_watermark = log.log_end_offset
+        self.producers = self._load_producer_state()
+        log.attach_producer_state(self.producers.snapshot)
+
+    def _load_producer_state(self) -> ProducerStateManager:
+        """The latest snapshot, then every batch header after it: per batch, never per record.
+
+        After a clean shutdown the snapshot is at the log end and nothing is
+        replayed; after a crash the tail since the last segment roll is. With
+        no snapshot (a new log, or one written before idempotence) the whole
+        log from its start offset is replayed.
+        """
+        snapshot = self.log.latest_producer_snapshot()
+        producers = ProducerStateManager(snapshot.producers if snapshot else ())
+        start = snapshot.offset if snapshot else self.log.log_start_offset
+        for header in self.log.batch_headers(start):
+            if header.producer_id >= 0 and not header.is_control:
+                producers.replay(ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
+                                               header.base_offset, header.last_offset, header.max_timestamp))
+        return producers
 
     @property
     def is_leader(self) -> bool:
@@ -89,7 +114,16 @@ class Partition:
             raise PartitionError(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {self.tp}")
 
     def append_as_leader(self, records: bytes, required_acks: int) -> tuple[AppendInfo, int]:
-        """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime)."""
+        """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime).
+
+        Idempotent batches are checked against the producer state after the
+        batch checks (CRC first, so a corrupt batch is never mistaken for a
+        duplicate) and before anything reaches the log: the offsets written
+        so far are only in this request's private copy of the buffer, the
+        log end has not moved, which is Kafka's order too. A duplicate is
+        answered with the original batch's offsets and not appended; the
+        state changes only once the log accepted the batches.
+        """
         self.require_leader()
         min_isr = self.topic_config.get("min.insync.replicas", 1)
         if required_acks == -1 and len(self.isr) < min_isr:
@@ -100,9 +134,32 @@ class Partition:
         buf = bytearray(records) if codec == "producer" else recompress(records, Compression.from_name(codec))
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
+        plan = self._check_producers(info)
+        if plan is not None and plan.duplicate is not None:
+            original = plan.duplicate
+            duplicate = AppendInfo(original.first_offset, original.last_offset, original.max_timestamp,
+                                   original.last_offset, 0, ())
+            return duplicate, original.max_timestamp if append_time is not None else -1
         self.log.append(buf, info)
+        if plan is not None:
+            self.producers.commit(plan)
         self._maybe_advance_high_watermark()
         return info, append_time if append_time is not None else -1
+
+    def _check_producers(self, info: AppendInfo) -> AppendPlan | None:
+        if not info.producer_ids:
+            return None
+        try:
+            return self.producers.validate(info.producer_ids)
+        except ProducerStateError as exc:
+            raise PartitionError(exc.code, f"{self.tp}: {exc}") from None
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the log from ``offset`` on (a follower diverging from its leader) and rebuild the producer state."""
+        self.log.truncate_to(offset)
+        self.producers = self._load_producer_state()
+        self.log.attach_producer_state(self.producers.snapshot)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation_committed: bool = True) -> bytes:
         """Batches from ``offset`` below the high watermark (consumers) or the log end (followers)."""

@@ -5,21 +5,26 @@ from __future__ import annotations
 import bisect
 import itertools
 import functools
+import logging
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from pathlib import Path
 
 from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError, TopicPartition
-from josef.protocol.records import AppendInfo, BatchInfo
+from josef.producer_state import ProducerEntry, ProducerSnapshot
+from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
 
+from josef_storage_local import snapshots
 from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
 from josef_storage_local.epochs import LeaderEpochCache
 from josef_storage_local.files import dir_error
 from josef_storage_local.logdir import LogDir
 from josef_storage_local.segment import DELETED_SUFFIX, SUFFIXES, Segment
+
+logger = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
 _LEADER_EPOCH = struct.Struct(">i")
@@ -50,7 +55,8 @@ class LocalLog:
 
     Holds the leader-epoch cache, the log start offset and the recovery
     point (everything below it has been fsynced, so recovery after a crash
-    starts there). Public methods take a lock because housekeeping runs
+    starts there), and writes the broker's producer-state snapshots
+    (:mod:`josef_storage_local.snapshots`). Public methods take a lock because housekeeping runs
     in worker threads while the event loop appends and reads (the contract).
     """
 
@@ -74,6 +80,7 @@ class LocalLog:
         self._clock = clock
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        self._producer_source: Callable[[], Sequence[ProducerEntry]] | None = None
         try:
             self._load(recover)
         except OSError as exc:
@@ -108,6 +115,25 @@ class LocalLog:
         self._epochs.truncate_from_start(self._log_start_offset)
         self._epochs.checkpoint()
         self._record_offsets()
+        self._clean_snapshots()
+
+    def _clean_snapshots(self) -> None:
+        """Remove producer snapshots that can no longer be used, as Kafka does when it loads a log.
+
+        Those outside [log start, log end] (a crash lost the data they
+        describe, or retention passed them) and those that are neither at a
+        segment's base offset nor the newest (written at a clean close that
+        later appends made stale), plus half-written ``.tmp`` files.
+        """
+        snapshots.remove_leftovers(self.dir)
+        offsets = [
+            o for o in snapshots.list_snapshots(self.dir)
+            if self._log_start_offset <= o <= self._end_offset
+        ]
+        keep = {segment.base_offset for segment in self._segments} | set(offsets[-1:])
+        for offset in snapshots.list_snapshots(self.dir):
+            if offset not in keep or offset not in offsets:
+                snapshots.delete_snapshot(self.dir, offset)
 
     def _segment_files(self) -> list[int]:
         """Base offsets of the segments in the directory, after removing what a crash left behind.
@@ -216,8 +242,11 @@ class LocalLog:
 
         Kafka also schedules a flush of the old segment; here that is left to
         :meth:`flush`, which the broker runs in a worker thread (an append
-        must not wait for fsync).
+        must not wait for fsync). The producer state is snapshotted at the
+        new base offset first, as Kafka does, so a restart replays at most
+        the active segment.
         """
+        self._write_producer_snapshot()
         segment = Segment(self.dir, self._end_offset, self.config, now)
         segment.activate()
         self._segments.append(segment)
@@ -334,6 +363,7 @@ class LocalLog:
                 self._log_start_offset = min(self._log_start_offset, self._end_offset)
                 self._recovery_point = min(self._recovery_point, self._end_offset)
                 self._epochs.truncate_from_end(self._end_offset)
+                self._delete_snapshots(above=self._end_offset)
             self._epochs.checkpoint()
         except OSError as exc:
             raise dir_error(exc, "truncating the log in", self.dir) from exc
@@ -347,6 +377,48 @@ class LocalLog:
         self._segments[0].activate()
         self._end_offset = self._log_start_offset = self._recovery_point = offset
         self._epochs.clear()
+        self._delete_snapshots(above=-1)  # every one: they describe batches that are gone
+
+    # Producer state --------------------------------------------------------------------
+
+    def attach_producer_state(self, source: Callable[[], Sequence[ProducerEntry]]) -> None:
+        self._producer_source = source
+
+    def _write_producer_snapshot(self) -> None:
+        """Snapshot the broker's producer state at the log end (nothing without an attached source)."""
+        if self._producer_source is not None:
+            snapshots.write_snapshot(self.dir, self._end_offset, self._producer_source())
+
+    @_locked
+    def latest_producer_snapshot(self) -> ProducerSnapshot | None:
+        try:
+            for offset in reversed(snapshots.list_snapshots(self.dir)):
+                if not self._log_start_offset <= offset <= self._end_offset:
+                    continue
+                try:
+                    return ProducerSnapshot(offset, snapshots.read_snapshot(self.dir, offset))
+                except ValueError as exc:
+                    logger.warning("deleting unreadable producer snapshot: %s", exc)
+                    snapshots.delete_snapshot(self.dir, offset)
+        except OSError as exc:
+            raise dir_error(exc, "reading producer snapshots in", self.dir) from exc
+        return None
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        with self._lock:
+            segments = self._segments[self._segment_index(start_offset) :]
+        try:
+            for segment in segments:
+                for fields in segment.batch_headers(start_offset):
+                    yield BatchHeader(*fields)
+        except OSError as exc:
+            raise dir_error(exc, "reading batch headers in", self.dir) from exc
+
+    def _delete_snapshots(self, below: int = -1, above: int | None = None) -> None:
+        """Remove producer snapshots below ``below`` (retention) or above ``above`` (truncation)."""
+        for offset in snapshots.list_snapshots(self.dir):
+            if offset < below or (above is not None and offset > above):
+                snapshots.delete_snapshot(self.dir, offset)
 
     # Housekeeping ----------------------------------------------------------------------
 
@@ -361,6 +433,7 @@ class LocalLog:
             self._epochs.truncate_from_start(offset)
             self._record_offsets()
             try:
+                self._delete_snapshots(below=offset)
                 self._epochs.checkpoint()
                 self._log_dir.checkpoint()
             except OSError as exc:
@@ -406,6 +479,7 @@ class LocalLog:
         try:
             for segment in doomed:
                 segment.delete()
+            self._delete_snapshots(below=self._log_start_offset)
             self._epochs.checkpoint()
             self._log_dir.checkpoint()
         except OSError as exc:
@@ -442,6 +516,7 @@ class LocalLog:
         if self.closed:
             return
         try:
+            self._write_producer_snapshot()
             self._segments[-1].seal()
             self.flush()
             for segment in self._segments:

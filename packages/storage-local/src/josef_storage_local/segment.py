@@ -239,6 +239,13 @@ class Segment:
                 return position, fields
         return None
 
+    def batch_headers(self, offset: int) -> Iterator[tuple[int, ...]]:
+        """Header fields of the batches from the one holding ``offset`` to the end of the segment."""
+        found = self.find(offset)
+        if found is not None:
+            for _, fields in self._headers(found[0]):
+                yield fields
+
     def read(
         self,
         offset: int,

@@ -26,6 +26,7 @@ from josef.metadata.records import (
     Endpoint,
     MetadataRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -36,6 +37,9 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+#: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
+PRODUCER_ID_BLOCK_SIZE = 1000
+INT64_MAX = 2**63 - 1
 
 
 class ControllerError(Exception):
@@ -45,6 +49,15 @@ class ControllerError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@attrs.frozen
+class ProducerIdBlock:
+    """Producer ids ``first_id`` .. ``first_id + size - 1``, given to one broker."""
+
+    broker_id: int
+    first_id: int
+    size: int
 
 
 @attrs.frozen
@@ -83,6 +96,24 @@ class Controller:
             current = self._image().brokers.get(broker_id)
             if current is None or (current.endpoints, current.rack, current.fenced) != (record.endpoints, rack, False):
                 await self._commit([record])
+
+    # Producer ids ----------------------------------------------------------
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int = -1) -> ProducerIdBlock:
+        """Kafka's AllocateProducerIds: the next block of producer ids, taken for good by a ProducerIdsRecord.
+
+        Called in-process by the brokers of this node (the controller is
+        co-located). The record is committed before the block is returned,
+        so a restart never hands out an id twice; the unused rest of a
+        block is lost with the broker that held it, as in Kafka. Broker
+        epochs are recorded but not checked: josef has none yet.
+        """
+        async with self._lock:
+            first = self._image().next_producer_id
+            if first > INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
+                raise ControllerError(ErrorCode.unknown_server_error, "the producer id space is exhausted")
+            await self._commit([ProducerIdsRecord(broker_id, broker_epoch, first + PRODUCER_ID_BLOCK_SIZE)])
+            return ProducerIdBlock(broker_id, first, PRODUCER_ID_BLOCK_SIZE)
 
     # Topics ----------------------------------------------------------------
 

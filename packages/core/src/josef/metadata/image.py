@@ -17,6 +17,7 @@ from josef.metadata.records import (
     Endpoint,
     MetadataRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -75,6 +76,8 @@ class MetadataImage:
     topics: Mapping[str, TopicImage] = attrs.field(factory=dict)
     topic_names: Mapping[str, str] = attrs.field(factory=dict)  # topic id -> name
     configs: Mapping[tuple[int, str], Mapping[str, str]] = attrs.field(factory=dict)
+    #: The first producer id of the next block the controller hands out (ProducerIdsRecord).
+    next_producer_id: int = 0
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -94,6 +97,7 @@ class MetadataImage:
         changed_partitions: list[tuple[str, int]] = []
         changed_configs: list[tuple[int, str]] = []
         changed_brokers: list[int] = []
+        next_producer_id = self.next_producer_id
         for record in records:
             if isinstance(record, RegisterBrokerRecord):
                 brokers[record.broker_id] = BrokerImage(record.broker_id, record.endpoints, record.rack, record.fenced)
@@ -125,7 +129,10 @@ class MetadataImage:
                     values[record.name] = record.value
                 configs[key] = values
                 changed_configs.append(key)
-        image = MetadataImage(offset, brokers, topics, names, configs)
+            elif isinstance(record, ProducerIdsRecord):
+                # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
+                next_producer_id = max(next_producer_id, record.next_producer_id)
+        image = MetadataImage(offset, brokers, topics, names, configs, next_producer_id)
         delta = MetadataDelta(tuple(created.values()), tuple(deleted), tuple(changed_partitions),
                               tuple(dict.fromkeys(changed_configs)), tuple(dict.fromkeys(changed_brokers)))
         return image, delta

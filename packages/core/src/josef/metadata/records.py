@@ -1,7 +1,8 @@
 """Metadata records: every change to cluster state is one of these, appended to the metadata log.
 
 They mirror Kafka's KRaft records (``metadata/*.json``: RegisterBrokerRecord,
-TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord) field for
+TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord,
+ProducerIdsRecord) field for
 field where josef uses the field. A record is stored as the value of one
 Kafka record, encoded as JSON tagged with its type and version, so a metadata
 log stays readable with ordinary tools.
@@ -91,11 +92,26 @@ class ConfigRecord:
     value: str | None
 
 
-MetadataRecord = Union[RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord]
+@attrs.frozen
+class ProducerIdsRecord:
+    """A block of producer ids went to ``broker_id``: every id below ``next_producer_id`` is taken for good.
+
+    Kafka's AllocateProducerIds result. Ids are never reused, across
+    restarts too, because the image's ``next_producer_id`` only grows.
+    """
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+MetadataRecord = Union[
+    RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord
+]
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord)
+    for cls in (RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord)
 }
 _VERSION = 0
 

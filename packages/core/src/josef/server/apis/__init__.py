@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from josef.server.apis import admin, api_versions, cluster, configs, fetch, offsets, produce
+from josef.server.apis import admin, api_versions, cluster, configs, fetch, offsets, produce, producer
 from josef.server.dispatch import Dispatcher
 
 #: (API key, handler, lowest version, highest version) the core answers; capped by what kio knows.
@@ -15,6 +15,7 @@ CORE_APIS = (
     (19, admin.create_topics, 2, 7),
     (20, admin.delete_topics, 1, 6),
     (21, offsets.delete_records, 0, 2),
+    (22, producer.init_producer_id, 0, 5),
     (23, offsets.offset_for_leader_epoch, 2, 4),
     (32, configs.describe_configs, 1, 4),
     (33, configs.alter_configs, 0, 2),
