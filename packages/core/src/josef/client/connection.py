@@ -125,6 +125,8 @@ class Connection:
             return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
         except asyncio.TimeoutError:
             self._fail(KafkaTimeoutError(f"no response from {self.host}:{self.port} within {self.request_timeout:.1f}s"))
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved here, or asyncio logs "Future exception was never retrieved"
             raise KafkaTimeoutError(f"no response from {self.host}:{self.port} within {self.request_timeout:.1f}s") from None
 
     async def drain(self) -> None:

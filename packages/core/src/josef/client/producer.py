@@ -236,21 +236,29 @@ class AsyncProducer:
         self._sender = self._loop.create_task(self._run_sender())
 
     async def _init_producer_id(self) -> None:
-        """A producer id and epoch; with a current one, a bumped epoch for the same id (KIP-360)."""
+        """A fresh producer id at epoch 0 from the broker."""
         conn = await self.cluster.any_connection()
         response = await conn.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": 60000,
-                                                          "producer_id": self.producer_id, "producer_epoch": self.producer_epoch})
+                                                          "producer_id": -1, "producer_epoch": -1})
         if response.error_code != ErrorCode.none:
             raise KafkaError(response.error_code, "InitProducerId failed")
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
 
     async def _bump_epoch(self) -> None:
-        """After a numbered batch failed for good its sequence is a gap: restart every partition's numbering in a new epoch."""
-        try:
-            await self._init_producer_id()
-        except KafkaError as exc:
-            log.warning("could not bump the producer epoch (%s); retrying", exc)
-            return
+        """After a numbered batch failed for good its sequence is a gap: restart every partition's numbering in a new epoch.
+
+        As the Java client does for idempotent producers, the epoch is bumped
+        locally (the broker accepts a higher epoch starting at sequence 0);
+        only an exhausted epoch asks the broker for a new producer id.
+        """
+        if self.producer_epoch < 2**15 - 1:
+            self.producer_epoch += 1
+        else:
+            try:
+                await self._init_producer_id()
+            except KafkaError as exc:
+                log.warning("could not get a new producer id (%s); retrying", exc)
+                return
         with self._lock:
             self._states.clear()
             for queue in self._batches.values():
