@@ -18,7 +18,6 @@ def create(bootstrap, topic, partitions):
 def test_kafka_python(broker):
     create(broker.bootstrap_servers, "kp", 3)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all", linger_ms=5,
-                             enable_idempotence=False,  # idempotence (InitProducerId) arrives with issue 3
                              compression_type="gzip")
     futures = [producer.send("kp", key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 3,
                              headers=[("i", str(i).encode())]) for i in range(COUNT)]
