@@ -149,13 +149,14 @@ class Broker:
         return endpoints
 
     def _apply_dynamic_broker_config(self) -> None:
-        dynamic = {**self.image.config(BROKER_RESOURCE, ""), **self.image.config(BROKER_RESOURCE, str(self.node_id))}
+        definition = self.static_config.definition
         try:
-            parsed = {k: self.static_config.definition[k].parse(v) for k, v in dynamic.items()}
+            own, cluster = ({k: definition[k].parse(v) for k, v in self.image.config(BROKER_RESOURCE, name).items()}
+                            for name in (str(self.node_id), ""))
         except (ConfigError, KeyError) as exc:
             log.error("ignoring dynamic broker configuration: %s", exc)
             return
-        self.config = self.static_config.with_dynamic(parsed)
+        self.config = self.static_config.with_dynamic(own, cluster)
         self.replicas.apply_broker_config(self.config, self.image)
 
     async def _shutdown(self) -> None:

@@ -23,3 +23,11 @@ def register_authorizers(register: Register) -> None:
 def register_partitioners(register: Register) -> None:
     register("murmur2", Murmur2Partitioner)
     register("round-robin", RoundRobinPartitioner)
+
+
+@hookimpl
+def register_commands(cli) -> None:  # type: ignore[no-untyped-def]  # a click.Group
+    """josef's Kafka-style tools: topics, configs, console-producer, console-consumer, perf."""
+    from josef.commands import register
+
+    register(cli)

@@ -207,9 +207,9 @@ class Config:
     """A validated, typed broker configuration.
 
     ``static`` holds what server.properties and ``--override`` said;
-    ``dynamic`` what AlterConfigs set on the broker at run time (kept in the
-    metadata log). Lookups return the dynamic value, else the static one,
-    else the default.
+    ``dynamic`` what AlterConfigs set for this broker at run time and
+    ``cluster_default`` what it set for all brokers (both kept in the metadata
+    log). Lookups take the first of: dynamic, cluster default, static, default.
     """
 
     definition: ConfigDef
@@ -217,6 +217,7 @@ class Config:
     dynamic: Mapping[str, Any] = attrs.field(factory=dict)
     #: Keys in the input that no plugin declared; kept and shown, as Kafka does.
     unknown: Mapping[str, str] = attrs.field(factory=dict)
+    cluster_default: Mapping[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def build(cls, definition: ConfigDef, raw: Mapping[str, str]) -> Config:
@@ -230,26 +231,31 @@ class Config:
         return cls(definition, static, {}, unknown)
 
     def __getitem__(self, name: str) -> Any:
-        if name in self.dynamic:
-            return self.dynamic[name]
-        if name in self.static:
-            return self.static[name]
+        for layer in (self.dynamic, self.cluster_default, self.static):
+            if name in layer:
+                return layer[name]
         return self.definition[name].default
+
+    def is_set(self, name: str) -> bool:
+        """Whether anything but the declared default gives ``name`` its value."""
+        return name in self.dynamic or name in self.cluster_default or name in self.static
 
     def source(self, name: str) -> ConfigSource:
         if name in self.dynamic:
             return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self.cluster_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         if name in self.static:
             return ConfigSource.STATIC_BROKER_CONFIG
         return ConfigSource.DEFAULT_CONFIG
 
-    def with_dynamic(self, dynamic: Mapping[str, Any]) -> Config:
-        return attrs.evolve(self, dynamic=dict(dynamic))
+    def with_dynamic(self, dynamic: Mapping[str, Any], cluster_default: Mapping[str, Any] | None = None) -> Config:
+        return attrs.evolve(self, dynamic=dict(dynamic), cluster_default=dict(cluster_default or {}))
 
     def topic_default(self, key: ConfigKey) -> Any:
         """The broker-wide default of a topic-level key, with Kafka's unit synonyms."""
         chain = _SYNONYMS.get(key.name, ((key.name, 1),))
-        explicit = [(n, s) for n, s in chain if n in self.dynamic or n in self.static]
+        explicit = [(n, s) for n, s in chain if self.is_set(n)]
         for synonym, scale in explicit + [(n, s) for n, s in chain if self[n] is not None]:
             value = self[synonym]
             return value * scale if scale != 1 and value >= 0 else value

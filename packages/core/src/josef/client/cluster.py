@@ -103,7 +103,7 @@ class Cluster:
             try:
                 return await self.connection(node)
             except KafkaConnectionError as exc:
-                errors.append(str(exc))
+                errors.append(exc.message)
         raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
 
     # Metadata ------------------------------------------------------------------------

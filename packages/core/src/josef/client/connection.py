@@ -164,6 +164,7 @@ class Connection:
             future = self._pending.popleft()[3]
             if not future.done():
                 future.set_exception(error)
+                future.exception()  # nobody may be waiting any more (a cancelled caller): no "never retrieved" noise
         if self._writer is not None:
             self._writer.close()
 

@@ -16,8 +16,8 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     controller = ctx.broker.controller
     topics = []
     for topic in request.topics:
-        result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none, "error_message": None,
-                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
+        result: dict[str, Any] = {"name": topic.name, "topic_id": None, "error_code": ErrorCode.none,
+                                  "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
         try:
             created = await controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,

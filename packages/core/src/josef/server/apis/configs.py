@@ -25,7 +25,7 @@ def _entry(key: ConfigKey, name: str, value: Any, source: ConfigSource, read_onl
         "is_default": source == ConfigSource.DEFAULT_CONFIG,
         "config_source": int(source),
         "is_sensitive": sensitive,
-        "synonyms": chain if want_synonyms else (),
+        "synonyms": ([{**c, "value": None} for c in chain] if sensitive else chain) if want_synonyms else (),
         "config_type": int(key.type),
         "documentation": key.doc if want_docs else None,
     }
@@ -44,7 +44,7 @@ def topic_config_entries(broker: Broker, overrides: Mapping[str, str], names: An
         if name in overrides:
             chain.append({"name": name, "value": overrides[name], "source": int(ConfigSource.DYNAMIC_TOPIC_CONFIG)})
         for synonym in synonyms(key):
-            if synonym in config.dynamic or synonym in config.static:
+            if config.is_set(synonym):
                 chain.append({"name": synonym, "value": key.render(config[synonym]), "source": int(config.source(synonym))})
         chain.append({"name": key.name, "value": key.render(config.topic_default(key)), "source": int(ConfigSource.DEFAULT_CONFIG)})
         if name in overrides:

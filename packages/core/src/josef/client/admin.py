@@ -1,0 +1,712 @@
+"""The admin client: topics, partitions, configs, offsets and the cluster, as Kafka's AdminClient offers them.
+
+``AsyncAdmin`` runs on the caller's event loop; ``Admin`` is the same on a
+private loop thread for scripts::
+
+    with Admin(bootstrap_servers="localhost:9092") as admin:
+        admin.create_topics([NewTopic("orders", num_partitions=3)])
+        admin.describe_topics(["orders"])["orders"].partitions[0].leader
+
+Requests that change topics go to the controller (the ``controller_id`` of
+Metadata), ListOffsets and DeleteRecords to each partition's leader, broker
+configs to that broker. A failure is a :class:`KafkaError` carrying the
+broker's error code and message. Methods that act on several items try them
+all; with ``raise_errors=True`` (the default) the first failure, in the order
+given, is raised once all were tried, and with ``raise_errors=False`` each
+item's :class:`KafkaError` is returned in its place in the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+from kio.schema.errors import ErrorCode
+
+from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
+from josef.client.config import ADMIN, build_config
+from josef.client.connection import Connection
+from josef.client.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+from josef.client.sync import LoopThread
+
+__all__ = [
+    "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription", "ConfigEntry",
+    "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "NewPartitions", "NewTopic", "OffsetInfo",
+    "OffsetSpec", "PartitionDescription", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
+]
+
+LIST_OFFSETS, METADATA, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 2, 3, 19, 20, 21
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+# Types ---------------------------------------------------------------------------------
+
+
+class ResourceType(enum.IntEnum):
+    """Kinds of config resources, numbered as in the protocol."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigSource(enum.IntEnum):
+    """Where a config value comes from, numbered as in DescribeConfigs."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+
+    @classmethod
+    def of(cls, value: int) -> ConfigSource:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class AlterOp(enum.IntEnum):
+    """Incremental config operations: SET a value, DELETE an override, APPEND to or SUBTRACT from a list."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class OffsetSpec:
+    """What :meth:`AsyncAdmin.list_offsets` looks up: these, or a timestamp in ms (the first offset at or after it)."""
+
+    LATEST = -1
+    EARLIEST = -2
+    MAX_TIMESTAMP = -3
+    NAMES: ClassVar[Mapping[str, int]] = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP,
+                                          "max_timestamp": MAX_TIMESTAMP}
+
+    @classmethod
+    def parse(cls, spec: int | str) -> int:
+        """A spec as the protocol's number: a name, a constant, or a non-negative timestamp."""
+        if isinstance(spec, str):
+            if spec.lower() in cls.NAMES:
+                return cls.NAMES[spec.lower()]
+            try:
+                spec = int(spec)
+            except ValueError:
+                raise ValueError(f"offset spec {spec!r} is not earliest, latest, max-timestamp or a timestamp") from None
+        if isinstance(spec, bool) or not isinstance(spec, int) or spec < cls.MAX_TIMESTAMP:
+            raise ValueError(f"offset spec {spec!r} is not earliest, latest, max-timestamp or a timestamp")
+        return spec
+
+
+@attrs.frozen
+class NewTopic:
+    """A topic to create. -1 partitions or replication factor: the broker's default.
+
+    ``replica_assignments`` maps each partition (0..N-1) to its replicas; give
+    it instead of a partition count and replication factor.
+    """
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str | None] = attrs.field(factory=dict)
+    replica_assignments: Mapping[int, Sequence[int]] | None = None
+
+
+@attrs.frozen
+class CreatedTopic:
+    name: str
+    topic_id: str | None
+    num_partitions: int
+    replication_factor: int
+    #: The topic's configs as created (all of them, with defaults); empty when the broker did not say.
+    configs: Mapping[str, str | None]
+
+
+@attrs.frozen
+class NewPartitions:
+    """Grow a topic to ``total_count`` partitions, optionally placing each new one on given brokers."""
+
+    total_count: int
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+@attrs.frozen
+class TopicListing:
+    name: str
+    topic_id: str | None
+    is_internal: bool
+
+
+@attrs.frozen
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class TopicDescription:
+    name: str
+    topic_id: str | None
+    is_internal: bool
+    partitions: tuple[PartitionDescription, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@attrs.frozen(order=True)
+class ConfigResource:
+    type: ResourceType = attrs.field(converter=ResourceType)
+    #: A topic name, a broker id, or "" for the cluster-wide broker default.
+    name: str = attrs.field(converter=str)
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, broker_id: int | str = "") -> ConfigResource:
+        return cls(ResourceType.BROKER, str(broker_id))
+
+
+@attrs.frozen
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@attrs.frozen
+class ConfigEntry:
+    name: str
+    #: None when the config is sensitive (the broker never returns those values) or unset.
+    value: str | None
+    source: ConfigSource
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+    #: Where else the value could come from, in order of precedence (the first is the value in force).
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    config_type: int = 0
+    documentation: str | None = None
+
+
+@attrs.frozen
+class AlterConfigOp:
+    name: str
+    value: str | None = None
+    op: AlterOp = attrs.field(default=AlterOp.SET, converter=AlterOp)
+
+
+@attrs.frozen
+class OffsetInfo:
+    #: -1 when no record matches (a timestamp past the last record, or an empty partition for MAX_TIMESTAMP).
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@attrs.frozen
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerInfo, ...]
+
+
+def topic_id_text(value: uuid.UUID | None) -> str | None:
+    """A topic id in Kafka's text form (URL-safe base64, no padding); None for a missing or zero id."""
+    if value is None or value.int == 0:
+        return None
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def _error(code: ErrorCode, message: str | None, what: str) -> KafkaError:
+    return KafkaError(code, message or what)
+
+
+def _finish(results: dict[K, V | KafkaError], raise_errors: bool) -> dict[K, Any]:
+    if raise_errors:
+        for value in results.values():
+            if isinstance(value, KafkaError):
+                raise value
+    return results
+
+
+# The async client ----------------------------------------------------------------------------
+
+
+class AsyncAdmin:
+    """Kafka's admin operations on the running event loop. Use ``async with`` or ``start``/``close``."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = build_config("admin", ADMIN, config, kwargs)
+        self.cluster = Cluster(self.config)
+        self._timeout_ms: int = self.config["request.timeout.ms"]
+        self._backoff_s: float = self.config["retry.backoff.ms"] / 1000
+
+    async def start(self) -> None:
+        """Connect and learn the brokers; raises :class:`KafkaConnectionError` if none is reachable."""
+        await self.cluster.refresh([])
+
+    async def close(self) -> None:
+        await self.cluster.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Routing --------------------------------------------------------------------------------
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._timeout_ms / 1000
+
+    async def _any(self) -> Connection:
+        return await self.cluster.any_connection()
+
+    async def _controller(self, refresh: bool = False) -> Connection:
+        if refresh or self.cluster.controller_id < 0 or self.cluster.stale:
+            await self.cluster.refresh([])
+        controller = self.cluster.controller_id
+        if controller in self.cluster.brokers:
+            return await self.cluster.connection(controller)
+        return await self._any()
+
+    async def _broker(self, node: int) -> Connection:
+        if node not in self.cluster.brokers:
+            await self.cluster.refresh([])
+        if node not in self.cluster.brokers:
+            raise KafkaError(ErrorCode.broker_not_available, f"broker {node} is not in the cluster")
+        return await self.cluster.connection(node)
+
+    async def _to_controller(self, api_key: int, body: Mapping[str, Any],
+                             failed: Callable[[Any], bool]) -> Any:
+        """Send to the controller, again (after a metadata refresh) while it answers NOT_CONTROLLER or cannot be reached.
+
+        A request whose connection breaks after it was sent is not repeated:
+        the broker may have acted on it.
+        """
+        deadline = self._deadline()
+        refresh = False
+        while True:
+            try:
+                conn = await self._controller(refresh)
+            except KafkaConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+            else:
+                response = await conn.request(api_key, body)
+                if not failed(response) or time.monotonic() > deadline:
+                    return response
+            refresh = True
+            await asyncio.sleep(self._backoff_s)
+
+    # Topics ---------------------------------------------------------------------------------
+
+    async def create_topics(self, topics: Iterable[NewTopic | str], *, validate_only: bool = False,
+                            timeout_ms: int | None = None, raise_errors: bool = True) -> dict[str, CreatedTopic]:
+        """Create topics (a plain name takes the broker's defaults); ``validate_only`` checks without creating."""
+        wanted = [NewTopic(t) if isinstance(t, str) else t for t in topics]
+        if not wanted:
+            return {}
+        body = {
+            "topics": [{
+                "name": t.name,
+                "num_partitions": t.num_partitions,
+                "replication_factor": t.replication_factor,
+                "assignments": [{"partition_index": int(p), "broker_ids": [int(b) for b in brokers]}
+                                for p, brokers in sorted((t.replica_assignments or {}).items())],
+                "configs": [{"name": k, "value": None if v is None else str(v)} for k, v in t.configs.items()],
+            } for t in wanted],
+            "timeout": self._timeout_ms if timeout_ms is None else timeout_ms,
+            "validate_only": validate_only,
+        }
+        response = await self._to_controller(
+            CREATE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.topics))
+        answered: dict[str, CreatedTopic | KafkaError] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                answered[topic.name] = _error(topic.error_code, topic.error_message, f"topic {topic.name!r}")
+            else:
+                answered[topic.name] = CreatedTopic(
+                    topic.name, topic_id_text(getattr(topic, "topic_id", None)), topic.num_partitions,
+                    topic.replication_factor, {c.name: c.value for c in (getattr(topic, "configs", None) or ())})
+        results = {t.name: answered.get(t.name, KafkaError(ErrorCode.unknown_server_error, f"no answer for topic {t.name!r}"))
+                   for t in wanted}
+        return _finish(results, raise_errors)
+
+    async def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None,
+                            raise_errors: bool = True) -> dict[str, KafkaError | None]:
+        """Delete topics by name; each maps to None when deleted."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        body = {"topic_names": wanted, "topics": [{"name": n, "topic_id": None} for n in wanted],
+                "timeout": self._timeout_ms if timeout_ms is None else timeout_ms}
+        response = await self._to_controller(
+            DELETE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.responses))
+        answered: dict[str, KafkaError | None] = {}
+        for topic in response.responses:
+            answered[topic.name] = (None if topic.error_code == ErrorCode.none else
+                                    _error(topic.error_code, getattr(topic, "error_message", None), f"topic {topic.name!r}"))
+        results = {n: answered.get(n, KafkaError(ErrorCode.unknown_server_error, f"no answer for topic {n!r}")) for n in wanted}
+        return _finish(results, raise_errors)
+
+    async def _metadata(self, topics: Sequence[str] | None, auto_create: bool = False) -> Any:
+        conn = await self._any()
+        body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+                "allow_auto_topic_creation": auto_create, "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
+        return await conn.request(METADATA, body)
+
+    async def list_topics(self, *, include_internal: bool = False) -> dict[str, TopicListing]:
+        """Every topic by name (sorted); internal ones (``__consumer_offsets``...) only when asked."""
+        response = await self._metadata(None)
+        listings = [TopicListing(t.name, topic_id_text(getattr(t, "topic_id", None)), bool(t.is_internal))
+                    for t in response.topics if t.error_code == ErrorCode.none and t.name]
+        return {t.name: t for t in sorted(listings, key=lambda t: t.name) if include_internal or not t.is_internal}
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              raise_errors: bool = True) -> dict[str, TopicDescription]:
+        """Partitions, leaders, replicas and ISR of the given topics (None: every topic)."""
+        wanted = None if names is None else list(dict.fromkeys(names))
+        if wanted == []:
+            return {}
+        response = await self._metadata(wanted)
+        results: dict[str, TopicDescription | KafkaError] = {}
+        for t in response.topics:
+            if t.error_code != ErrorCode.none:
+                what = f"topic {t.name!r} does not exist" if t.error_code == ErrorCode.unknown_topic_or_partition else f"topic {t.name!r}"
+                results[t.name] = KafkaError(t.error_code, what)
+                continue
+            results[t.name] = TopicDescription(
+                t.name, topic_id_text(getattr(t, "topic_id", None)), bool(t.is_internal),
+                tuple(PartitionDescription(p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
+                                           tuple(p.isr_nodes), tuple(getattr(p, "offline_replicas", ())))
+                      for p in sorted(t.partitions, key=lambda p: p.partition_index)))
+        if wanted is None:
+            results = dict(sorted(results.items()))
+        else:
+            results = {n: results.get(n, KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {n!r} does not exist"))
+                       for n in wanted}
+        return _finish(results, raise_errors)
+
+    async def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], *, validate_only: bool = False,
+                                timeout_ms: int | None = None, raise_errors: bool = True) -> dict[str, KafkaError | None]:
+        """Grow topics to a new total partition count; each maps to None when done."""
+        wanted = {name: NewPartitions(n) if isinstance(n, int) else n for name, n in new_partitions.items()}
+        if not wanted:
+            return {}
+        body = {
+            "topics": [{"name": name, "count": n.total_count,
+                        "assignments": None if n.assignments is None else
+                        [{"broker_ids": [int(b) for b in a]} for a in n.assignments]}
+                       for name, n in wanted.items()],
+            "timeout": self._timeout_ms if timeout_ms is None else timeout_ms,
+            "validate_only": validate_only,
+        }
+        response = await self._to_controller(
+            CREATE_PARTITIONS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.results))
+        answered = {t.name: None if t.error_code == ErrorCode.none else _error(t.error_code, t.error_message, f"topic {t.name!r}")
+                    for t in response.results}
+        results = {n: answered.get(n, KafkaError(ErrorCode.unknown_server_error, f"no answer for topic {n!r}")) for n in wanted}
+        return _finish(results, raise_errors)
+
+    # Configs --------------------------------------------------------------------------------
+
+    async def _for_resource(self, resource: ConfigResource) -> Connection:
+        """Broker resources go to that broker; topics and the cluster default to the controller."""
+        if resource.type == ResourceType.BROKER and resource.name:
+            if not resource.name.isdigit():
+                raise KafkaError(ErrorCode.invalid_request, f"broker id must be a number, got {resource.name!r}")
+            return await self._broker(int(resource.name))
+        return await self._controller()
+
+    async def _by_resource(self, resources: Sequence[ConfigResource],
+                           call: Callable[[Connection, list[ConfigResource]], Awaitable[dict[ConfigResource, Any]]]
+                           ) -> dict[ConfigResource, Any]:
+        groups: dict[tuple[str, int] | str, tuple[Connection, list[ConfigResource]]] = {}
+        results: dict[ConfigResource, Any] = {}
+        for resource in resources:
+            try:
+                conn = await self._for_resource(resource)
+            except KafkaError as exc:
+                if isinstance(exc, KafkaConnectionError):
+                    raise
+                results[resource] = exc
+                continue
+            groups.setdefault((conn.host, conn.port), (conn, []))[1].append(resource)
+        answers = await asyncio.gather(*(call(conn, group) for conn, group in groups.values()))
+        for answer in answers:
+            results.update(answer)
+        return {r: results.get(r, KafkaError(ErrorCode.unknown_server_error, f"no answer for {r}")) for r in resources}
+
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, keys: Iterable[str] | None = None,
+                               include_synonyms: bool = True, include_documentation: bool = False,
+                               raise_errors: bool = True) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """The configs of topics and brokers (``keys``: only these), each with its source and synonyms."""
+        wanted = list(dict.fromkeys(resources))
+        names = None if keys is None else list(keys)
+
+        async def call(conn: Connection, group: list[ConfigResource]) -> dict[ConfigResource, Any]:
+            body = {"resources": [{"resource_type": int(r.type), "resource_name": r.name, "configuration_keys": names}
+                                  for r in group],
+                    "include_synonyms": include_synonyms, "include_documentation": include_documentation}
+            response = await conn.request(DESCRIBE_CONFIGS, body)
+            out: dict[ConfigResource, Any] = {}
+            for result in response.results:
+                resource = ConfigResource(result.resource_type, result.resource_name)
+                if result.error_code != ErrorCode.none:
+                    out[resource] = _error(result.error_code, result.error_message, str(resource))
+                    continue
+                out[resource] = {c.name: ConfigEntry(
+                    c.name, c.value, ConfigSource.of(c.config_source), c.config_source == ConfigSource.DEFAULT_CONFIG,
+                    c.read_only, c.is_sensitive,
+                    # A sensitive value stays hidden in the synonyms too, whatever the broker sends.
+                    tuple(ConfigSynonym(s.name, None if c.is_sensitive else s.value, ConfigSource.of(s.source))
+                          for s in getattr(c, "synonyms", ())),
+                    getattr(c, "config_type", 0), getattr(c, "documentation", None)) for c in result.configs}
+            return out
+
+        return _finish(await self._by_resource(wanted, call), raise_errors)
+
+    async def alter_configs(self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp] | Mapping[str, str | None]], *,
+                            validate_only: bool = False, raise_errors: bool = True) -> dict[ConfigResource, KafkaError | None]:
+        """Change configs incrementally; ``{name: value}`` sets (None deletes the override), or give :class:`AlterConfigOp` s."""
+        ops: dict[ConfigResource, list[AlterConfigOp]] = {}
+        for resource, change in changes.items():
+            if isinstance(change, Mapping):
+                ops[resource] = [AlterConfigOp(k, None, AlterOp.DELETE) if v is None else AlterConfigOp(k, str(v))
+                                 for k, v in change.items()]
+            else:
+                ops[resource] = list(change)
+
+        async def call(conn: Connection, group: list[ConfigResource]) -> dict[ConfigResource, Any]:
+            body = {"resources": [{"resource_type": int(r.type), "resource_name": r.name,
+                                   "configs": [{"name": o.name, "config_operation": int(o.op), "value": o.value}
+                                               for o in ops[r]]} for r in group],
+                    "validate_only": validate_only}
+            response = await conn.request(INCREMENTAL_ALTER_CONFIGS, body)
+            return {ConfigResource(r.resource_type, r.resource_name):
+                    None if r.error_code == ErrorCode.none else
+                    _error(r.error_code, r.error_message, f"{ResourceType(r.resource_type).name.lower()} {r.resource_name!r}")
+                    for r in response.responses}
+
+        return _finish(await self._by_resource(list(ops), call), raise_errors)
+
+    # Offsets and records ---------------------------------------------------------------------------
+
+    async def _by_leader(self, items: Mapping[TopicPartition, Any],
+                         call: Callable[[Connection, dict[TopicPartition, Any]], Awaitable[dict[TopicPartition, Any]]]
+                         ) -> dict[TopicPartition, Any]:
+        """Send each partition's part to its leader; retry those whose leader moved or is unknown, until request.timeout.ms."""
+        deadline = self._deadline()
+        pending = dict(items)
+        results: dict[TopicPartition, Any] = {}
+        topics = sorted({tp.topic for tp in pending})
+        await self.cluster.refresh(topics)
+        while pending:
+            groups: dict[int, dict[TopicPartition, Any]] = {}
+            retry: dict[TopicPartition, KafkaError] = {}
+            for tp, value in pending.items():
+                error = self.cluster.topic_errors.get(tp.topic)
+                partitions = self.cluster.partitions.get(tp.topic)
+                if partitions is None or tp.partition not in partitions:
+                    if error is not None and error != ErrorCode.unknown_topic_or_partition and error.retriable:
+                        retry[tp] = KafkaError(error, f"topic {tp.topic!r}")
+                    else:
+                        results[tp] = KafkaError(ErrorCode.unknown_topic_or_partition, f"{tp.topic}-{tp.partition} does not exist")
+                    continue
+                leader = partitions[tp.partition].leader
+                if leader < 0 or leader not in self.cluster.brokers:
+                    retry[tp] = KafkaError(ErrorCode.leader_not_available, f"{tp.topic}-{tp.partition} has no leader")
+                    continue
+                groups.setdefault(leader, {})[tp] = value
+
+            async def one(leader: int, group: dict[TopicPartition, Any]) -> dict[TopicPartition, Any]:
+                try:
+                    return await call(await self.cluster.connection(leader), group)
+                except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                    return {tp: exc for tp in group}
+
+            for answer in await asyncio.gather(*(one(leader, group) for leader, group in groups.items())):
+                for tp, outcome in answer.items():
+                    if isinstance(outcome, KafkaError) and (outcome.code in STALE_METADATA and outcome.code != ErrorCode.unknown_topic_or_partition
+                                                            or isinstance(outcome, KafkaConnectionError)):
+                        retry[tp] = outcome
+                    else:
+                        results[tp] = outcome
+            pending = {tp: pending[tp] for tp in retry}
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                results.update(retry)
+                break
+            await asyncio.sleep(self._backoff_s)
+            await self.cluster.refresh(sorted({tp.topic for tp in pending}))
+        return {tp: results[tp] for tp in items}
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, int | str], *, read_committed: bool = False,
+                           raise_errors: bool = True) -> dict[TopicPartition, OffsetInfo]:
+        """Offsets by :class:`OffsetSpec` (``earliest``, ``latest``, ``max-timestamp``) or by timestamp, at each leader."""
+        wanted = {tp: OffsetSpec.parse(spec) for tp, spec in specs.items()}
+
+        async def call(conn: Connection, group: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for tp, spec in group.items():
+                by_topic.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": spec})
+            body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0,
+                    "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
+            response = await conn.request(LIST_OFFSETS, body)
+            out: dict[TopicPartition, Any] = {}
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    out[tp] = (OffsetInfo(p.offset, p.timestamp, getattr(p, "leader_epoch", -1))
+                               if p.error_code == ErrorCode.none else KafkaError(p.error_code, f"{tp.topic}-{tp.partition}"))
+            return out
+
+        return _finish(await self._by_leader(wanted, call), raise_errors)
+
+    async def delete_records(self, before: Mapping[TopicPartition, int], *, timeout_ms: int | None = None,
+                             raise_errors: bool = True) -> dict[TopicPartition, int]:
+        """Delete every record before each offset (-1: the high watermark); returns each new low watermark."""
+        timeout = self._timeout_ms if timeout_ms is None else timeout_ms
+
+        async def call(conn: Connection, group: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for tp, offset in group.items():
+                by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "offset": offset})
+            body = {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()], "timeout": timeout}
+            response = await conn.request(DELETE_RECORDS, body)
+            out: dict[TopicPartition, Any] = {}
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    out[tp] = (p.low_watermark if p.error_code == ErrorCode.none else
+                               KafkaError(p.error_code, f"{tp.topic}-{tp.partition}: cannot delete before offset {group.get(tp)}"))
+            return out
+
+        return _finish(await self._by_leader(dict(before), call), raise_errors)
+
+    # Cluster ----------------------------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and the live brokers."""
+        conn = await self._any()
+        try:
+            response = await conn.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+                                                             "endpoint_type": 1, "include_fenced_brokers": False})
+        except UnsupportedVersionError:
+            response = await self._metadata([])
+            brokers = tuple(BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers)
+            return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "describe cluster")
+        brokers = tuple(BrokerInfo(b.broker_id, b.host, b.port, b.rack) for b in response.brokers)
+        return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+
+
+# The sync client --------------------------------------------------------------------------------
+
+
+class Admin:
+    """The synchronous admin client: every method of :class:`AsyncAdmin`, run on a private loop thread."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._thread = LoopThread("josef-admin")
+        try:
+            self._admin = AsyncAdmin(config, **kwargs)
+            self._thread.run(self._admin.start())
+        except BaseException:
+            self._thread.run(self._close_quietly())
+            self._thread.stop()
+            raise
+        self.config = self._admin.config
+
+    async def _close_quietly(self) -> None:
+        admin = getattr(self, "_admin", None)
+        if admin is not None:
+            await admin.close()
+
+    def _run(self, coro: Awaitable[V]) -> V:
+        return self._thread.run(coro)
+
+    def create_topics(self, topics: Iterable[NewTopic | str], **options: Any) -> dict[str, CreatedTopic]:
+        return self._run(self._admin.create_topics(list(topics), **options))
+
+    def delete_topics(self, names: Iterable[str], **options: Any) -> dict[str, KafkaError | None]:
+        return self._run(self._admin.delete_topics(list(names), **options))
+
+    def list_topics(self, **options: Any) -> dict[str, TopicListing]:
+        return self._run(self._admin.list_topics(**options))
+
+    def describe_topics(self, names: Iterable[str] | None = None, **options: Any) -> dict[str, TopicDescription]:
+        return self._run(self._admin.describe_topics(None if names is None else list(names), **options))
+
+    def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], **options: Any) -> dict[str, KafkaError | None]:
+        return self._run(self._admin.create_partitions(new_partitions, **options))
+
+    def describe_configs(self, resources: Iterable[ConfigResource], **options: Any) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return self._run(self._admin.describe_configs(list(resources), **options))
+
+    def alter_configs(self, changes: Mapping[ConfigResource, Any], **options: Any) -> dict[ConfigResource, KafkaError | None]:
+        return self._run(self._admin.alter_configs(changes, **options))
+
+    def list_offsets(self, specs: Mapping[TopicPartition, int | str], **options: Any) -> dict[TopicPartition, OffsetInfo]:
+        return self._run(self._admin.list_offsets(specs, **options))
+
+    def delete_records(self, before: Mapping[TopicPartition, int], **options: Any) -> dict[TopicPartition, int]:
+        return self._run(self._admin.delete_records(before, **options))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._run(self._admin.describe_cluster())
+
+    def close(self) -> None:
+        if self._thread.loop.is_closed():
+            return
+        try:
+            self._run(self._admin.close())
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,21 @@
+"""josef's Kafka-style command-line tools, added to ``josef`` through the ``register_commands`` hook.
+
+``topics`` and ``configs`` (kafka-topics, kafka-configs), ``console-producer``
+and ``console-consumer``, and ``perf produce``/``perf consume``
+(kafka-producer-perf-test, kafka-consumer-perf-test). Each module imports the
+client only when its command runs, so ``josef --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+def register(cli: click.Group) -> None:
+    from josef.commands.configs import configs
+    from josef.commands.console import console_consumer, console_producer
+    from josef.commands.perf import perf
+    from josef.commands.topics import topics
+
+    for command in (topics, configs, console_producer, console_consumer, perf):
+        cli.add_command(command)
