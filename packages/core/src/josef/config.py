@@ -41,13 +41,33 @@ class ConfigType(enum.IntEnum):
 
 
 class ConfigSource(enum.IntEnum):
-    """Where a value came from, numbered as in DescribeConfigs."""
+    """Where a value came from, numbered as in DescribeConfigs (clients may meet every one of them)."""
 
+    UNKNOWN = 0
     DYNAMIC_TOPIC_CONFIG = 1
     DYNAMIC_BROKER_CONFIG = 2
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+
+    @classmethod
+    def of(cls, value: int) -> ConfigSource:
+        """The source numbered ``value``; UNKNOWN for numbers newer brokers may add."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class AlterOp(enum.IntEnum):
+    """IncrementalAlterConfigs operations: SET a value, DELETE an override, APPEND to or SUBTRACT from a list."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
 
 
 INT32_MAX = 2**31 - 1

@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
 from josef.client.config import ADMIN, build_config
+from josef.config import AlterOp, ConfigSource
 from josef.client.connection import Connection
 from josef.client.errors import (
     KafkaConnectionError,
@@ -61,35 +62,6 @@ class ResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
-
-
-class ConfigSource(enum.IntEnum):
-    """Where a config value comes from, numbered as in DescribeConfigs."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
-    CLIENT_METRICS_CONFIG = 7
-
-    @classmethod
-    def of(cls, value: int) -> ConfigSource:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
-
-
-class AlterOp(enum.IntEnum):
-    """Incremental config operations: SET a value, DELETE an override, APPEND to or SUBTRACT from a list."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 class OffsetSpec:

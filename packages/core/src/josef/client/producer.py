@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
 from josef.client.config import PRODUCER, build_config
-from josef.client.errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError
+from josef.client.errors import ConfigError, KafkaError, KafkaTimeoutError
 from josef.client.interceptors import InterceptorChain
 from josef.client.sync import LoopThread
 from josef.plugins import collect, get_plugin_manager

@@ -15,7 +15,7 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.config import Config, ConfigError
+from josef.config import AlterOp, Config, ConfigError
 from josef.metadata.image import MetadataImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum
@@ -36,7 +36,7 @@ from josef.metadata.records import (
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, AlterOp.SUBTRACT
 #: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 PRODUCER_ID_BLOCK_SIZE = 1000
 INT64_MAX = 2**63 - 1

@@ -23,7 +23,6 @@ from josef.protocol.messages import (
     encode_response,
     parse_body,
     parse_header,
-    request_type,
     response_type,
 )
 
