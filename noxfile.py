@@ -34,6 +34,13 @@ def unit(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Pyflakes checks (undefined names, unused imports and variables) over all code."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "--select", "F", "packages", "integration-tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
 def lowest(session: nox.Session) -> None:
     """Every package's tests against the lowest versions its pyproject allows."""
     session.install("--resolution=lowest-direct", *TEST_DEPS, *(f"-e./packages/{p}" for p in PACKAGES))
