@@ -22,9 +22,10 @@ import pluggy
 from josef import meta_properties
 from josef.authorizer import Authorizer
 from josef.config import Config, ConfigError
+from josef.coordinator.runtime import CoordinatorRuntime
 from josef.log import LogStorage
 from josef.metadata.controller import Controller
-from josef.metadata.image import MetadataImage
+from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
 from josef.plugins import collect, get_plugin_manager
@@ -32,9 +33,12 @@ from josef.producer_ids import ProducerIdManager
 from josef.replica_manager import ReplicaManager
 from josef.server import network
 from josef.server.apis import register_core_apis
+from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
+
+FIND_COORDINATOR = 10
 
 
 @attrs.frozen
@@ -74,6 +78,13 @@ class Broker:
         self.ready = anyio.Event()
         self.dispatcher = Dispatcher(self)
         register_core_apis(self.dispatcher)
+        factories = collect(self.pm, "register_coordinators", "coordinator")
+        self.coordinators = CoordinatorRuntime(self, {name: factory(self) for name, factory in factories.items()})
+        for coordinator in self.coordinators.coordinators.values():
+            for key, handler, low, high in coordinator.apis():
+                self.dispatcher.register(key, handler, low, high)
+        if self.coordinators.coordinators:
+            self.dispatcher.register(FIND_COORDINATOR, find_coordinator, 0, 4)
         self._listeners: list[Any] = []
         self.storage: LogStorage
         self.quorum: MetadataQuorum
@@ -109,6 +120,7 @@ class Broker:
                 self._apply_dynamic_broker_config()
             if loaded:
                 self.replicas.apply_delta(delta, self.image)
+                self.coordinators.on_metadata(delta, self.image)
 
         try:
             await self.quorum.start(on_commit)
@@ -120,6 +132,8 @@ class Broker:
                 await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(),
                                                       None)
                 tg.start_soon(self.replicas.run_housekeeping)
+                await tg.start(self.coordinators.run)
+                self.coordinators.on_metadata(MetadataDelta(), self.image)
                 log.info("josef broker %s ready on %s in %.2fs (process age %.2fs; cluster %s)", self.node_id,
                          ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.bound),
                          time.monotonic() - self.started_at, _process_age_s(), self.cluster_id)
@@ -162,6 +176,7 @@ class Broker:
     async def _shutdown(self) -> None:
         for listener in self._listeners:
             await listener.aclose()
+        self.coordinators.close()
         if hasattr(self, "quorum"):
             await self.quorum.close()
         if hasattr(self, "replicas"):

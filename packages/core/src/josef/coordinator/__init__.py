@@ -1,0 +1,1 @@
+"""The coordinator runtime shared by the group, transaction and share coordinators."""
