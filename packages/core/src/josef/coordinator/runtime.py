@@ -187,7 +187,13 @@ class CoordinatorRuntime:
     # Leadership -------------------------------------------------------------------------
 
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        """Load shards of internal partitions this broker now leads; drop the others."""
+        """Load shards of internal partitions this broker now leads; drop the others.
+
+        Before :meth:`run` has started there is nowhere to load: the broker
+        calls this again once it has.
+        """
+        if self._tg is None:
+            return
         for tp in list(self._shards):
             partition = self.broker.replicas.get(tp)
             if partition is None or not partition.is_leader or tp.topic not in image.topics:
