@@ -21,6 +21,7 @@ class CounterShard:
         self.counts = {}
         self.offsets = []
         self.was_loaded = False
+        self.was_unloaded = False
 
     def replay(self, key, value, offset):
         name = key.decode()
@@ -32,6 +33,9 @@ class CounterShard:
 
     def loaded(self):
         self.was_loaded = True
+
+    def unloaded(self):
+        self.was_unloaded = True
 
 
 class ToyCoordinator:
@@ -148,3 +152,19 @@ def test_find_coordinator_answers_for_installed_key_types(broker):
         ("k1", 1, broker.port, ErrorCode.none), ("k2", 1, broker.port, ErrorCode.none)]
     old = client.call(10, 1, {"key": "k1", "key_type": 1})  # no transaction coordinator installed
     assert old.error_code == ErrorCode.invalid_request
+
+
+def test_dropped_shards_are_told_after_their_timers_stop(broker):
+    async def main():
+        runtime = broker.broker.coordinators
+        context = await runtime.shard_for(toy(broker), "k")
+
+        async def never():
+            raise AssertionError("a timer of a dropped shard fired")
+
+        context.schedule("t", 0.01, never)
+        runtime.close()  # as when leadership moves or the broker stops
+        await anyio.sleep(0.05)
+        return context.active, context.shard.was_unloaded
+
+    assert broker.call(main) == (False, True)

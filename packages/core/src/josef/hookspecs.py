@@ -62,11 +62,13 @@ def register_coordinators(register: Register) -> None:
     """Offer coordinators (group, transaction, share) that own a set of API keys.
 
     Called when a broker is assembled. Call ``register(name, factory)``;
-    ``factory(broker)`` returns a coordinator object whose ``api_keys``
-    attribute lists the Kafka API keys it answers and whose
-    ``async handle(request_context, request)`` answers them. Every installed
-    coordinator is started; two coordinators claiming one API key is an
-    error. Returns nothing.
+    ``factory(broker)`` returns a :class:`josef.coordinator.runtime.Coordinator`:
+    its ``apis()`` lists ``(api key, handler, lowest, highest version)`` of
+    the requests it answers (registered with the broker's dispatcher) and
+    ``new_shard(context)`` builds the state machine of one partition of its
+    internal topic, which the coordinator runtime loads and unloads with
+    partition leadership. Every installed coordinator is started; two
+    coordinators claiming one API key is an error. Returns nothing.
     """
 
 
@@ -99,8 +101,11 @@ def register_assignors(register: Register) -> None:
     """Offer partition assignors (``range``, ``roundrobin``, ``sticky``, ``uniform``...).
 
     Called when a consumer or the group coordinator is assembled. Call
-    ``register(name, factory)``; ``factory()`` returns an assignor whose
-    ``assign(members, partitions)`` returns the assignment. Client-side
+    ``register(name, factory)``; ``factory()`` returns an assignor (see
+    :mod:`josef.client.assignors`) whose
+    ``assign(cluster_partitions, subscriptions)`` maps each member id to its
+    partitions, given the partition count of every topic and each member's
+    subscription (topics, user data, owned partitions). Client-side
     assignors are chosen with ``partition.assignment.strategy``, server-side
     ones with ``group.consumer.assignors``. Returns nothing.
     """

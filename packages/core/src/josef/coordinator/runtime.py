@@ -67,6 +67,10 @@ class CoordinatorShard(Protocol):
     def loaded(self) -> None:
         """Loading finished: start timers (session expiry...) for the state just rebuilt."""
 
+    # Optional: ``unloaded(self) -> None``, called (if the shard defines it) when the shard is
+    # dropped (leadership moved, broker stopping), after its timers are cancelled, so requests
+    # parked on it (a JoinGroup waiting for the rebalance) can be answered with NOT_COORDINATOR.
+
 
 class Coordinator(Protocol):
     """What a coordinator plugin registers (``register_coordinators``): ``factory(broker) -> Coordinator``."""
@@ -159,6 +163,12 @@ class ShardContext:
         for scope in self._timers.values():
             scope.cancel()
         self._timers.clear()
+        unloaded = getattr(self.shard, "unloaded", None)
+        if unloaded is not None:
+            try:
+                unloaded()
+            except Exception:
+                log.exception("unloading %s failed", self.tp)
 
 
 class CoordinatorRuntime:

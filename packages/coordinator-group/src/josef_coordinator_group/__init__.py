@@ -1,0 +1,1 @@
+"""Consumer groups for josef."""

@@ -1,0 +1,116 @@
+"""ListGroups (v0-v5), DescribeGroups (v0-v5) and DeleteGroups (v0-v2): what operators and admin clients ask."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from josef.authorizer import Action
+from josef.coordinator.runtime import CoordinatorError
+from josef.server.dispatch import RequestContext
+from kio.schema.errors import ErrorCode
+
+from josef_coordinator_group import clock
+from josef_coordinator_group.api_common import with_shard
+from josef_coordinator_group.group import ClassicGroup, GroupError, GroupState
+from josef_coordinator_group.records import GroupKey, OffsetKey, encode_key
+
+if TYPE_CHECKING:
+    from josef_coordinator_group.coordinator import GroupCoordinator
+    from josef_coordinator_group.shard import GroupShard
+
+#: The type ListGroups v5 reports for every group here (KIP-848 "consumer" groups are not served yet).
+CLASSIC_GROUP_TYPE = "classic"
+#: Authorized-operations fields when the client did not ask for them.
+OPERATIONS_OMITTED = -(2**31)
+#: Kafka's ACL operation codes that apply to groups.
+GROUP_OPERATIONS = {"READ": 3, "DELETE": 6, "DESCRIBE": 8}
+ANONYMOUS = "User:ANONYMOUS"
+
+
+def _describe(group: ClassicGroup | None, group_id: str) -> dict[str, Any]:
+    if group is None or group.state is GroupState.DEAD:
+        return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value,
+                "protocol_type": "", "protocol_data": "", "members": []}
+    stable = group.state is GroupState.STABLE
+    members = [{
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        # Metadata and assignment are only meaningful for a generation that completed.
+        "member_metadata": m.metadata(group.protocol_name) if stable else b"",
+        "member_assignment": m.assignment if stable else b"",
+    } for m in group.members.values()]
+    return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "", "protocol_data": (group.protocol_name or "") if stable else "",
+            "members": members}
+
+
+class GroupAdminApis:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    async def list_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        """Groups of every partition this broker coordinates (clients ask each broker and merge)."""
+        states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+        groups = []
+        if not types or CLASSIC_GROUP_TYPE in types:
+            for shard in self.coordinator.shards():
+                for group in list(shard.groups.values()):
+                    if group.state is GroupState.DEAD or (states and group.state.value.lower() not in states):
+                        continue
+                    groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                                   "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": sorted(groups, key=lambda g: g["group_id"])}
+
+    def _operations(self, ctx: RequestContext, group_id: str) -> int:
+        authorizer = ctx.broker.authorizer
+        bits = 0
+        for name, code in GROUP_OPERATIONS.items():
+            if authorizer.authorize(ANONYMOUS, ctx.client_host, Action(name, "GROUP", group_id)):
+                bits |= 1 << code
+        return bits
+
+    async def describe_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        include_operations = getattr(request, "include_authorized_operations", False)
+        described = []
+        for group_id in request.groups:
+            try:
+                context, shard = await self.coordinator.shard_for(group_id)
+                if not context.active:
+                    raise CoordinatorError(ErrorCode.not_coordinator, "moved")
+                answer = _describe(shard.groups.get(group_id), group_id)
+            except CoordinatorError as exc:
+                answer = {"error_code": exc.code, "group_id": group_id, "group_state": "", "protocol_type": "",
+                          "protocol_data": "", "members": []}
+            answer["authorized_operations"] = self._operations(ctx, group_id) if include_operations \
+                else OPERATIONS_OMITTED
+            described.append(answer)
+        return {"throttle_time": 0, "groups": described}
+
+    async def delete_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        """Delete empty groups and their offsets (tombstones for each); NON_EMPTY_GROUP while members remain."""
+
+        async def delete(shard: GroupShard, *, group_id: str) -> None:
+            group = shard.groups.get(group_id)
+            if group is None:
+                raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
+            group.validate_delete()
+            records: list[tuple[bytes, bytes | None]] = [
+                (encode_key(OffsetKey(group_id, topic, partition)), None)
+                for topic, partition in shard.offsets.of_group(group_id)]
+            records.append((encode_key(GroupKey(group_id)), None))
+            await shard.write(records)
+            shard.membership.forget(group, clock.now_ms())
+
+        results = []
+        for group_id in request.groups_names:
+            try:
+                await with_shard(self.coordinator, group_id, functools.partial(delete, group_id=group_id))
+                error = ErrorCode.none
+            except (CoordinatorError, GroupError) as exc:
+                error = exc.code
+            results.append({"group_id": group_id, "error_code": error})
+        return {"throttle_time": 0, "results": results}

@@ -1,0 +1,209 @@
+"""OffsetCommit (v2-v9), OffsetFetch (v1-v9) and OffsetDelete (v0): a group's committed positions.
+
+Who may commit follows Kafka: members of the current generation (member id
+and generation checked), or anyone while the group is empty or does not
+exist when the request carries generation -1 (the admin client, consumers
+that assign partitions themselves), which creates a "simple" group. Offsets
+are written as records and answered only once committed to the partition.
+(kio, which parses requests, knows no OffsetCommit v0-v1 nor OffsetFetch v0:
+those versions, dropped by Kafka 4.0 too, are not advertised.)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from josef.coordinator.runtime import CoordinatorError
+from josef.metadata.image import MetadataImage
+from josef.server.dispatch import RequestContext
+from kio.schema.errors import ErrorCode
+
+from josef_coordinator_group import clock
+from josef_coordinator_group.api_common import ms, with_shard
+from josef_coordinator_group.group import GroupError
+from josef_coordinator_group.records import OffsetKey, OffsetValue, encode_key, encode_offset
+
+if TYPE_CHECKING:
+    from josef_coordinator_group.coordinator import GroupCoordinator
+    from josef_coordinator_group.shard import GroupShard
+
+#: (topic, [(partition, offset, leader epoch, metadata)]) as requested.
+CommitTopics = list[tuple[str, list[tuple[int, int, int, str | None]]]]
+PartitionErrors = dict[tuple[str, int], ErrorCode]
+
+
+@attrs.frozen
+class CommitRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    retention_ms: int
+    topics: CommitTopics
+    api_version: int
+
+
+async def commit_offsets(shard: GroupShard, image: MetadataImage, request: CommitRequest) -> PartitionErrors:
+    """Validate the committer, write the offsets, return each partition's error code."""
+    everything = [(t, p[0]) for t, parts in request.topics for p in parts]
+    group = shard.groups.get(request.group_id)
+    try:
+        if group is None:
+            if request.generation_id >= 0:
+                # v9+ says what happened; older clients expect ILLEGAL_GENERATION and rejoin.
+                raise GroupError(ErrorCode.group_id_not_found if request.api_version >= 9
+                                 else ErrorCode.illegal_generation, f"group {request.group_id} does not exist")
+        else:
+            group.validate_offset_commit(request.member_id, request.group_instance_id, request.generation_id)
+    except GroupError as exc:
+        return {tp: exc.code for tp in everything}
+    settings = shard.settings()
+    now = clock.now_ms()
+    expire = now + request.retention_ms if request.retention_ms >= 0 else -1
+    errors: PartitionErrors = {}
+    records: list[tuple[bytes, bytes | None]] = []
+    written: list[tuple[str, int]] = []
+    for topic, partitions in request.topics:
+        known = topic in image.topics
+        for index, offset, leader_epoch, metadata in partitions:
+            if not known:
+                errors[(topic, index)] = ErrorCode.unknown_topic_or_partition
+            elif metadata is not None and len(metadata.encode()) > settings.offset_metadata_max_bytes:
+                errors[(topic, index)] = ErrorCode.offset_metadata_too_large
+            else:
+                value = OffsetValue(offset, metadata or "", now, leader_epoch, expire)
+                records.append((encode_key(OffsetKey(request.group_id, topic, index)), encode_offset(value)))
+                written.append((topic, index))
+    try:
+        await shard.write(records)
+        code = ErrorCode.none
+    except CoordinatorError as exc:
+        code = exc.code
+    errors.update({tp: code for tp in written})
+    if group is not None and code == ErrorCode.none and request.generation_id >= 0:
+        shard.membership.touch(group, request.member_id)
+    return errors
+
+
+def _commit_response(request: Any, errors: PartitionErrors | None, error: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": errors.get((topic.name, p.partition_index), error) if errors is not None else error}
+            for p in topic.partitions]}
+        for topic in request.topics]}
+
+
+def _fetch_partition(shard: GroupShard | None, group_id: str, topic: str, partition: int,
+                     error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    value = shard.offsets.get(group_id, topic, partition) if shard is not None else None
+    if value is None:
+        return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                "metadata": "", "error_code": error}
+    return {"partition_index": partition, "committed_offset": value.offset,
+            "committed_leader_epoch": value.leader_epoch, "metadata": value.metadata, "error_code": error}
+
+
+class OffsetApis:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    async def offset_commit(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        version = ctx.api_version
+        commit = CommitRequest(
+            group_id=request.group_id,
+            generation_id=getattr(request, "generation_id_or_member_epoch", -1),
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            retention_ms=ms(getattr(request, "retention_time", None)),
+            topics=[(t.name, [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                               p.committed_metadata) for p in t.partitions]) for t in request.topics],
+            api_version=version,
+        )
+        if not commit.group_id:
+            return _commit_response(request, None, ErrorCode.invalid_group_id)
+
+        async def operation(shard: GroupShard) -> PartitionErrors:
+            return await commit_offsets(shard, ctx.broker.image, commit)
+
+        try:
+            errors = await with_shard(self.coordinator, commit.group_id, operation)
+        except CoordinatorError as exc:
+            return _commit_response(request, None, exc.code)
+        return _commit_response(request, errors, ErrorCode.none)
+
+    async def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                           version: int) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        """One group's offsets: the requested partitions (-1 when none is committed), or all it has."""
+        try:
+            context, shard = await self.coordinator.shard_for(group_id)
+            if not context.active:
+                raise CoordinatorError(ErrorCode.not_coordinator, "moved")
+        except CoordinatorError as exc:
+            if topics is None or version >= 2:
+                return exc.code, []
+            return exc.code, [{"name": topic, "partitions": [_fetch_partition(None, group_id, topic, p, exc.code)
+                                                            for p in partitions]} for topic, partitions in topics]
+        if topics is None:
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for topic, partition in sorted(shard.offsets.of_group(group_id)):
+                by_topic[topic].append(partition)
+            topics = list(by_topic.items())
+        return ErrorCode.none, [{"name": topic, "partitions": [_fetch_partition(shard, group_id, topic, p)
+                                                              for p in partitions]}
+                                for topic, partitions in topics]
+
+    async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        version = ctx.api_version
+
+        def wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
+            return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+
+        if version >= 8:
+            groups = []
+            for group in request.groups:
+                error, topics = await self._fetch_group(group.group_id, wanted(group.topics), version)
+                groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
+            return {"throttle_time": 0, "groups": groups}
+        error, topics = await self._fetch_group(request.group_id, wanted(request.topics), version)
+        return {"throttle_time": 0, "topics": topics, "error_code": error}
+
+    async def offset_delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        group_id = request.group_id
+        image = ctx.broker.image
+        requested = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+
+        async def operation(shard: GroupShard) -> PartitionErrors:
+            group = shard.groups.get(group_id)
+            if group is None:
+                raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
+            group.validate_offset_delete()
+            errors: PartitionErrors = {}
+            records: list[tuple[bytes, bytes | None]] = []
+            for topic, partitions in requested:
+                topic_image = image.topics.get(topic)
+                for index in partitions:
+                    if topic_image is None or index not in topic_image.partitions:
+                        errors[(topic, index)] = ErrorCode.unknown_topic_or_partition
+                    elif group.is_subscribed_to(topic):
+                        errors[(topic, index)] = ErrorCode.group_subscribed_to_topic
+                    else:
+                        errors[(topic, index)] = ErrorCode.none
+                        if shard.offsets.get(group_id, topic, index) is not None:
+                            records.append((encode_key(OffsetKey(group_id, topic, index)), None))
+            await shard.write(records)
+            return errors
+
+        error = ErrorCode.none
+        errors: PartitionErrors = {}
+        try:
+            if not group_id:
+                raise GroupError(ErrorCode.invalid_group_id)
+            errors = await with_shard(self.coordinator, group_id, operation)
+        except (CoordinatorError, GroupError) as exc:
+            error = exc.code
+        return {"error_code": error, "throttle_time": 0, "topics": [] if error != ErrorCode.none else [
+            {"name": topic, "partitions": [{"partition_index": p, "error_code": errors[(topic, p)]} for p in parts]}
+            for topic, parts in requested]}

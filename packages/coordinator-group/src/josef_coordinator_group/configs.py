@@ -1,0 +1,80 @@
+"""The broker configuration keys of the group coordinator, with Kafka's names and defaults.
+
+:class:`GroupSettings` is a typed snapshot of them, taken per operation from
+the broker's current configuration, so dynamic changes (AlterConfigs on the
+broker) apply to the next request without the coordinator caching anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from josef.config import INT32_MAX, ConfigKey, ConfigType, at_least
+
+I, L = ConfigType.INT, ConfigType.LONG
+S = ConfigType.SHORT
+
+CONFIG_KEYS = (
+    ConfigKey("offsets.topic.num.partitions", I, 50,
+              "Partitions of __consumer_offsets; fixed once the topic exists (it decides which broker coordinates a group).",
+              at_least(1)),
+    ConfigKey("offsets.topic.replication.factor", S, 3,
+              "Replication factor of __consumer_offsets; capped at the number of live brokers when the topic is created.",
+              at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", I, 104857600,
+              "Segment size of __consumer_offsets, kept small so compaction and loading stay fast.", at_least(1)),
+    ConfigKey("offsets.retention.minutes", I, 10080,
+              "How long the offsets of a group that has become empty (or of a simple consumer) are kept after its last commit.",
+              at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", L, 600000, "How often expired offsets are looked for.",
+              at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", I, 5000,
+              "How long a write to __consumer_offsets may wait for replication before the request fails.", at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", I, 4096,
+              "The largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE beyond).", at_least(0)),
+    ConfigKey("group.initial.rebalance.delay.ms", I, 3000,
+              "How long the first rebalance of an empty group waits for more members before completing.", at_least(0)),
+    ConfigKey("group.min.session.timeout.ms", I, 6000, "The smallest session timeout a member may ask for.", at_least(0)),
+    ConfigKey("group.max.session.timeout.ms", I, 1800000, "The largest session timeout a member may ask for.",
+              at_least(0)),
+    ConfigKey("group.max.size", I, INT32_MAX, "The most members a classic group may have.", at_least(1)),
+)
+
+#: Kafka's internal constant: a new member's JoinGroup is dropped after this long (it is expected to retry).
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+
+@attrs.frozen
+class GroupSettings:
+    """The coordinator's configuration at one moment."""
+
+    num_partitions: int = 50
+    replication_factor: int = 3
+    segment_bytes: int = 104857600
+    offsets_retention_ms: int = 10080 * 60_000
+    retention_check_interval_ms: int = 600000
+    commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    max_size: int = INT32_MAX
+    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+
+    @classmethod
+    def from_config(cls, config: Any) -> GroupSettings:
+        """From a :class:`josef.config.Config` (anything indexable by key name)."""
+        return cls(
+            num_partitions=config["offsets.topic.num.partitions"],
+            replication_factor=config["offsets.topic.replication.factor"],
+            segment_bytes=config["offsets.topic.segment.bytes"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            commit_timeout_ms=config["offsets.commit.timeout.ms"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            max_size=config["group.max.size"],
+        )

@@ -1,0 +1,80 @@
+"""The group coordinator as the core's coordinator runtime sees it: an internal topic, its APIs, its shards."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from josef.coordinator.runtime import CoordinatorError, ShardContext
+from kio.schema.errors import ErrorCode
+
+from josef_coordinator_group.api_admin import GroupAdminApis
+from josef_coordinator_group.api_membership import MembershipApis
+from josef_coordinator_group.api_offsets import OffsetApis
+from josef_coordinator_group.configs import GroupSettings
+from josef_coordinator_group.shard import GroupShard
+
+if TYPE_CHECKING:
+    from josef.broker import Broker
+    from josef.server.dispatch import Handler
+
+OFFSETS_TOPIC = "__consumer_offsets"
+#: FindCoordinator key type of groups.
+GROUP_KEY_TYPE = 0
+
+
+class GroupCoordinator:
+    """Consumer groups and their offsets, kept in ``__consumer_offsets`` (registered as ``group``)."""
+
+    key_type = GROUP_KEY_TYPE
+    internal_topic = OFFSETS_TOPIC
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._membership = MembershipApis(self)
+        self._offsets = OffsetApis(self)
+        self._admin = GroupAdminApis(self)
+
+    def settings(self) -> GroupSettings:
+        return GroupSettings.from_config(self.broker.config)
+
+    def topic_settings(self) -> tuple[int, int, Mapping[str, str]]:
+        """Partitions (the existing topic's count once it exists: it decides where groups live), RF, configs."""
+        settings = self.settings()
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        partitions = len(topic.partitions) if topic is not None and topic.partitions else settings.num_partitions
+        return partitions, settings.replication_factor, {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(settings.segment_bytes),
+            "compression.type": "producer",
+        }
+
+    def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
+        """The classic group APIs with the versions Kafka 4.0 answers (the dispatcher caps them at what kio parses)."""
+        m, o, a = self._membership, self._offsets, self._admin
+        return (
+            (11, m.join_group, 0, 9),
+            (14, m.sync_group, 0, 5),
+            (12, m.heartbeat, 0, 4),
+            (13, m.leave_group, 0, 5),
+            (8, o.offset_commit, 0, 9),
+            (9, o.offset_fetch, 0, 9),
+            (47, o.offset_delete, 0, 0),
+            (16, a.list_groups, 0, 5),
+            (15, a.describe_groups, 0, 5),
+            (42, a.delete_groups, 0, 2),
+        )
+
+    def new_shard(self, context: ShardContext) -> GroupShard:
+        return GroupShard(context, self.settings)
+
+    async def shard_for(self, group_id: str) -> tuple[ShardContext, GroupShard]:
+        """The loaded shard coordinating ``group_id``; CoordinatorError (NOT_COORDINATOR...) otherwise."""
+        context = await self.broker.coordinators.shard_for(self, group_id)
+        shard = context.shard
+        if not context.active or not isinstance(shard, GroupShard):
+            raise CoordinatorError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")
+        return context, shard
+
+    def shards(self) -> list[GroupShard]:
+        return [c.shard for c in self.broker.coordinators.shards(self) if isinstance(c.shard, GroupShard)]
+

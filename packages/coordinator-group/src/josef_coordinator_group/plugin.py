@@ -1,0 +1,25 @@
+"""The entry point (``coordinator-group = josef_coordinator_group.plugin``): consumer groups for josef.
+
+Installing this distribution is what turns group coordination on: the broker
+starts every registered coordinator, registers its APIs, and answers
+FindCoordinator for groups.
+"""
+
+from __future__ import annotations
+
+import josef
+from josef.hookspecs import Register
+
+from josef_coordinator_group.configs import CONFIG_KEYS
+from josef_coordinator_group.coordinator import GroupCoordinator
+
+
+@josef.hookimpl
+def register_coordinators(register: Register) -> None:
+    register("group", GroupCoordinator)
+
+
+@josef.hookimpl
+def register_configs(register: Register) -> None:
+    for key in CONFIG_KEYS:
+        register(key)

@@ -1,0 +1,267 @@
+"""The records of ``__consumer_offsets``, in Kafka's own binary format.
+
+josef writes exactly what a Kafka broker writes (``group-coordinator/*.json``
+in Kafka's source), so a ``__consumer_offsets`` partition stays readable by
+Kafka's tools (``kafka-console-consumer --formatter
+...OffsetsMessageFormatter``) and a log copied from Kafka loads here:
+
+=====================  ==========================================  ===============================
+record                 key (int16 version, then fields)            value (int16 version, then fields)
+=====================  ==========================================  ===============================
+committed offset       v1: group, topic, partition (v0 is read)    v3 (v1 when an expiry time is
+                                                                   set, the only version with one);
+                                                                   v0-v4 are read
+classic group          v2: group                                   v3; v0-v4 are read
+=====================  ==========================================  ===============================
+
+The key identifies the entity, so compaction keeps the latest record per
+offset and per group; a record with a null value (tombstone) deletes it.
+Keys of versions josef does not know (Kafka's KIP-848 consumer-group records,
+versions 3+) are skipped by :func:`decode_key`, so a log written by a newer
+Kafka still loads.
+
+Encoding: big-endian integers; strings as int16 length + UTF-8 (-1 for
+null); bytes as int32 length. Flexible versions (v4 values) use compact
+strings/bytes/arrays (unsigned varint length + 1) and tagged-field sections,
+which are read and skipped.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Union
+
+import attrs
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_VALUE_VERSION = 3
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class RecordFormatError(ValueError):
+    """A record of ``__consumer_offsets`` could not be decoded."""
+
+
+@attrs.frozen
+class OffsetKey:
+    """Identifies one committed offset: a group's position in one partition."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@attrs.frozen
+class GroupKey:
+    """Identifies one classic group's metadata."""
+
+    group: str
+
+
+Key = Union[OffsetKey, GroupKey]
+
+
+@attrs.frozen
+class OffsetValue:
+    """A committed offset. ``expire_timestamp`` is -1 unless the commit asked for its own retention (v2-v4)."""
+
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    leader_epoch: int = -1
+    expire_timestamp: int = -1
+
+
+@attrs.frozen
+class MemberValue:
+    """A member as persisted: enough to resume the generation after a restart (Kafka's MemberMetadata)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@attrs.frozen
+class GroupValue:
+    """A classic group at the end of a rebalance: generation, chosen protocol, leader, members."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: tuple[MemberValue, ...] = ()
+
+
+# Writing ---------------------------------------------------------------------------------
+
+
+class _Writer:
+    def __init__(self, version: int) -> None:
+        self.parts: list[bytes] = [_I16.pack(version)]
+
+    def i32(self, value: int) -> _Writer:
+        self.parts.append(_I32.pack(value))
+        return self
+
+    def i64(self, value: int) -> _Writer:
+        self.parts.append(_I64.pack(value))
+        return self
+
+    def string(self, value: str | None) -> _Writer:
+        if value is None:
+            self.parts.append(_I16.pack(-1))
+        else:
+            data = value.encode()
+            self.parts += [_I16.pack(len(data)), data]
+        return self
+
+    def bytes_(self, value: bytes) -> _Writer:
+        self.parts += [_I32.pack(len(value)), bytes(value)]
+        return self
+
+    def done(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def encode_key(key: Key) -> bytes:
+    if isinstance(key, OffsetKey):
+        return _Writer(OFFSET_KEY_VERSION).string(key.group).string(key.topic).i32(key.partition).done()
+    return _Writer(GROUP_KEY_VERSION).string(key.group).done()
+
+
+def encode_offset(value: OffsetValue) -> bytes:
+    if value.expire_timestamp >= 0:
+        return (_Writer(OFFSET_VALUE_VERSION_WITH_EXPIRY).i64(value.offset).string(value.metadata)
+                .i64(value.commit_timestamp).i64(value.expire_timestamp).done())
+    return (_Writer(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch).string(value.metadata)
+            .i64(value.commit_timestamp).done())
+
+
+def encode_group(value: GroupValue) -> bytes:
+    w = (_Writer(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation).string(value.protocol)
+         .string(value.leader).i64(value.current_state_timestamp).i32(len(value.members)))
+    for m in value.members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
+         .i32(m.rebalance_timeout).i32(m.session_timeout).bytes_(m.subscription).bytes_(m.assignment))
+    return w.done()
+
+
+# Reading ---------------------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, data: bytes, flexible: bool = False) -> None:
+        self.data = data
+        self.pos = 0
+        self.flexible = flexible
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise RecordFormatError("record is truncated")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def i16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def i64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            byte = self._take(1)[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise RecordFormatError("varint is too long")
+
+    def string(self) -> str | None:
+        size = self.uvarint() - 1 if self.flexible else self.i16()
+        return None if size < 0 else self._take(size).decode()
+
+    def bytes_(self) -> bytes:
+        size = self.uvarint() - 1 if self.flexible else self.i32()
+        return b"" if size < 0 else self._take(size)
+
+    def array_length(self) -> int:
+        return self.uvarint() - 1 if self.flexible else self.i32()
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self._take(self.uvarint())
+
+
+def decode_key(data: bytes) -> Key | None:
+    """The key of a record; None for record types josef does not know (skipped on load)."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version in (0, 1):
+        return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
+    if version == 2:
+        return GroupKey(reader.string() or "")
+    return None
+
+
+def decode_offset(data: bytes) -> OffsetValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown offset commit value version {version}")
+    reader.flexible = version >= 4
+    offset = reader.i64()
+    leader_epoch = reader.i32() if version >= 3 else -1
+    metadata = reader.string() or ""
+    commit_timestamp = reader.i64()
+    expire_timestamp = reader.i64() if version == 1 else -1
+    reader.tagged_fields()
+    return OffsetValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
+
+
+def decode_group(data: bytes) -> GroupValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown group metadata value version {version}")
+    reader.flexible = version >= 4
+    protocol_type = reader.string() or ""
+    generation = reader.i32()
+    protocol = reader.string()
+    leader = reader.string()
+    timestamp = reader.i64() if version >= 2 else -1
+    members = []
+    for _ in range(reader.array_length()):
+        member_id = reader.string() or ""
+        instance_id = reader.string() if version >= 3 else None
+        client_id = reader.string() or ""
+        client_host = reader.string() or ""
+        rebalance_timeout = reader.i32() if version >= 1 else -1
+        session_timeout = reader.i32()
+        subscription = reader.bytes_()
+        assignment = reader.bytes_()
+        reader.tagged_fields()
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   session_timeout if rebalance_timeout < 0 else rebalance_timeout,
+                                   session_timeout, subscription, assignment))
+    reader.tagged_fields()
+    return GroupValue(protocol_type, generation, protocol, leader, timestamp, tuple(members))

@@ -1,0 +1,191 @@
+"""Drive a real GroupShard without a broker: writes are recorded (and replayed), timers fire when a test says so.
+
+The shard under test is the production one; only its link to the partition
+(:class:`josef.coordinator.runtime.ShardContext`) is replaced, so state
+machine tests are deterministic and need no sleeping.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+import anyio
+import attrs
+from josef.protocol.messages import build, is_flexible, request_type, response_type
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from josef_coordinator_group import clock
+from josef_coordinator_group.configs import GroupSettings
+from josef_coordinator_group.consumer_protocol import encode_subscription
+from josef_coordinator_group.group import JoinResult, SyncResult, Waiter
+from josef_coordinator_group.membership import JoinRequest, LeavingMember, SyncRequest
+from josef_coordinator_group.records import decode_group, decode_key, GroupKey
+from josef_coordinator_group.shard import GroupShard
+
+SUB = encode_subscription(["orders"])
+
+
+class FakeContext:
+    """What a GroupShard needs of ShardContext: a lock, writes, timers, and whether it is still active."""
+
+    def __init__(self) -> None:
+        self.lock = anyio.Lock()
+        self.active = True
+        self.tp = "__consumer_offsets-0"
+        self.shard: GroupShard | None = None
+        self.written: list[tuple[bytes, bytes | None]] = []
+        self.timers: dict[Any, tuple[float, Any]] = {}
+        self.fail_writes: ErrorCode | None = None
+
+    async def write(self, records):
+        from josef.coordinator.runtime import CoordinatorError
+
+        if self.fail_writes is not None:
+            raise CoordinatorError(self.fail_writes, "injected failure")
+        for key, value in records:
+            self.written.append((key, value))
+            assert self.shard is not None
+            self.shard.replay(key, value, len(self.written) - 1)
+        return len(self.written) - 1
+
+    def schedule(self, key, delay_s, callback):
+        self.timers[key] = (delay_s, callback)
+
+    def cancel(self, key):
+        self.timers.pop(key, None)
+
+
+@attrs.define
+class Clock:
+    now: int = 1_800_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Harness:
+    """One shard and helpers that speak in requests, as handlers would (lock held for each operation)."""
+
+    def __init__(self, monkeypatch, **settings: Any) -> None:
+        self.clock = Clock()
+        monkeypatch.setattr(clock, "now_ms", self.clock)
+        defaults = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 10, "max_session_timeout_ms": 60_000}
+        self.settings = GroupSettings(**{**defaults, **settings})
+        self.context = FakeContext()
+        self.shard = GroupShard(self.context, lambda: self.settings)  # type: ignore[arg-type]
+        self.context.shard = self.shard
+        self.shard.loading = False
+
+    @property
+    def groups(self):
+        return self.shard.groups
+
+    def group(self, group_id: str = "g"):
+        return self.shard.groups[group_id]
+
+    # Requests -----------------------------------------------------------------------------
+
+    async def join(self, member_id: str = "", group_id: str = "g", *, version: int = 9, instance_id: str | None = None,
+                   protocols=(("range", SUB),), session_ms: int = 10_000, rebalance_ms: int = 30_000,
+                   protocol_type: str = "consumer", client_id: str = "client") -> Waiter[JoinResult]:
+        request = JoinRequest(group_id, member_id, instance_id, session_ms, rebalance_ms, protocol_type,
+                              tuple(protocols), client_id, "/127.0.0.1", version)
+        async with self.context.lock:
+            return await self.shard.membership.join(request)
+
+    async def join_new(self, group_id: str = "g", **kwargs: Any) -> Waiter[JoinResult]:
+        """A v4+ first join: ask for a member id, then join with it (the JoinGroup stays parked)."""
+        first = await self.join("", group_id, **kwargs)
+        result = await first.wait()
+        assert result.error == ErrorCode.member_id_required, result
+        return await self.join(result.member_id, group_id, **kwargs)
+
+    async def sync(self, member_id: str, generation: int, group_id: str = "g", *, assignments=None,
+                   instance_id: str | None = None, protocol_type=None, protocol_name=None) -> Waiter[SyncResult]:
+        request = SyncRequest(group_id, generation, member_id, instance_id, protocol_type, protocol_name,
+                              dict(assignments or {}))
+        async with self.context.lock:
+            return await self.shard.membership.sync(request)
+
+    async def heartbeat(self, member_id: str, generation: int, group_id: str = "g",
+                        instance_id: str | None = None) -> ErrorCode:
+        async with self.context.lock:
+            return self.shard.membership.heartbeat(group_id, member_id, instance_id, generation)
+
+    async def leave(self, *members: tuple[str, str | None], group_id: str = "g"):
+        async with self.context.lock:
+            return await self.shard.membership.leave(group_id, [LeavingMember(m, i) for m, i in members])
+
+    # Timers -------------------------------------------------------------------------------
+
+    def timer_keys(self) -> set[Any]:
+        return set(self.context.timers)
+
+    async def fire(self, key: Any) -> None:
+        """Let one pending timer go off now."""
+        _, callback = self.context.timers.pop(key)
+        await callback()
+
+    async def settle(self, group_id: str = "g") -> None:
+        """Let the join phase's timers go off until it ends (the initial delay extends once per newcomer)."""
+        for _ in range(100):
+            if ("join", group_id) not in self.context.timers:
+                return
+            await self.fire(("join", group_id))
+        raise AssertionError("the join phase does not end")
+
+    async def fire_all(self, kind: str) -> None:
+        for key in [k for k in self.context.timers if isinstance(k, tuple) and k[0] == kind]:
+            if key in self.context.timers:
+                await self.fire(key)
+
+    def group_records(self, group_id: str = "g"):
+        """The GroupMetadata values written for ``group_id`` (None for a tombstone), oldest first."""
+        return [None if value is None else decode_group(value) for key, value in self.context.written
+                if decode_key(key) == GroupKey(group_id)]
+
+
+async def done(waiter: Waiter):
+    """The result of a waiter that must already be complete."""
+    assert waiter.done, "the request is still parked"
+    return await waiter.wait()
+
+
+class RawClient:
+    """Any API at any version over a real socket (requests built with the handlers' own builder)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.correlation = 0
+
+    def send(self, key: int, version: int, body: dict[str, Any]) -> None:
+        self.correlation += 1
+        request = build(request_type(key, version), body)
+        buf = io.BytesIO()
+        buf.write(struct.pack(">hhih", key, version, self.correlation, 3) + b"raw")
+        if is_flexible(key, version):
+            buf.write(b"\x00")
+        entity_writer(type(request))(buf, request)
+        payload = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        self._pending = (key, version, self.correlation)
+
+    def receive(self) -> Any:
+        key, version, correlation = self._pending
+        size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
+        frame = self.sock.recv(size, socket.MSG_WAITALL)
+        assert struct.unpack(">i", frame[:4])[0] == correlation
+        offset = 4 + (1 if key != 18 and is_flexible(key, version) else 0)
+        response, _ = entity_reader(response_type(key, version))(frame, offset)
+        return response
+
+    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
+        self.send(key, version, body)
+        return self.receive()
+
+    def close(self) -> None:
+        self.sock.close()
