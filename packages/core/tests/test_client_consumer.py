@@ -575,7 +575,16 @@ async def consume_ignoring_unknown(c: AsyncConsumer, count: int) -> list[Consume
     raise AssertionError(f"only {len(got)} records arrived")
 
 
-def test_committed_needs_a_group_coordinator(josef_broker):
+@pytest.fixture
+def broker_without_groups(tmp_path):
+    """A broker without the group coordinator plugin (the workspace installs it), for stand-ins and its absence."""
+    with BrokerThread(broker_overrides(tmp_path), pm=get_plugin_manager(block=["coordinator-group"])) as broker:
+        yield broker
+
+
+def test_committed_needs_a_group_coordinator(broker_without_groups):
+    josef_broker = broker_without_groups
+
     async def main():
         await setup_topic(josef_broker.bootstrap_servers, batches=0)
         async with consumer(josef_broker) as c:
@@ -589,8 +598,9 @@ def test_committed_needs_a_group_coordinator(josef_broker):
     run(main())
 
 
-def test_committed_asks_the_coordinator(josef_broker):
+def test_committed_asks_the_coordinator(broker_without_groups):
     """A stand-in group coordinator on the broker, as a real Kafka one answers."""
+    josef_broker = broker_without_groups
     seen = []
 
     async def find_coordinator(ctx, request):

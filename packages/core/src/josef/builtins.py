@@ -31,3 +31,17 @@ def register_commands(cli) -> None:  # type: ignore[no-untyped-def]  # a click.G
     from josef.commands import register
 
     register(cli)
+
+
+@hookimpl
+def register_assignors(register: Register) -> None:
+    """The classic protocol's client-side assignors, as Kafka's Java client names them."""
+    from josef.client.assignors import (
+        CooperativeStickyAssignor,
+        RangeAssignor,
+        RoundRobinAssignor,
+        StickyAssignor,
+    )
+
+    for assignor in (RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor):
+        register(assignor.name, assignor)

@@ -11,6 +11,7 @@ with underscores (``linger_ms=5``). It works against josef and any Kafka broker.
 from josef.client.admin import Admin, AsyncAdmin, ConfigResource, NewPartitions, NewTopic, OffsetSpec
 from josef.client.cluster import TopicPartition
 from josef.client.consumer import AsyncConsumer, Consumer, OffsetAndMetadata
+from josef.client.group import CommitFailedError, RebalanceListener
 from josef.client.errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 from josef.client.producer import AsyncProducer, Producer, RecordMetadata
 from josef.client.records import ConsumerRecord
@@ -19,5 +20,6 @@ __all__ = [
     "Admin", "AsyncAdmin", "ConfigResource", "NewPartitions", "NewTopic", "OffsetSpec",
     "AsyncConsumer", "AsyncProducer", "ConfigError", "Consumer", "ConsumerRecord", "KafkaConnectionError",
     "KafkaError", "KafkaTimeoutError", "OffsetAndMetadata", "Producer", "RecordMetadata", "TopicPartition",
+    "CommitFailedError", "RebalanceListener",
     "UnsupportedVersionError",
 ]

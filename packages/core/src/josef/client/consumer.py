@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import inspect
 import logging
+import re
 import time
 from typing import Any, Iterable, Mapping
 
@@ -36,12 +39,21 @@ from kio.schema.errors import ErrorCode
 from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
 from josef.client.config import CONSUMER, ConfigError, build_config
 from josef.client.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from josef.client.group import (
+    OFFSET_COMMIT,
+    OFFSET_COMMIT_MAX,
+    ClassicGroupMember,
+    CommitFailedError,
+    ConsumerGroupMetadata,
+    RebalanceListener,
+)
 from josef.client.interceptors import InterceptorChain
 from josef.client.records import ConsumerRecord, FetchedPartition, RecordDeserializationError
 from josef.client.sync import LoopThread
 
-__all__ = ["AsyncConsumer", "Consumer", "ConsumerRecord", "NoOffsetForPartitionError", "OffsetAndMetadata",
-           "OffsetOutOfRangeError", "RecordDeserializationError", "TopicPartition"]
+__all__ = ["AsyncConsumer", "CommitFailedError", "Consumer", "ConsumerGroupMetadata", "ConsumerRecord",
+           "NoOffsetForPartitionError", "OffsetAndMetadata", "OffsetOutOfRangeError", "RebalanceListener",
+           "RecordDeserializationError", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +68,9 @@ OFFSET_FETCH_MAX = 9
 #: Errors of FindCoordinator/OffsetFetch that mean "ask again, maybe elsewhere".
 COORDINATOR_RETRY = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                                ErrorCode.coordinator_load_in_progress, ErrorCode.unstable_offset_commit})
+#: OffsetCommit errors meaning the member's generation is gone.
+FENCED = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id,
+                    ErrorCode.rebalance_in_progress, ErrorCode.stale_member_epoch})
 
 
 class OffsetOutOfRangeError(KafkaError):
@@ -121,17 +136,27 @@ class AsyncConsumer:
                 for tp, records in (await consumer.poll(timeout_ms=1000)).items():
                     ...
 
-    ``plugin_manager`` (not a Kafka key) is where interceptors come from.
+    Or as a member of a consumer group, which shares the partitions of the
+    subscribed topics among its members::
+
+        async with AsyncConsumer(bootstrap_servers="localhost:9092", group_id="billing") as consumer:
+            consumer.subscribe(["orders"], listener=MyRebalanceListener())
+            while True:
+                for tp, records in (await consumer.poll(timeout_ms=1000)).items():
+                    ...   # positions are committed every auto.commit.interval.ms, on rebalance and on close
+
+    ``plugin_manager`` (not a Kafka key) is where interceptors and assignors come from.
 
     Where assignments come from: everything below the assignment (positions,
     pause state, the fetcher, poll) only reads ``self._states``, which
     :meth:`_set_assignment` replaces. :meth:`assign` is one source of
-    assignments; group membership (``subscribe()``, later) will be another:
-    its coordinator calls ``_set_assignment(partitions, reset=False)`` after
-    each rebalance, leaving new partitions without a position (so the
-    fetcher neither fetches nor resets them), then seeks each one to its
-    :meth:`committed` offset and calls ``_request_reset`` for those with
-    none, so ``auto.offset.reset`` applies only where nothing was committed.
+    assignments; group membership (:meth:`subscribe`, see
+    :mod:`josef.client.group`) is the other: its coordinator calls
+    ``_set_assignment(partitions, reset=False)`` after each rebalance, leaving
+    new partitions without a position (so the fetcher neither fetches nor
+    resets them), then seeks each one to its :meth:`committed` offset and
+    calls ``_request_reset`` for those with none, so ``auto.offset.reset``
+    applies only where nothing was committed.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, plugin_manager: Any = None, **kwargs: Any) -> None:
@@ -140,6 +165,27 @@ class AsyncConsumer:
             raise ConfigError("request.timeout.ms must be greater than fetch.max.wait.ms, "
                               "or every fetch with no new data times out")
         self._interceptors = InterceptorChain.from_config(self.config["interceptor.classes"], self.config, plugin_manager)
+        group_id = self.config["group.id"]
+        if self.config["group.protocol"] == "consumer":
+            raise ConfigError("group.protocol=consumer (KIP-848, ConsumerGroupHeartbeat) is not available in josef's "
+                              "client yet; use group.protocol=classic")
+        if self.config["heartbeat.interval.ms"] >= self.config["session.timeout.ms"]:
+            raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms")
+        if group_id is not None and not group_id:
+            raise ConfigError("group.id must not be empty")
+        self._assignors: list[Any] = []
+        if group_id:
+            from josef.client.assignors import load_assignors
+
+            if not self.config["partition.assignment.strategy"]:
+                raise ConfigError("partition.assignment.strategy must name at least one assignor")
+            self._assignors = load_assignors(self.config["partition.assignment.strategy"], plugin_manager)
+        self._auto_commit = bool(group_id) and self.config["enable.auto.commit"]
+        self._next_auto_commit = time.monotonic() + self.config["auto.commit.interval.ms"] / 1000
+        self._group: ClassicGroupMember | None = None
+        self._manual = False
+        self._coordinator_address: tuple[str, int] | None = None
+        self._commits: set[asyncio.Task[None]] = set()
         self._reset_strategy: str = self.config["auto.offset.reset"]
         self._read_committed = self.config["isolation.level"] == "read_committed"
         self._isolation = 1 if self._read_committed else 0
@@ -179,6 +225,8 @@ class AsyncConsumer:
         """Stop fetching and close the connections; buffered records are dropped."""
         if self._closed:
             return
+        if self._fetcher is not None:
+            await self._leave_on_close()
         self._closed = True
         # The fetcher first, so nothing new starts; then the connections, so requests in flight fail
         # into the tasks awaiting them (rather than into futures nobody reads); then those tasks.
@@ -187,6 +235,18 @@ class AsyncConsumer:
         await self._cancel([self._metadata_task, *self._tasks])
         await self.cluster.close()  # one a task may have opened meanwhile
         self._buffer.clear()
+
+    async def _leave_on_close(self) -> None:
+        """Commit (auto commit), revoke and leave the group, within request.timeout.ms; failures are logged."""
+        try:
+            if self._group is not None:
+                await asyncio.wait_for(self._group.close(), self.config["request.timeout.ms"] / 1000)
+            elif self._auto_commit and self._positions():
+                await self._commit(self._positions(), self.config["request.timeout.ms"])
+        except (KafkaError, asyncio.TimeoutError) as exc:
+            log.warning("committing or leaving the group on close failed: %s", exc or "timed out")
+        if self._commits:
+            await asyncio.wait(set(self._commits), timeout=self.config["request.timeout.ms"] / 1000)
 
     @staticmethod
     async def _cancel(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
@@ -226,10 +286,13 @@ class AsyncConsumer:
         (``retry.backoff.ms`` apart) that finds one missing, and consumes it once it exists.
         """
         self._check_open()
+        if self._group is not None:
+            raise RuntimeError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
         partitions = list(partitions)
         for tp in partitions:
             if not isinstance(tp, TopicPartition):
                 raise TypeError(f"assign() takes TopicPartition objects, not {tp!r}")
+        self._manual = True
         self._set_assignment(partitions, reset=True)
 
     def _set_assignment(self, partitions: Iterable[TopicPartition], *, reset: bool) -> None:
@@ -309,6 +372,10 @@ class AsyncConsumer:
         while state.position is None:
             if state.error is not None:
                 raise state.error
+            if state.reset is None and self._group is not None and tp in self._group.pending_positions:
+                await self._group.init_positions()
+                if state.position is not None or state.reset is not None:
+                    continue
             if state.reset is None:
                 raise NoOffsetForPartitionError([tp])
             strategy, generation = state.reset, state.generation
@@ -360,14 +427,17 @@ class AsyncConsumer:
         self._check_open()
         if self._fetcher is None:
             await self.start()
-        if not self._states:
-            raise RuntimeError("no partitions are assigned: call assign() before poll()")
+        if not self._states and self._group is None:
+            raise RuntimeError("no partitions are assigned: call assign() or subscribe() before poll()")
         limit = max_records or self.config["max.poll.records"]
         if limit < 1:
             raise ValueError("max_records must be at least 1")
         assert self._data is not None
         deadline = time.monotonic() + timeout_ms / 1000
+        self._maybe_auto_commit()
         while True:
+            if self._group is not None:
+                await self._group.poll()
             self._raise_errors()
             records = self._collect(limit)
             if records:
@@ -806,8 +876,8 @@ class AsyncConsumer:
         """The offsets ``group.id`` committed for these partitions (None where it has none).
 
         Asks the group coordinator (FindCoordinator, then OffsetFetch). A broker
-        without a group coordinator (josef, for now) answers with
-        :class:`UnsupportedVersionError`.
+        without a group coordinator (josef without its coordinator-group
+        plugin) answers with :class:`UnsupportedVersionError`.
         """
         self._check_open()
         group = self.config["group.id"]
@@ -823,6 +893,8 @@ class AsyncConsumer:
             except UnsupportedVersionError:
                 raise
             except KafkaError as exc:
+                if exc.code != ErrorCode.coordinator_load_in_progress:
+                    self._forget_coordinator()
                 if not (exc.retriable or exc.code in COORDINATOR_RETRY) or time.monotonic() + self._backoff_s >= deadline:
                     raise
                 log.info("committed offsets of group %r: %s; retrying", group, exc)
@@ -857,12 +929,19 @@ class AsyncConsumer:
         return result
 
     async def _coordinator(self, group: str) -> Any:
-        """A connection to ``group``'s coordinator, found with FindCoordinator (key type 0: group)."""
+        """A connection to ``group``'s coordinator (the consumer's ordinary one to that broker)."""
+        return await self.cluster.connection(await self._find_coordinator(group))
+
+    async def _find_coordinator(self, group: str) -> tuple[str, int]:
+        """The address of ``group``'s coordinator, by FindCoordinator (key type 0: group); kept until forgotten."""
+        if self._coordinator_address is not None:
+            return self._coordinator_address
         conn = await self.cluster.any_connection()
         try:
             version = conn.version(FIND_COORDINATOR)
         except UnsupportedVersionError as exc:
-            raise UnsupportedVersionError(f"committed offsets need a group coordinator: {exc.message}") from None
+            raise UnsupportedVersionError(f"consumer groups and committed offsets need a group coordinator: "
+                                          f"{exc.message}") from None
         response = await conn.request(FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]},
                                       version=version)
         if version >= 4:
@@ -871,7 +950,282 @@ class AsyncConsumer:
             found = response
         if found.error_code != ErrorCode.none:
             raise KafkaError(found.error_code, f"FindCoordinator for group {group!r}: {found.error_message or ''}")
-        return await self.cluster.connection((found.host, found.port))
+        self._coordinator_address = (found.host, found.port)
+        return self._coordinator_address
+
+    def _forget_coordinator(self) -> None:
+        self._coordinator_address = None
+
+    # Group membership -------------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str] | str | None = None, *, pattern: str | re.Pattern[str] | None = None,
+                  listener: Any = None) -> None:
+        """Join ``group.id`` and consume the partitions the group assigns from these topics (or those matching ``pattern``).
+
+        The group shares the partitions of the subscribed topics among its
+        members (with the first assignor of ``partition.assignment.strategy``
+        every member has); the join happens in :meth:`poll`. ``pattern`` is a
+        regular expression matched against whole topic names, re-evaluated at
+        every metadata refresh (``metadata.max.age.ms``). ``listener`` is a
+        :class:`RebalanceListener` (or any object with some of its methods).
+        Subscribing again replaces the subscription (and rejoins).
+        """
+        self._check_open()
+        if not self.config["group.id"]:
+            raise KafkaError(ErrorCode.invalid_group_id, "subscribe() needs group.id")
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or pattern=, not both or neither")
+        compiled = None
+        names: list[str] = []
+        if pattern is not None:
+            try:
+                compiled = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"subscribe(pattern={pattern!r}) is not a valid regular expression: {exc}") from None
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics or ())
+            if not names:
+                raise ValueError("subscribe() needs at least one topic; unsubscribe() stops consuming")
+            for name in names:
+                if not isinstance(name, str) or not name.strip():
+                    raise ValueError(f"subscribe() takes topic names, not {name!r}")
+        if self._manual:
+            raise RuntimeError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
+        if self._group is None:
+            self._group = ClassicGroupMember(self, self._assignors, topics=names, pattern=compiled, listener=listener)
+        else:
+            self._group.set_subscription(names, compiled, listener)
+        self._wake()
+        if self._data is not None:
+            self._data.set()
+
+    def subscription(self) -> frozenset[str]:
+        """The subscribed topics (those the pattern matched so far, for a pattern)."""
+        return frozenset(self._group.topics) if self._group is not None else frozenset()
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (committing, with auto commit, and revoking first), or drop the assign()ed partitions."""
+        self._check_open()
+        if self._group is not None:
+            try:
+                await self._group.close()
+            finally:
+                self._group = None
+        self._manual = False
+        self._set_assignment([], reset=False)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, generation and member id, as ``send_offsets_to_transaction`` wants them."""
+        if self._group is not None:
+            return self._group.metadata()
+        return ConsumerGroupMetadata(self.config["group.id"] or "")
+
+    # Commits ----------------------------------------------------------------------------
+
+    def _positions(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        wanted = None if partitions is None else set(partitions)
+        return {tp: OffsetAndMetadata(state.position) for tp, state in sorted(self._states.items())
+                if state.position is not None and (wanted is None or tp in wanted)}
+
+    def _offsets_to_commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None
+                           ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if not self.config["group.id"]:
+            raise KafkaError(ErrorCode.invalid_group_id, "commits need group.id")
+        if offsets is None:
+            return self._positions()
+        result = {}
+        for tp, value in offsets.items():
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"commit offsets are keyed by TopicPartition, not {tp!r}")
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = OffsetAndMetadata(value)
+            if not isinstance(value, OffsetAndMetadata) or not isinstance(value.offset, int) or value.offset < 0:
+                raise ValueError(f"commit offset for {tp.topic}-{tp.partition} must be an int >= 0 "
+                                 f"or an OffsetAndMetadata, not {value!r}")
+            result[tp] = value
+        return result
+
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     timeout_ms: int | None = None) -> None:
+        """Commit offsets (default: the position of every assigned partition) and wait for the coordinator's answer.
+
+        An offset is the next one to consume. Raises :class:`CommitFailedError`
+        when the group has rebalanced since this member's generation (its
+        partitions may be someone else's now), :class:`KafkaTimeoutError`
+        after ``timeout_ms`` (default ``default.api.timeout.ms``) of retrying.
+        """
+        self._check_open()
+        found = self._offsets_to_commit(offsets)
+        if found:
+            await self._commit(found, self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     callback: Any = None) -> asyncio.Task[None]:
+        """Commit without waiting; ``callback(offsets, error_or_None)`` (sync or async) is called when it is done.
+
+        Returns the task (await it to wait). Commits are sent in call order.
+        """
+        self._check_open()
+        found = self._offsets_to_commit(offsets)
+
+        async def run() -> None:
+            error: KafkaError | None = None
+            try:
+                if found:
+                    await self._commit(found, self.config["request.timeout.ms"])
+            except KafkaError as exc:
+                error = exc
+            if callback is not None:
+                try:
+                    result = callback(found, error)
+                    if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                        await result
+                except Exception:  # noqa: BLE001 - a user callback
+                    log.exception("commit callback failed")
+            elif error is not None:
+                log.warning("asynchronous commit failed: %s", error)
+            if error is not None:
+                raise error
+
+        task = asyncio.get_running_loop().create_task(run(), name="josef-commit")
+        self._commits.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._commits.discard(t)
+            if not t.cancelled():
+                t.exception()  # retrieved: an ignored task must not log "exception was never retrieved"
+
+        task.add_done_callback(done)
+        return task
+
+    def _maybe_auto_commit(self) -> None:
+        if not self._auto_commit:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config["auto.commit.interval.ms"] / 1000
+        if self._group is not None and not self._group.stable:
+            return
+        offsets = self._positions()
+        if offsets:
+            def logged(offsets: Any, error: KafkaError | None) -> None:
+                if error is not None:
+                    log.info("auto commit failed: %s", error)
+            self.commit_async(offsets, logged)
+
+    async def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], timeout_ms: float) -> None:
+        """OffsetCommit to the group's coordinator, retrying what may pass elsewhere or later, within ``timeout_ms``."""
+        group = self.config["group.id"]
+        if self._group is not None:
+            generation, member, instance = self._group.commit_identity()
+        else:
+            generation, member, instance = -1, "", None
+        deadline = time.monotonic() + timeout_ms / 1000
+        last: KafkaError | None = None
+        while True:
+            try:
+                conn = await asyncio.wait_for(self._coordinator(group), max(deadline - time.monotonic(), 0.001))
+                errors = await asyncio.wait_for(self._offset_commit(conn, group, offsets, generation, member, instance),
+                                                max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError:
+                raise KafkaTimeoutError(f"commit to group {group!r} not done within {int(timeout_ms)} ms"
+                                        + (f" (last error: {last})" if last else "")) from None
+            except UnsupportedVersionError:
+                raise
+            except KafkaError as exc:
+                if not (exc.retriable or exc.code in COORDINATOR_RETRY):
+                    raise
+                self._forget_coordinator()
+                last = exc
+            else:
+                if not errors:
+                    if self._interceptors:
+                        self._interceptors.on_commit(dict(offsets))
+                    return
+                tp, code = min(errors.items())
+                what = f"OffsetCommit of {tp.topic}-{tp.partition} for group {group!r}"
+                if code in FENCED:
+                    if self._group is not None:
+                        if code == ErrorCode.rebalance_in_progress:
+                            self._group.request_rejoin("a commit found the group rebalancing")
+                        elif code == ErrorCode.unknown_member_id:
+                            self._group.reset_generation("OffsetCommit: UNKNOWN_MEMBER_ID", reset_member_id=True)
+                        elif code == ErrorCode.illegal_generation:
+                            self._group.reset_generation("OffsetCommit: ILLEGAL_GENERATION", reset_member_id=False)
+                    raise CommitFailedError(code, f"{what}: the group has rebalanced or is rebalancing; "
+                                                  "the partitions may now belong to another member")
+                if code in COORDINATOR_RETRY or code.retriable:
+                    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+                        self._forget_coordinator()
+                        if self._group is not None:
+                            self._group.coordinator_dead(code.name)
+                    last = KafkaError(code, what)
+                else:
+                    raise KafkaError(code, what)
+            if time.monotonic() + self._backoff_s >= deadline:
+                raise KafkaTimeoutError(f"commit to group {group!r} not done within {int(timeout_ms)} ms"
+                                        + (f" (last error: {last})" if last else ""))
+            await asyncio.sleep(self._backoff_s)
+
+    async def _offset_commit(self, conn: Any, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                             generation: int, member: str, instance: str | None) -> dict[TopicPartition, ErrorCode]:
+        """One OffsetCommit; the partitions that failed, with their errors."""
+        version = min(conn.version(OFFSET_COMMIT), OFFSET_COMMIT_MAX)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, om in sorted(offsets.items()):
+            topics.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
+        response = await conn.request(OFFSET_COMMIT, {
+            "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+            "group_instance_id": instance, "retention_time": -1,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}, version=version)
+        errors = {}
+        answered = set()
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                answered.add(tp)
+                if part.error_code != ErrorCode.none:
+                    errors[tp] = part.error_code
+        for tp in offsets:
+            if tp not in answered:
+                errors[tp] = ErrorCode.unknown_server_error
+        return errors
+
+
+class _ThreadedListener:
+    """A synchronous consumer's rebalance listener: plain callbacks run on a worker thread while ``poll()`` waits.
+
+    So they may call the consumer's blocking methods (``commit()``,
+    ``seek()``...), which hop onto the consumer's event loop, free meanwhile.
+    """
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    async def _call(self, name: str, partitions: list[TopicPartition], fallback: str | None = None) -> None:
+        callback = getattr(self.listener, name, None)
+        if callback is None and fallback is not None:
+            callback = getattr(self.listener, fallback, None)
+        if callback is None:
+            return
+        if inspect.iscoroutinefunction(callback):
+            await callback(partitions)
+            return
+        result = await asyncio.to_thread(callback, partitions)
+        if inspect.isawaitable(result):
+            await result
+
+    async def on_partitions_revoked(self, partitions: list[TopicPartition]) -> None:
+        await self._call("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions: list[TopicPartition]) -> None:
+        await self._call("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions: list[TopicPartition]) -> None:
+        await self._call("on_partitions_lost", partitions, "on_partitions_revoked")
 
 
 class Consumer:
@@ -910,6 +1264,42 @@ class Consumer:
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._call(self._consumer.assign, list(partitions))
+
+    def subscribe(self, topics: Iterable[str] | str | None = None, *, pattern: str | re.Pattern[str] | None = None,
+                  listener: Any = None) -> None:
+        """As :meth:`AsyncConsumer.subscribe`; the listener's plain callbacks run on a worker thread during poll()."""
+        wrapped = None if listener is None else _ThreadedListener(listener)
+        self._call(lambda: self._consumer.subscribe(None if topics is None else (
+            [topics] if isinstance(topics, str) else list(topics)), pattern=pattern, listener=wrapped))
+
+    def unsubscribe(self) -> None:
+        self._run(self._consumer.unsubscribe())
+
+    def subscription(self) -> frozenset[str]:
+        return self._call(self._consumer.subscription)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._call(self._consumer.group_metadata)
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+               timeout_ms: int | None = None) -> None:
+        self._run(self._consumer.commit(None if offsets is None else dict(offsets), timeout_ms))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     callback: Any = None) -> concurrent.futures.Future[None]:
+        """As :meth:`AsyncConsumer.commit_async`; returns a future, and a plain callback runs on a worker thread."""
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
+
+        async def threaded(found: Any, error: Any) -> None:
+            await asyncio.to_thread(callback, found, error)
+
+        async def start() -> None:
+            task = self._consumer.commit_async(None if offsets is None else dict(offsets),
+                                               None if callback is None else threaded)
+            await task
+
+        return asyncio.run_coroutine_threadsafe(start(), self._thread.loop)
 
     def assignment(self) -> frozenset[TopicPartition]:
         return self._call(self._consumer.assignment)

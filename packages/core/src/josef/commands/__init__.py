@@ -1,8 +1,9 @@
 """josef's Kafka-style command-line tools, added to ``josef`` through the ``register_commands`` hook.
 
 ``topics`` and ``configs`` (kafka-topics, kafka-configs), ``console-producer``
-and ``console-consumer``, and ``perf produce``/``perf consume``
-(kafka-producer-perf-test, kafka-consumer-perf-test). Each module imports the
+and ``console-consumer``, ``perf produce``/``perf consume``
+(kafka-producer-perf-test, kafka-consumer-perf-test) and ``consumer-groups``
+(kafka-consumer-groups). Each module imports the
 client only when its command runs, so ``josef --help`` stays quick.
 """
 
@@ -14,8 +15,9 @@ import click
 def register(cli: click.Group) -> None:
     from josef.commands.configs import configs
     from josef.commands.console import console_consumer, console_producer
+    from josef.commands.groups import consumer_groups
     from josef.commands.perf import perf
     from josef.commands.topics import topics
 
-    for command in (topics, configs, console_producer, console_consumer, perf):
+    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups):
         cli.add_command(command)
