@@ -4,44 +4,15 @@ Requests are built from one superset dict per API with the same builder the
 handlers use, then sent over a real socket to the ``josef_broker`` fixture.
 """
 
-import io
-import socket
-import struct
 import uuid
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 
 from josef.metadata.records import uuid_from_text
 from josef.protocol.records import build_batch
 from josef.server.apis import CORE_APIS
+from josef.testing import RawClient
 
-from josef.protocol.messages import build, is_flexible, request_type, response_type
-
-
-class RawClient:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.correlation = 0
-
-    def call(self, key, version, body):
-        self.correlation += 1
-        request = build(request_type(key, version), body)
-        buf = io.BytesIO()
-        buf.write(struct.pack(">hhih", key, version, self.correlation, 3) + b"raw")
-        if is_flexible(key, version):
-            buf.write(b"\x00")
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        if key == 0 and body.get("acks") == 0:
-            return None
-        size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
-        frame = self.sock.recv(size, socket.MSG_WAITALL)
-        assert struct.unpack(">i", frame[:4])[0] == self.correlation
-        offset = 4 + (1 if key != 18 and is_flexible(key, version) else 0)
-        response, _ = entity_reader(response_type(key, version))(frame, offset)
-        return response
 
 
 def bodies(topic_id: uuid.UUID, records: bytes) -> dict:

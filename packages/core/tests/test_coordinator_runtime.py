@@ -8,7 +8,7 @@ from josef import hookimpl
 from josef.coordinator.hashing import java_string_hashcode, partition_for
 from josef.plugins import get_plugin_manager
 from josef.runner import BrokerThread
-from josef.testing import broker_overrides
+from josef.testing import RawClient, broker_overrides
 
 TOY_KEY_TYPE = 2
 
@@ -144,8 +144,6 @@ def test_timers_fire_once_and_can_be_cancelled(broker):
 
 
 def test_find_coordinator_answers_for_installed_key_types(broker):
-    from test_api_versions_sweep import RawClient
-
     client = RawClient(broker.port)
     answer = client.call(10, 4, {"key_type": TOY_KEY_TYPE, "coordinator_keys": ["k1", "k2"]})
     assert [(c.key, c.node_id, c.port, c.error_code) for c in answer.coordinators] == [

@@ -14,11 +14,16 @@ Kafka: ``**{"num.partitions": "3"}``) to change the broker's configuration.
 
 from __future__ import annotations
 
+import io
+import socket
+import struct
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+from kio.serial import entity_reader, entity_writer
 
+from josef.protocol.messages import build, is_flexible, request_type, response_type
 from josef.runner import BrokerThread
 
 
@@ -42,3 +47,49 @@ def josef_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         yield broker
     finally:
         broker.stop()
+
+
+class RawClient:
+    """Any Kafka API at any version over a real socket, for tests of what a broker answers.
+
+    Requests are dicts turned into kio types by the builder the broker's
+    handlers use (fields a version lacks are dropped), so one body serves every
+    version. ``send``/``receive`` split a call for requests that park.
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.correlation = 0
+        self._pending: list[tuple[int, int, int]] = []
+
+    def send(self, key: int, version: int, body: dict[str, Any]) -> None:
+        self.correlation += 1
+        request = build(request_type(key, version), body)
+        buf = io.BytesIO()
+        buf.write(struct.pack(">hhih", key, version, self.correlation, 3) + b"raw")
+        if is_flexible(key, version):
+            buf.write(b"\x00")
+        entity_writer(type(request))(buf, request)
+        payload = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        if not (key == 0 and body.get("acks") == 0):  # acks=0 produce gets no response
+            self._pending.append((key, version, self.correlation))
+
+    def receive(self) -> Any:
+        key, version, correlation = self._pending.pop(0)
+        size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
+        frame = self.sock.recv(size, socket.MSG_WAITALL)
+        assert struct.unpack(">i", frame[:4])[0] == correlation, "responses came out of order"
+        offset = 4 + (1 if key != 18 and is_flexible(key, version) else 0)
+        response, _ = entity_reader(response_type(key, version))(frame, offset)
+        return response
+
+    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
+        """Send and wait for the answer; None for an acks=0 produce."""
+        self.send(key, version, body)
+        if key == 0 and body.get("acks") == 0:
+            return None
+        return self.receive()
+
+    def close(self) -> None:
+        self.sock.close()
