@@ -7,16 +7,11 @@ machine tests are deterministic and need no sleeping.
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from typing import Any
 
 import anyio
 import attrs
-from josef.protocol.messages import build, is_flexible, request_type, response_type
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 
 from josef_coordinator_group import clock
 from josef_coordinator_group.configs import GroupSettings
@@ -153,39 +148,3 @@ async def done(waiter: Waiter):
     """The result of a waiter that must already be complete."""
     assert waiter.done, "the request is still parked"
     return await waiter.wait()
-
-
-class RawClient:
-    """Any API at any version over a real socket (requests built with the handlers' own builder)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.correlation = 0
-
-    def send(self, key: int, version: int, body: dict[str, Any]) -> None:
-        self.correlation += 1
-        request = build(request_type(key, version), body)
-        buf = io.BytesIO()
-        buf.write(struct.pack(">hhih", key, version, self.correlation, 3) + b"raw")
-        if is_flexible(key, version):
-            buf.write(b"\x00")
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        self._pending = (key, version, self.correlation)
-
-    def receive(self) -> Any:
-        key, version, correlation = self._pending
-        size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
-        frame = self.sock.recv(size, socket.MSG_WAITALL)
-        assert struct.unpack(">i", frame[:4])[0] == correlation
-        offset = 4 + (1 if key != 18 and is_flexible(key, version) else 0)
-        response, _ = entity_reader(response_type(key, version))(frame, offset)
-        return response
-
-    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
-        self.send(key, version, body)
-        return self.receive()
-
-    def close(self) -> None:
-        self.sock.close()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from group_harness import RawClient
+from josef.testing import RawClient
 from josef_coordinator_group import clock
 from josef_coordinator_group.consumer_protocol import encode_assignment, encode_subscription
 

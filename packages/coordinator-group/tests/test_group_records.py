@@ -49,8 +49,31 @@ def test_keys_identify_the_entity_as_kafka_writes_them():
     assert decode_key(struct.pack(">h", 0) + s16("g") + s16("t") + struct.pack(">i", 0)) == OffsetKey("g", "t", 0)
     group_key = encode_key(GroupKey("g"))
     assert group_key == struct.pack(">h", 2) + s16("g") and decode_key(group_key) == GroupKey("g")
-    # KIP-848 consumer-group records (key versions 3+) are skipped, not misread.
-    assert decode_key(struct.pack(">h", 3) + s16("g")) is None
+    # KIP-848 consumer-group records: keys 3-8 are read; 4 (deprecated partition metadata) and unknown ones skipped.
+    from josef_coordinator_group.records import ConsumerKey
+
+    assert decode_key(struct.pack(">h", 3) + s16("g")) == ConsumerKey(3, "g")
+    assert decode_key(struct.pack(">h", 5) + s16("g") + s16("m")) == ConsumerKey(5, "g", "m")
+    assert encode_key(ConsumerKey(8, "g", "m")) == struct.pack(">h", 8) + s16("g") + s16("m")
+    assert decode_key(struct.pack(">h", 4) + s16("g")) is None
+    assert decode_key(struct.pack(">h", 99) + s16("g")) is None
+
+
+def test_consumer_group_values_round_trip():
+    from josef_coordinator_group.records import (
+        ConsumerAssignmentValue, ConsumerMemberValue, decode_consumer_member, decode_current_assignment,
+        decode_epoch, decode_target_member, encode_consumer_member, encode_current_assignment, encode_epoch,
+        encode_target_member)
+
+    tid = "6f1c4d2e-0b7a-4c39-9d0e-1a2b3c4d5e6f"
+    assert decode_epoch(encode_epoch(7)) == 7
+    assert encode_epoch(7) == b"\x00\x00\x00\x00\x00\x07\x00"
+    member = ConsumerMemberValue("i", None, "client", "/1.2.3.4", ("a", "b"), "t.*", 30000, "uniform")
+    assert decode_consumer_member(encode_consumer_member(member)) == member
+    target = {tid: frozenset({0, 2})}
+    assert decode_target_member(encode_target_member(target)) == target
+    current = ConsumerAssignmentValue(3, 2, 1, target, {tid: frozenset({1})})
+    assert decode_current_assignment(encode_current_assignment(current)) == current
 
 
 def test_offset_values_round_trip():

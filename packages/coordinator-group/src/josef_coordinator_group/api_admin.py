@@ -63,6 +63,13 @@ class GroupAdminApis:
                         continue
                     groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                                    "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
+        if not types or "consumer" in types:
+            for shard in self.coordinator.shards():
+                for consumer_group in list(shard.consumer_groups.values()):
+                    if states and consumer_group.state.lower() not in states:
+                        continue
+                    groups.append({"group_id": consumer_group.group_id, "protocol_type": "consumer",
+                                   "group_state": consumer_group.state, "group_type": "consumer"})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": sorted(groups, key=lambda g: g["group_id"])}
 
     def _operations(self, ctx: RequestContext, group_id: str) -> int:
@@ -94,6 +101,10 @@ class GroupAdminApis:
         """Delete empty groups and their offsets (tombstones for each); NON_EMPTY_GROUP while members remain."""
 
         async def delete(shard: GroupShard, *, group_id: str) -> None:
+            consumer_group = shard.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                await delete_consumer_group(shard, group_id)
+                return
             group = shard.groups.get(group_id)
             if group is None:
                 raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
@@ -114,3 +125,20 @@ class GroupAdminApis:
                 error = exc.code
             results.append({"group_id": group_id, "error_code": error})
         return {"throttle_time": 0, "results": results}
+
+
+async def delete_consumer_group(shard: GroupShard, group_id: str) -> None:
+    """An empty KIP-848 consumer group and its offsets: tombstones for each of their records."""
+    from josef_coordinator_group.consumer_group import group_tombstones, member_tombstones
+
+    group = shard.consumer_groups[group_id]
+    if group.members:
+        raise GroupError(ErrorCode.non_empty_group, f"group {group_id} has members")
+    records: list[tuple[bytes, bytes | None]] = [
+        (encode_key(OffsetKey(group_id, topic, partition)), None)
+        for topic, partition in shard.offsets.of_group(group_id)]
+    for member_id in list(group.target):
+        records += member_tombstones(group, member_id)
+    records += group_tombstones(group_id)
+    await shard.write(records)
+    shard.consumer_groups.pop(group_id, None)

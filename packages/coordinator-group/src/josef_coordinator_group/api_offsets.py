@@ -49,8 +49,13 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
     """Validate the committer, write the offsets, return each partition's error code."""
     everything = [(t, p[0]) for t, parts in request.topics for p in parts]
     group = shard.groups.get(request.group_id)
+    consumer_group = shard.consumer_groups.get(request.group_id)
     try:
-        if group is None:
+        if consumer_group is not None:
+            # KIP-848 members commit with their member id and member epoch.
+            shard.consumer_membership.validate_offset_commit(consumer_group, request.member_id,
+                                                             request.generation_id)
+        elif group is None:
             if request.generation_id >= 0:
                 # v9+ says what happened; older clients expect ILLEGAL_GENERATION and rejoin.
                 raise GroupError(ErrorCode.group_id_not_found if request.api_version >= 9

@@ -39,6 +39,13 @@ CONFIG_KEYS = (
     ConfigKey("group.max.session.timeout.ms", I, 1800000, "The largest session timeout a member may ask for.",
               at_least(0)),
     ConfigKey("group.max.size", I, INT32_MAX, "The most members a classic group may have.", at_least(1)),
+    ConfigKey("group.consumer.assignors", ConfigType.LIST, ["uniform", "range"],
+              "Server-side assignors of consumer (KIP-848) groups; the first is the default."),
+    ConfigKey("group.consumer.heartbeat.interval.ms", I, 5000,
+              "How often consumer-group members heartbeat.", at_least(1)),
+    ConfigKey("group.consumer.session.timeout.ms", I, 45000,
+              "How long a consumer-group member may go without heartbeating before it is removed.", at_least(1)),
+    ConfigKey("group.consumer.max.size", I, INT32_MAX, "The most members a consumer group may have.", at_least(1)),
 )
 
 #: Kafka's internal constant: a new member's JoinGroup is dropped after this long (it is expected to retry).
@@ -61,6 +68,10 @@ class GroupSettings:
     max_session_timeout_ms: int = 1800000
     max_size: int = INT32_MAX
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_timeout_ms: int = 45000
+    consumer_max_size: int = INT32_MAX
 
     @classmethod
     def from_config(cls, config: Any) -> GroupSettings:
@@ -77,4 +88,14 @@ class GroupSettings:
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             max_size=config["group.max.size"],
+            consumer_assignors=_names(config["group.consumer.assignors"]),
+            consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            consumer_max_size=config["group.consumer.max.size"],
         )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    return tuple(v.strip() for v in value or () if v.strip())

@@ -8,6 +8,7 @@ from josef.coordinator.runtime import CoordinatorError, ShardContext
 from kio.schema.errors import ErrorCode
 
 from josef_coordinator_group.api_admin import GroupAdminApis
+from josef_coordinator_group.api_consumer import ConsumerGroupApis
 from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
 from josef_coordinator_group.configs import GroupSettings
@@ -33,6 +34,8 @@ class GroupCoordinator:
         self._membership = MembershipApis(self)
         self._offsets = OffsetApis(self)
         self._admin = GroupAdminApis(self)
+        self._consumer = ConsumerGroupApis(self)
+        self._assignors: dict[str, object] | None = None
 
     def settings(self) -> GroupSettings:
         return GroupSettings.from_config(self.broker.config)
@@ -62,10 +65,26 @@ class GroupCoordinator:
             (16, a.list_groups, 0, 5),
             (15, a.describe_groups, 0, 5),
             (42, a.delete_groups, 0, 2),
+            (68, self._consumer.heartbeat, 0, 1),
+            (69, self._consumer.describe, 0, 0),
         )
 
     def new_shard(self, context: ShardContext) -> GroupShard:
-        return GroupShard(context, self.settings)
+        shard = GroupShard(context, self.settings)
+        shard.server_assignors = self.server_assignors
+        return shard
+
+    def server_assignors(self) -> dict[str, object]:
+        """The server-side assignors (``server:NAME`` in the ``register_assignors`` hook), by NAME."""
+        if self._assignors is None:
+            from josef.plugins import collect, get_plugin_manager
+
+            from josef_coordinator_group.server_assignors import SERVER_PREFIX
+
+            registry = collect(get_plugin_manager(), "register_assignors", "assignor")
+            self._assignors = {name[len(SERVER_PREFIX):]: factory() for name, factory in registry.items()
+                               if name.startswith(SERVER_PREFIX)}
+        return self._assignors
 
     async def shard_for(self, group_id: str) -> tuple[ShardContext, GroupShard]:
         """The loaded shard coordinating ``group_id``; CoordinatorError (NOT_COORDINATOR...) otherwise."""

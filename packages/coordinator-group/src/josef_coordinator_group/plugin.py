@@ -23,3 +23,12 @@ def register_coordinators(register: Register) -> None:
 def register_configs(register: Register) -> None:
     for key in CONFIG_KEYS:
         register(key)
+
+
+@josef.hookimpl
+def register_assignors(register: Register) -> None:
+    """The server-side assignors of consumer (KIP-848) groups, as ``server:uniform`` and ``server:range``."""
+    from josef_coordinator_group.server_assignors import BUILTIN, SERVER_PREFIX
+
+    for assignor in BUILTIN:
+        register(SERVER_PREFIX + assignor.name, assignor)

@@ -64,7 +64,18 @@ class GroupKey:
     group: str
 
 
-Key = Union[OffsetKey, GroupKey]
+@attrs.frozen
+class ConsumerKey:
+    """A KIP-848 consumer-group record's key: ``version`` 3 (group epoch), 5 (member metadata),
+    6 (target assignment epoch), 7 (a member's target assignment), 8 (a member's current assignment).
+    ``member`` is None for the group-level keys (3 and 6)."""
+
+    version: int
+    group: str
+    member: str | None = None
+
+
+Key = Union[OffsetKey, GroupKey, ConsumerKey]
 
 
 @attrs.frozen
@@ -136,6 +147,11 @@ class _Writer:
 
 
 def encode_key(key: Key) -> bytes:
+    if isinstance(key, ConsumerKey):
+        w = _Writer(key.version).string(key.group)
+        if key.member is not None:
+            w.string(key.member)
+        return w.done()
     if isinstance(key, OffsetKey):
         return _Writer(OFFSET_KEY_VERSION).string(key.group).string(key.topic).i32(key.partition).done()
     return _Writer(GROUP_KEY_VERSION).string(key.group).done()
@@ -220,6 +236,10 @@ def decode_key(data: bytes) -> Key | None:
         return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
     if version == 2:
         return GroupKey(reader.string() or "")
+    if version in (3, 6):
+        return ConsumerKey(version, reader.string() or "")
+    if version in (5, 7, 8):
+        return ConsumerKey(version, reader.string() or "", reader.string() or "")
     return None
 
 
@@ -265,3 +285,161 @@ def decode_group(data: bytes) -> GroupValue:
                                    session_timeout, subscription, assignment))
     reader.tagged_fields()
     return GroupValue(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+# KIP-848 consumer-group values (flexible version 0: compact strings and arrays, tagged fields) ------------
+
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_MEMBER_METADATA = 5
+CONSUMER_TARGET_METADATA = 6
+CONSUMER_TARGET_MEMBER = 7
+CONSUMER_CURRENT_ASSIGNMENT = 8
+
+#: {topic id (uuid string): partitions}
+TopicPartitions = dict[str, frozenset[int]]
+
+
+@attrs.frozen
+class ConsumerMemberValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@attrs.frozen
+class ConsumerAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: TopicPartitions
+    pending_revocation: TopicPartitions
+
+
+class _FlexWriter:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = [_I16.pack(0)]
+
+    def uvarint(self, value: int) -> _FlexWriter:
+        out = bytearray()
+        while True:
+            byte = value & 0x7F
+            value >>= 7
+            if value:
+                out.append(byte | 0x80)
+            else:
+                out.append(byte)
+                break
+        self.parts.append(bytes(out))
+        return self
+
+    def i32(self, value: int) -> _FlexWriter:
+        self.parts.append(_I32.pack(value))
+        return self
+
+    def i8(self, value: int) -> _FlexWriter:
+        self.parts.append(struct.pack(">b", value))
+        return self
+
+    def string(self, value: str | None) -> _FlexWriter:
+        if value is None:
+            return self.uvarint(0)
+        data = value.encode()
+        self.uvarint(len(data) + 1)
+        self.parts.append(data)
+        return self
+
+    def topic_partitions(self, value: TopicPartitions) -> _FlexWriter:
+        import uuid
+
+        self.uvarint(len(value) + 1)
+        for topic_id, partitions in sorted(value.items()):
+            self.parts.append(uuid.UUID(topic_id).bytes)
+            self.uvarint(len(partitions) + 1)
+            for p in sorted(partitions):
+                self.i32(p)
+            self.uvarint(0)
+        return self
+
+    def done(self) -> bytes:
+        self.uvarint(0)
+        return b"".join(self.parts)
+
+
+def _flex_reader(data: bytes, what: str) -> _Reader:
+    reader = _Reader(data, flexible=True)
+    version = reader.i16()
+    if version != 0:
+        raise RecordFormatError(f"unknown {what} value version {version}")
+    return reader
+
+
+def _read_topic_partitions(reader: _Reader) -> TopicPartitions:
+    import uuid
+
+    result: dict[str, frozenset[int]] = {}
+    for _ in range(reader.array_length()):
+        topic_id = str(uuid.UUID(bytes=reader._take(16)))
+        result[topic_id] = frozenset(reader.i32() for _ in range(reader.array_length()))
+        reader.tagged_fields()
+    return result
+
+
+def encode_epoch(epoch: int) -> bytes:
+    """ConsumerGroupMetadataValue (group epoch) or ConsumerGroupTargetAssignmentMetadataValue (assignment epoch)."""
+    return _FlexWriter().i32(epoch).done()
+
+
+def decode_epoch(data: bytes) -> int:
+    reader = _flex_reader(data, "consumer group epoch")
+    return reader.i32()
+
+
+def encode_consumer_member(value: ConsumerMemberValue) -> bytes:
+    w = (_FlexWriter().string(value.instance_id).string(value.rack_id).string(value.client_id)
+         .string(value.client_host).uvarint(len(value.subscribed_topic_names) + 1))
+    for name in value.subscribed_topic_names:
+        w.string(name)
+    return w.string(value.subscribed_topic_regex).i32(value.rebalance_timeout_ms).string(value.server_assignor).done()
+
+
+def decode_consumer_member(data: bytes) -> ConsumerMemberValue:
+    r = _flex_reader(data, "consumer group member metadata")
+    instance_id, rack_id = r.string(), r.string()
+    client_id, client_host = r.string() or "", r.string() or ""
+    names = tuple(r.string() or "" for _ in range(r.array_length()))
+    regex = r.string()
+    rebalance_timeout = r.i32()
+    assignor = r.string()
+    r.tagged_fields()
+    return ConsumerMemberValue(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor)
+
+
+def encode_target_member(value: TopicPartitions) -> bytes:
+    return _FlexWriter().topic_partitions(value).done()
+
+
+def decode_target_member(data: bytes) -> TopicPartitions:
+    r = _flex_reader(data, "consumer group target assignment")
+    value = _read_topic_partitions(r)
+    r.tagged_fields()
+    return value
+
+
+def encode_current_assignment(value: ConsumerAssignmentValue) -> bytes:
+    return (_FlexWriter().i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
+            .topic_partitions(value.assigned).topic_partitions(value.pending_revocation).done())
+
+
+def decode_current_assignment(data: bytes) -> ConsumerAssignmentValue:
+    r = _flex_reader(data, "consumer group current member assignment")
+    epoch, previous = r.i32(), r.i32()
+    state = struct.unpack(">b", r._take(1))[0]
+    assigned = _read_topic_partitions(r)
+    pending = _read_topic_partitions(r)
+    r.tagged_fields()
+    return ConsumerAssignmentValue(epoch, previous, state, assigned, pending)

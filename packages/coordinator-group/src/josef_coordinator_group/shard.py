@@ -29,7 +29,19 @@ from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.group import ClassicGroup, JoinResult, SyncResult
 from josef_coordinator_group.membership import Membership
 from josef_coordinator_group.offsets import OffsetStore, expired_offsets
+from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
+from josef_coordinator_group.consumer_membership import ConsumerMembership
 from josef_coordinator_group.records import (
+    CONSUMER_CURRENT_ASSIGNMENT,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_MEMBER_METADATA,
+    CONSUMER_TARGET_MEMBER,
+    CONSUMER_TARGET_METADATA,
+    ConsumerKey,
+    decode_consumer_member,
+    decode_current_assignment,
+    decode_epoch,
+    decode_target_member,
     GroupKey,
     OffsetKey,
     RecordFormatError,
@@ -55,6 +67,11 @@ class GroupShard:
         self.loading = True
         self.membership: Membership = Membership(self)
         self._timer_tokens: dict[Any, object] = {}
+        #: KIP-848 consumer groups (a group id is either here or in ``groups``).
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_membership = ConsumerMembership(self)
+        #: The server-side assignors by name (the coordinator sets them from the ``register_assignors`` hook).
+        self.server_assignors: Callable[[], dict[str, Any]] = _builtin_assignors
 
     def settings(self) -> GroupSettings:
         return self._settings()
@@ -71,9 +88,13 @@ class GroupShard:
             if isinstance(decoded, OffsetKey):
                 offset_value = decode_offset(value) if value is not None else None
                 self.offsets.replay(decoded, offset_value)
-                if offset_value is not None and decoded.group not in self.groups:
+                if (offset_value is not None and decoded.group not in self.groups
+                        and decoded.group not in self.consumer_groups):
                     # Offsets without group metadata belong to a "simple" group (manual commits).
                     self.groups[decoded.group] = ClassicGroup(decoded.group, clock.now_ms())
+            elif isinstance(decoded, ConsumerKey):
+                if self.loading:
+                    self._replay_consumer(decoded, value)
             elif isinstance(decoded, GroupKey) and self.loading:
                 if value is None:
                     self.groups.pop(decoded.group, None)
@@ -81,6 +102,38 @@ class GroupShard:
                     self.groups[decoded.group] = ClassicGroup.from_value(decoded.group, decode_group(value), clock.now_ms())
         except RecordFormatError as exc:
             log.warning("skipping unreadable record at %s offset %d: %s", self.context.tp, offset, exc)
+
+    def _replay_consumer(self, key: ConsumerKey, value: bytes | None) -> None:
+        """Rebuild a consumer group from its records (applied while loading; afterwards memory leads)."""
+        group = self.consumer_groups.get(key.group)
+        if value is None:
+            if group is None:
+                return
+            if key.version == CONSUMER_GROUP_METADATA:
+                del self.consumer_groups[key.group]
+            elif key.version == CONSUMER_MEMBER_METADATA and key.member is not None:
+                group.members.pop(key.member, None)
+            elif key.version == CONSUMER_TARGET_MEMBER and key.member is not None:
+                group.target.pop(key.member, None)
+            return
+        if group is None:
+            group = self.consumer_groups[key.group] = ConsumerGroup(key.group)
+            self.groups.pop(key.group, None)
+        member = None
+        if key.member is not None and key.version in (CONSUMER_MEMBER_METADATA, CONSUMER_CURRENT_ASSIGNMENT):
+            member = group.members.get(key.member)
+            if member is None:
+                member = group.members[key.member] = ConsumerMember(key.member)
+        if key.version == CONSUMER_GROUP_METADATA:
+            group.group_epoch = decode_epoch(value)
+        elif key.version == CONSUMER_TARGET_METADATA:
+            group.assignment_epoch = decode_epoch(value)
+        elif key.version == CONSUMER_TARGET_MEMBER and key.member is not None:
+            group.target[key.member] = decode_target_member(value)
+        elif key.version == CONSUMER_MEMBER_METADATA and member is not None:
+            member.apply_metadata(decode_consumer_member(value))
+        elif key.version == CONSUMER_CURRENT_ASSIGNMENT and member is not None:
+            member.apply_assignment(decode_current_assignment(value))
 
     def loaded(self) -> None:
         """Resume what the loaded groups need: session timers of their members, the size limit, offset expiry."""
@@ -92,6 +145,9 @@ class GroupShard:
             if len(group.members) > settings.max_size:
                 group_id = group.group_id
                 self.schedule(("max-size", group_id), 0, functools.partial(self.membership.shrink_oversized, group_id))
+        for consumer_group in self.consumer_groups.values():
+            for member_id in consumer_group.members:
+                self.consumer_membership.schedule_session(consumer_group, member_id)
         self.schedule_offset_expiry(settings.retention_check_interval_ms)
 
     def unloaded(self) -> None:
@@ -102,6 +158,7 @@ class GroupShard:
                 group.complete_join(member, JoinResult.failed(ErrorCode.not_coordinator, member.member_id))
                 group.complete_sync(member, SyncResult(ErrorCode.not_coordinator))
         self.groups.clear()
+        self.consumer_groups.clear()
 
     # Writes and timers ---------------------------------------------------------------------
 
@@ -172,6 +229,9 @@ class GroupShard:
         expired_count = 0
         try:
             for group_id in list(self.groups) + [g for g in self.offsets.groups() if g not in self.groups]:
+                consumer_group = self.consumer_groups.get(group_id)
+                if consumer_group is not None and consumer_group.members:
+                    continue  # offsets of a consumer group with members are kept (KIP-848 groups)
                 group = self.groups.get(group_id)
                 offsets = self.offsets.of_group(group_id)
                 expired = expired_offsets(group, offsets, now, settings.offsets_retention_ms)
@@ -190,6 +250,12 @@ class GroupShard:
         finally:
             self.schedule_offset_expiry(settings.retention_check_interval_ms)
         return len(records)
+
+def _builtin_assignors() -> dict[str, Any]:
+    from josef_coordinator_group.server_assignors import BUILTIN
+
+    return {cls.name: cls() for cls in BUILTIN}
+
 
 def write_error(code: ErrorCode) -> ErrorCode:
     """What a failed write tells the client (Kafka's ``appendGroupMetadataErrorToResponseError``)."""
