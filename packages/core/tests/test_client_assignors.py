@@ -102,8 +102,9 @@ def test_a_plugin_assignor_is_chosen_by_name():
 def test_consumer_group_settings_are_checked_when_the_consumer_is_built():
     with pytest.raises(PluginError, match="no assignor named 'rnage'"):
         AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", partition_assignment_strategy=["rnage"])
-    with pytest.raises(ConfigError, match="group.protocol=consumer .*not available"):
-        AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="consumer")
+    with pytest.raises(ConfigError, match="partition.assignment.strategy is not supported with group.protocol=consumer"):
+        AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="consumer",
+                      partition_assignment_strategy=["range"])
     with pytest.raises(ConfigError, match="group.protocol"):
         AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="modern")
     with pytest.raises(ConfigError, match="heartbeat.interval.ms must be lower than session.timeout.ms"):

@@ -64,6 +64,7 @@ CONSUMER = COMMON + (
     ConfigKey("group.instance.id", S, None, "A stable id that makes this consumer a static group member (KIP-345)."),
     ConfigKey("group.protocol", S, "classic", "classic (JoinGroup/SyncGroup, client-side assignors) or consumer (KIP-848).",
               one_of("classic", "consumer")),
+    ConfigKey("group.remote.assignor", S, None, "group.protocol=consumer: the server-side assignor the group uses (uniform, range...); the broker's default if unset."),
     ConfigKey("session.timeout.ms", I, 45000, "The coordinator drops a member whose heartbeats stop for this long.", at_least(1)),
     ConfigKey("heartbeat.interval.ms", I, 3000, "Time between heartbeats to the group coordinator.", at_least(1)),
     ConfigKey("max.poll.interval.ms", I, 300000, "Longest time between polls before the member leaves the group; also the rebalance timeout.", at_least(1)),

@@ -166,15 +166,22 @@ class AsyncConsumer:
                               "or every fetch with no new data times out")
         self._interceptors = InterceptorChain.from_config(self.config["interceptor.classes"], self.config, plugin_manager)
         group_id = self.config["group.id"]
-        if self.config["group.protocol"] == "consumer":
-            raise ConfigError("group.protocol=consumer (KIP-848, ConsumerGroupHeartbeat) is not available in josef's "
-                              "client yet; use group.protocol=classic")
+        self._consumer_protocol = self.config["group.protocol"] == "consumer"
+        if self._consumer_protocol:
+            given = set(config or {}) | {name.replace("_", ".") for name in kwargs}
+            for name in ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"):
+                if name in given:
+                    raise ConfigError(f"{name} is not supported with group.protocol=consumer (KIP-848): the group "
+                                      "coordinator assigns partitions and sets the heartbeat interval and session "
+                                      "timeout; use group.remote.assignor to choose a server-side assignor")
+        elif self.config["group.remote.assignor"] is not None:
+            raise ConfigError("group.remote.assignor is only used with group.protocol=consumer")
         if self.config["heartbeat.interval.ms"] >= self.config["session.timeout.ms"]:
             raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms")
         if group_id is not None and not group_id:
             raise ConfigError("group.id must not be empty")
         self._assignors: list[Any] = []
-        if group_id:
+        if group_id and not self._consumer_protocol:
             from josef.client.assignors import load_assignors
 
             if not self.config["partition.assignment.strategy"]:
@@ -991,7 +998,11 @@ class AsyncConsumer:
                     raise ValueError(f"subscribe() takes topic names, not {name!r}")
         if self._manual:
             raise RuntimeError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
-        if self._group is None:
+        if self._group is None and self._consumer_protocol:
+            from josef.client.group_consumer import ConsumerGroupMember
+
+            self._group = ConsumerGroupMember(self, topics=names, pattern=compiled, listener=listener)
+        elif self._group is None:
             self._group = ClassicGroupMember(self, self._assignors, topics=names, pattern=compiled, listener=listener)
         else:
             self._group.set_subscription(names, compiled, listener)
