@@ -116,6 +116,67 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def share_and_take_over(bootstrap: str, group: str, topic: str, settings: dict[str, Any], departure: str,
+                        sticky: bool) -> None:
+    """Three members share six partitions two each and read every record; one closes or is killed
+    (``departure``), the other two take its partitions and read the rest, committing to the end.
+
+    ``sticky``: the survivors must keep the partitions they had (cooperative and KIP-848 assignors).
+    """
+    workers = [Worker(f"w{i}", bootstrap, group, topic, settings) for i in range(3)]
+    try:
+        def balanced(members: list[Worker], each: int) -> bool:
+            sets = [w.assignment for w in members]
+            return all(len(s) == each for s in sets) and set().union(*sets) == set(range(TOPIC_PARTITIONS))
+
+        wait_until(workers, lambda: balanced(workers, 2), "two partitions each")
+
+        produce(bootstrap, topic, 0, 300)
+
+        def seen(members: list[Worker]) -> set[str]:
+            return {value for w in members for _, _, value in w.records}
+
+        wait_until(workers, lambda: len(seen(workers)) == 300, "the first 300 records")
+
+        leaver, survivors = workers[0], workers[1:]
+        before = {w.name: set(w.assignment) for w in survivors}
+        (leaver.close if departure == "close" else leaver.kill)()
+        took = wait_until(survivors, lambda: balanced(survivors, 3), "the leaver's partitions to be taken over")
+        # A clean leave rebalances at once; a killed member is noticed when its session expires.
+        assert took < SESSION_TIMEOUT_MS / 1000 + 15, took
+        if sticky:
+            assert all(before[w.name] <= w.assignment for w in survivors)  # nobody lost a partition it had
+
+        produce(bootstrap, topic, 300, 300)
+        wait_until(workers, lambda: len(seen(workers)) == 600, "every record")
+        assert seen(workers) == {f"v{i}" for i in range(600)}
+        late = {v for w in survivors for p, _, v in w.records if int(v[1:]) >= 300}
+        assert late == {f"v{i}" for i in range(300, 600)}  # the second half went to the survivors
+
+        ends = {p: 100 for p in range(TOPIC_PARTITIONS)}
+        deadline = time.monotonic() + DEADLINE_S
+        while committed(bootstrap, group, topic) != ends:
+            assert time.monotonic() < deadline, committed(bootstrap, group, topic)
+            time.sleep(0.2)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def consume_committing(consumer: Any, want: int) -> list[str]:
+    """Poll a confluent-kafka consumer until ``want`` records came, committing each as it goes."""
+    got: list[str] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"only {len(got)} of {want} records arrived"
+        message = consumer.poll(0.2)
+        if message is None or message.error():
+            continue
+        got.append(message.value().decode())
+        consumer.commit(message=message, asynchronous=False)
+    return got
+
+
 # The worker ------------------------------------------------------------------------------
 
 

@@ -14,10 +14,9 @@ The test waits on those reports with deadlines, never on sleeps.
 
 from __future__ import annotations
 
-import time
 
 import pytest
-from group_workers import DEADLINE_S, SESSION_TIMEOUT_MS, TOPIC_PARTITIONS, Worker, committed, produce, wait_until
+from group_workers import SESSION_TIMEOUT_MS, TOPIC_PARTITIONS, committed, consume_committing, produce, share_and_take_over
 
 
 @pytest.mark.parametrize("departure", ["close", "kill"])
@@ -31,43 +30,8 @@ def test_consumers_share_six_partitions_and_take_over_from_a_leaver(broker_facto
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1)])[topic].result(30)
 
-    workers = [Worker(f"w{i}", bootstrap, group, topic, {"group.protocol": "consumer"}) for i in range(3)]
-    try:
-        def balanced(members: list[Worker], each: int) -> bool:
-            sets = [w.assignment for w in members]
-            return all(len(s) == each for s in sets) and set().union(*sets) == set(range(TOPIC_PARTITIONS))
-
-        wait_until(workers, lambda: balanced(workers, 2), "two partitions each")
-
-        produce(bootstrap, topic, 0, 300)
-
-        def seen(members: list[Worker]) -> set[str]:
-            return {value for w in members for _, _, value in w.records}
-
-        wait_until(workers, lambda: len(seen(workers)) == 300, "the first 300 records")
-
-        leaver, survivors = workers[0], workers[1:]
-        before = {w.name: set(w.assignment) for w in survivors}
-        (leaver.close if departure == "close" else leaver.kill)()
-        took = wait_until(survivors, lambda: balanced(survivors, 3), "the leaver's partitions to be taken over")
-        assert took < SESSION_TIMEOUT_MS / 1000 + 15, took
-        # The uniform assignor is sticky: nobody lost a partition it had.
-        assert all(before[w.name] <= w.assignment for w in survivors)
-
-        produce(bootstrap, topic, 300, 300)
-        wait_until(workers, lambda: len(seen(workers)) == 600, "every record")
-        assert seen(workers) == {f"v{i}" for i in range(600)}
-        late = {v for w in survivors for p, _, v in w.records if int(v[1:]) >= 300}
-        assert late == {f"v{i}" for i in range(300, 600)}  # the second half went to the survivors
-
-        ends = {p: 100 for p in range(TOPIC_PARTITIONS)}
-        deadline = time.monotonic() + DEADLINE_S
-        while committed(bootstrap, group, topic) != ends:
-            assert time.monotonic() < deadline, committed(bootstrap, group, topic)
-            time.sleep(0.2)
-    finally:
-        for worker in workers:
-            worker.stop()
+    # The uniform assignor is sticky: nobody loses a partition it had.
+    share_and_take_over(bootstrap, group, topic, {"group.protocol": "consumer"}, departure, sticky=True)
 
 
 def test_consumer_group_survives_a_broker_restart(broker_factory):
@@ -90,25 +54,14 @@ def test_consumer_group_survives_a_broker_restart(broker_factory):
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe(["durable848"])
 
-    def consume(want: int) -> list[str]:
-        got: list[str] = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(got) < want:
-            assert time.monotonic() < deadline, f"only {len(got)} of {want} records arrived"
-            message = consumer.poll(0.2)
-            if message is None or message.error():
-                continue
-            got.append(message.value().decode())
-            consumer.commit(message=message, asynchronous=False)
-        return got
 
     try:
-        assert sorted(consume(60), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(60)]
+        assert sorted(consume_committing(consumer, 60), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(60)]
         member_id = consumer.memberid()
         broker.restart()
         assert broker.port == port
         produce(bootstrap, "durable848", 60, 30)
-        assert sorted(consume(30), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(60, 90)]
+        assert sorted(consume_committing(consumer, 30), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(60, 90)]
         assert consumer.memberid() == member_id
     finally:
         consumer.close()

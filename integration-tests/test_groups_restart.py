@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import socket
-import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
+
+from group_workers import consume_committing
 
 DEADLINE_S = 60
 PARTITIONS = 3
@@ -26,20 +27,6 @@ def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
     for i in range(start, start + count):
         producer.produce(topic, value=f"v{i}".encode(), partition=i % PARTITIONS)
     assert producer.flush(30) == 0
-
-
-def consume(consumer: Consumer, want: int) -> list[str]:
-    """Poll until ``want`` records came, committing each as it goes."""
-    got: list[str] = []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(got) < want:
-        assert time.monotonic() < deadline, f"only {len(got)} of {want} records arrived"
-        message = consumer.poll(0.2)
-        if message is None or message.error():
-            continue
-        got.append(message.value().decode())
-        consumer.commit(message=message, asynchronous=False)
-    return got
 
 
 def group_consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
@@ -59,7 +46,7 @@ def test_committed_offsets_and_groups_survive_a_restart(broker_factory):
     # A member that stays connected across the restart, and a group that only commits (no membership).
     member = group_consumer(bootstrap, "live")
     member.subscribe(["durable"])
-    assert sorted(consume(member, 90), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(90)]
+    assert sorted(consume_committing(member, 90), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(90)]
     member_id = member.memberid()
     manual = KafkaConsumer(bootstrap_servers=bootstrap, group_id="manual", enable_auto_commit=False)
     manual.assign([KpTopicPartition("durable", p) for p in range(PARTITIONS)])
@@ -71,7 +58,7 @@ def test_committed_offsets_and_groups_survive_a_restart(broker_factory):
 
     # The member carries on in its generation: no new member id, and it reads on from where it was.
     produce(bootstrap, "durable", 90, 30)
-    assert sorted(consume(member, 30), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(90, 120)]
+    assert sorted(consume_committing(member, 30), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(90, 120)]
     assert member.memberid() == member_id
     described = admin.describe_consumer_groups(["live"])["live"].result(30)
     assert [m.member_id for m in described.members] == [member_id]
@@ -92,7 +79,7 @@ def test_committed_offsets_and_groups_survive_a_restart(broker_factory):
     resumed = group_consumer(bootstrap, "manual")
     resumed.subscribe(["durable"])
     try:
-        got = consume(resumed, 120 - 33)
+        got = consume_committing(resumed, 120 - 33)
     finally:
         resumed.close()
     assert {int(v[1:]) for v in got} == {i for i in range(120) if i // PARTITIONS >= 10 + i % PARTITIONS}
