@@ -10,6 +10,7 @@ import asyncio
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -32,6 +33,8 @@ class LossyProxy:
         self.cut_next_produce = threading.Event()
         self.cut_done = threading.Event()
         self.on_cut = None
+        self.connections = 0
+        self.connect_delay_s = 0.0  # how long connections after the first wait before reaching the broker
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -40,6 +43,9 @@ class LossyProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            self.connections += 1
+            if self.connections > 1:
+                time.sleep(self.connect_delay_s)
             server = socket.create_connection(("127.0.0.1", self.target_port))
             pending: list[int] = []  # API keys of requests in flight, in order
             threading.Thread(target=self._requests, args=(client, server, pending), daemon=True).start()
@@ -136,3 +142,26 @@ def test_lost_acknowledgement_then_broker_restart(proxied_broker):
     assert broker.broker is not before
     assert [md.offset for md in results] == list(range(1000))
     assert stored_values(broker, "lost-ack-restart") == [f"{i}".encode() for i in range(1000)]
+
+
+def test_batches_ready_while_the_leader_connection_opens_go_out_in_order(proxied_broker, caplog):
+    """Requests wait for a live connection instead of racing each other to it: no sequence overtakes another."""
+    proxy, broker = proxied_broker
+    proxy.connect_delay_s = 0.5  # the bootstrap connection is quick, the leader's is slow to come up
+
+    async def main():
+        async with AsyncProducer(bootstrap_servers=f"127.0.0.1:{proxy.port}", linger_ms=0, batch_size=200) as producer:
+            futures = [await producer.send("slow-leader", f"{i}".encode(), partition=0) for i in range(3000)]
+            leader = producer.cluster.leader(TopicPartition("slow-leader", 0))
+            while (connecting := producer.cluster.connecting(leader)) is None:
+                await asyncio.sleep(0.01)  # the sender starts connecting on its first pass
+            while not connecting.done():
+                assert producer._in_flight[leader] == 0  # nothing is written or waiting for the connection
+                await asyncio.sleep(0.01)
+            return [await f for f in futures]
+
+    caplog.set_level("DEBUG", logger="josef.client.producer")
+    results = asyncio.run(main())
+    assert [md.offset for md in results] == list(range(3000))
+    assert stored_values(broker, "slow-leader") == [f"{i}".encode() for i in range(3000)]
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]

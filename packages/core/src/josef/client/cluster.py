@@ -63,6 +63,7 @@ class Cluster:
         self.controller_id = -1
         self._connections: dict[int | tuple[str, int], Connection] = {}
         self._connecting: dict[int | tuple[str, int], asyncio.Future[Connection]] = {}
+        self._failed_at: dict[int | tuple[str, int], float] = {}
         self._refreshed_at = 0.0
         self._refresh: asyncio.Future[None] | None = None
 
@@ -73,24 +74,48 @@ class Cluster:
         conn = self._connections.get(node)
         if conn is not None and not conn.closed:
             return conn
+        return await asyncio.shield(self._connect(node))
+
+    def ready(self, node: int) -> Connection | None:
+        """The live connection to ``node`` now, or None while one is opened in the background.
+
+        For senders whose requests must reach the broker in the order they
+        were made: they write only on a connection that is already up, so no
+        request can overtake another that is still waiting for a connection.
+        ``reconnect.backoff.ms`` spaces attempts to a broker that failed.
+        """
+        conn = self._connections.get(node)
+        if conn is not None and not conn.closed:
+            return conn
+        if time.monotonic() - self._failed_at.get(node, -1e9) >= self.config["reconnect.backoff.ms"] / 1000:
+            self._connect(node)
+        return None
+
+    def connecting(self, node: int) -> asyncio.Future[Connection] | None:
+        return self._connecting.get(node)
+
+    def _connect(self, node: int | tuple[str, int]) -> asyncio.Future[Connection]:
+        """The one attempt under way to open a connection to ``node``, started if there is none."""
         pending = self._connecting.get(node)
         if pending is None:
             pending = self._connecting[node] = asyncio.ensure_future(self._open(node))
-        try:
-            return await asyncio.shield(pending)
-        finally:
-            if pending.done():
-                self._connecting.pop(node, None)
+            pending.add_done_callback(lambda f: self._connected(node, f))
+        return pending
+
+    def _connected(self, node: int | tuple[str, int], attempt: asyncio.Future[Connection]) -> None:
+        self._connecting.pop(node, None)
+        if attempt.cancelled() or attempt.exception() is not None:
+            self._failed_at[node] = time.monotonic()
+        else:
+            self._connections[node] = attempt.result()
 
     async def _open(self, node: int | tuple[str, int]) -> Connection:
         address = node if isinstance(node, tuple) else self.brokers.get(node)
         if address is None:
             raise KafkaConnectionError(f"broker {node} is not in the metadata")
-        conn = await Connection.open(address[0], address[1], client_id=self.config["client.id"],
+        return await Connection.open(address[0], address[1], client_id=self.config["client.id"],
                                      request_timeout_ms=self.config["request.timeout.ms"],
                                      connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
-        self._connections[node] = conn
-        return conn
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one first, else the bootstrap servers in random order."""
@@ -170,6 +195,8 @@ class Cluster:
         return info.leader if info is not None else -1
 
     async def close(self) -> None:
+        for attempt in list(self._connecting.values()):
+            attempt.cancel()
         for conn in list(self._connections.values()):
             await conn.close()
         self._connections.clear()

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
 from josef.client.config import PRODUCER, build_config
+from josef.client.connection import Connection
 from josef.client.errors import ConfigError, KafkaError, KafkaTimeoutError
 from josef.client.interceptors import InterceptorChain
 from josef.client.sync import LoopThread
@@ -210,6 +211,7 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
         self._needs_epoch_bump = False
+        self._awaited_connections: set[asyncio.Future[Connection]] = set()
 
     def _resolve_idempotence(self, explicit: bool) -> bool:
         """Idempotence needs acks=all, retries and at most 5 requests in flight; the default gives way, an explicit true does not."""
@@ -477,12 +479,30 @@ class AsyncProducer:
         for node, heads in by_node.items():
             if self._in_flight[node] >= max_in_flight:
                 continue
+            conn = self.cluster.ready(node)
+            if conn is None:  # requests go out only on a live connection, so they reach the broker in order
+                connecting = self.cluster.connecting(node)
+                if connecting is None:  # backing off after a failed attempt
+                    backoff = self.config["reconnect.backoff.ms"] / 1000
+                    next_check = backoff if next_check is None else min(next_check, backoff)
+                elif connecting not in self._awaited_connections:
+                    self._awaited_connections.add(connecting)
+                    connecting.add_done_callback(self._connected)
+                continue
             drained = self._drain(heads)
             if drained:
                 self._in_flight[node] += 1
-                asyncio.ensure_future(self._produce(node, drained))
+                self._produce(node, conn, drained)
         # None: nothing to time; batches waiting for room in flight are woken by the next response.
         return next_check
+
+    def _connected(self, attempt: asyncio.Future[Connection]) -> None:
+        self._awaited_connections.discard(attempt)
+        if self._closing:
+            return
+        if attempt.cancelled() or attempt.exception() is not None:
+            asyncio.ensure_future(self._refresh_quietly())  # the broker may have moved
+        self._wakeup.set()  # type: ignore[union-attr]
 
     def _drain(self, heads: list[ProducerBatch]) -> list[ProducerBatch]:
         """Take ready batches off their queues (one per partition), up to max.request.size; assign sequences."""
@@ -509,28 +529,42 @@ class AsyncProducer:
                 taken.append(batch)
         return taken
 
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+    def _produce(self, node: int, conn: Connection, batches: list[ProducerBatch]) -> None:
+        """Write one Produce request now, in drain order; a task waits for its response."""
+        by_topic: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        for batch in batches:
+            batch.attempts += 1
+            by_topic[batch.tp.topic].append({"index": batch.tp.partition,
+                                             "records": batch.encode(self._codec, self.producer_id, self.producer_epoch)})
+        body = {"transactional_id": None, "acks": self._acks, "timeout": self.config["request.timeout.ms"],
+                "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
         try:
-            by_topic: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-            for batch in batches:
-                batch.attempts += 1
-                by_topic[batch.tp.topic].append({"index": batch.tp.partition,
-                                                 "records": batch.encode(self._codec, self.producer_id, self.producer_epoch)})
-            body = {"transactional_id": None, "acks": self._acks, "timeout": self.config["request.timeout.ms"],
-                    "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
-            try:
-                conn = await self.cluster.connection(node)
-                future = conn.send(PRODUCE, body, expect_response=self._acks != 0)
-                await conn.drain()
-                if future is None:
-                    for batch in batches:
-                        self._finish(batch, -1, -1, None)
-                    return
-                response = await conn.wait(future)
-            except KafkaError as exc:  # connection lost, timed out: every batch is retried
+            future = conn.send(PRODUCE, body, expect_response=self._acks != 0)
+        except KafkaError as exc:
+            self._failed_request(node, batches, exc)
+            return
+        asyncio.ensure_future(self._complete(node, conn, future, batches))
+
+    def _failed_request(self, node: int, batches: list[ProducerBatch], error: KafkaError) -> None:
+        """The connection was lost or timed out: every batch of the request is retried."""
+        for batch in batches:
+            self._retry_or_fail(batch, error, refresh=True)
+        self._in_flight[node] -= 1
+        self._wakeup.set()  # type: ignore[union-attr]
+
+    async def _complete(self, node: int, conn: Connection, future: asyncio.Future[Any] | None,
+                        batches: list[ProducerBatch]) -> None:
+        try:
+            await conn.drain()
+            if future is None:
                 for batch in batches:
-                    self._retry_or_fail(batch, exc, refresh=True)
+                    self._finish(batch, -1, -1, None)
                 return
+            response = await conn.wait(future)
+        except KafkaError as exc:
+            self._failed_request(node, batches, exc)
+            return
+        try:
             results = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
             for batch in batches:
                 result = results.get((batch.tp.topic, batch.tp.partition))
