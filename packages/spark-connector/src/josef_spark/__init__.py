@@ -1,0 +1,12 @@
+"""josef's PySpark data source: ``spark.dataSource.register(JosefDataSource)``, then ``format("josef")``.
+
+It takes the schema and options of Spark's built-in Kafka source, so an
+existing job switches by changing only the format name.
+"""
+
+from josef_spark.options import OptionError
+from josef_spark.planning import DataLossError
+from josef_spark.source import JosefDataSource
+
+__all__ = ["DataLossError", "JosefDataSource", "OptionError"]
+__version__ = "0.1.0"

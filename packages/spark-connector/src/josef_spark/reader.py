@@ -1,0 +1,240 @@
+"""Batch and streaming readers: ranges planned on the driver, read on executors into Arrow batches.
+
+Each Spark input partition is one :class:`~josef_spark.planning.OffsetRange`
+read with josef's consumer (assigned, not in a group, so nothing is
+committed to the cluster: the checkpoint is the only record of progress, as
+with Spark's Kafka source). Records come back as Arrow record batches built
+column by column, which Spark takes without converting row by row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from josef.client import Consumer, TopicPartition
+from josef.client.consumer import OffsetOutOfRangeError
+from josef.client.records import ConsumerRecord
+from josef_spark.options import ReadOptions
+from josef_spark.planning import DataLossError, Offsets, OffsetRange, Planner, offset_ranges, rate_limit
+
+log = logging.getLogger(__name__)
+
+#: Records per poll, and so per Arrow batch: large enough that per-batch costs vanish.
+MAX_POLL_RECORDS = 20_000
+
+
+class RangePartition(InputPartition):
+    """One offset range of one topic-partition: the unit of work of a task."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+def _arrow_columns(records: Sequence[ConsumerRecord], schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """Records as one Arrow batch in Spark's Kafka schema, built column by column."""
+    topic, partition, offset, timestamp, timestamp_type, key, value, headers, _ = zip(*records)
+    n = len(records)
+    stamps = pc.multiply(pa.array(timestamp, pa.int64()), 1000).cast(schema.field("timestamp").type)
+    columns = [
+        pa.array(key, pa.binary()),
+        pa.array(value, pa.binary()),
+        pa.array([topic[0]] * n, pa.string()),
+        pa.array([partition[0]] * n, pa.int32()),
+        pa.array(offset, pa.int64()),
+        stamps,
+        pa.array(timestamp_type, pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_range(options: ReadOptions, arrow_schema: pa.Schema, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` (on an executor), in Arrow batches of up to MAX_POLL_RECORDS.
+
+    Offsets may have gaps (compaction, transaction markers), so the range
+    ends when the consumer's position reaches ``r.end``, not after a count.
+    Records deleted since planning show as an out-of-range fetch: a
+    :class:`DataLossError`, or with failOnDataLoss=false a skip to what is left.
+    """
+    config = {**options.client_config, "bootstrap.servers": options.bootstrap_servers, "enable.auto.commit": False,
+              "auto.offset.reset": "none", "max.poll.records": MAX_POLL_RECORDS}
+    tp = TopicPartition(r.topic, r.partition)
+    consumer = Consumer(config)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, r.start)
+        position = r.start
+        progress_at = time.monotonic()
+        while position < r.end:
+            try:
+                polled = consumer.poll(timeout_ms=min(options.poll_timeout_ms, 1000))
+            except OffsetOutOfRangeError:
+                earliest = consumer.beginning_offsets([tp])[tp]
+                message = f"offsets {position}..{min(earliest, r.end) - 1} of {r.topic}-{r.partition} are gone"
+                if options.fail_on_data_loss:
+                    raise DataLossError(message + "; set failOnDataLoss=false to skip what was lost") from None
+                log.warning("%s; skipping them (failOnDataLoss=false)", message)
+                if earliest >= r.end:
+                    return
+                consumer.seek(tp, earliest)
+                position = earliest
+                continue
+            records = polled.get(tp)
+            new_position = consumer.position(tp)
+            if new_position == position and not records:
+                if time.monotonic() - progress_at > options.poll_timeout_ms / 1000:
+                    raise TimeoutError(f"no records of {r.topic}-{r.partition} after offset {position} within "
+                                       f"kafkaConsumer.pollTimeoutMs ({options.poll_timeout_ms} ms); expected up to {r.end}")
+                continue
+            progress_at = time.monotonic()
+            position = new_position
+            if records:
+                if records[-1].offset >= r.end:
+                    records = [rec for rec in records if rec.offset < r.end]
+                if records:
+                    yield _arrow_columns(records, arrow_schema, options.include_headers)
+    finally:
+        consumer.close()
+
+
+class _RangeReading:
+    """What batch and stream readers share: the options, the Arrow schema, and reading one range."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark plans one empty InputPartition(None) when there is nothing to read
+        return read_range(self.options, self.arrow_schema, partition.range)
+
+
+class BatchReader(_RangeReading, DataSourceReader):
+    """``spark.read``: one input partition per partition's range [start, end), split further by minPartitions."""
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.options)
+        try:
+            tps = planner.partitions()
+            start = planner.resolve(self.options.starting, tps, "startingOffsets")
+            end = planner.resolve(self.options.ending, tps, "endingOffsets")
+            start = planner.checked_start(start, planner.earliest(tps), "startingOffsets")
+        finally:
+            planner.close()
+        backwards = sorted(tp for tp in tps if end[tp] < start[tp])
+        if backwards:
+            t, p = backwards[0]
+            raise ValueError(f"{t}-{p}: the ending offset {end[(t, p)]} is before the starting offset {start[(t, p)]}")
+        return [RangePartition(r) for r in offset_ranges(start, end, self.options.min_partitions)]
+
+
+def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Offsets as Spark's Kafka source checkpoints them: ``{"topic": {"0": 23}}``."""
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = offset
+    return result
+
+
+def from_json(data: dict[str, Any]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, partitions in data.items() for p, o in partitions.items()}
+
+
+class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: per-partition offsets in the checkpoint, admission control, new partitions, data loss.
+
+    Lives in one long-running Python process for the whole query, so the
+    admin connection is opened once and kept.
+    """
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        self._planner: Planner | None = None
+        self._target: Offsets | None = None  # Trigger.AvailableNow: read no further than this
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Sent to executors for read(): without the driver's admin connection."""
+        return {**self.__dict__, "_planner": None}
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        tps = self.planner.partitions()
+        return to_json(self.planner.resolve(self.options.starting, tps, "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def _available(self) -> Offsets:
+        """The latest offset of every partition read now (topics and partitions that appeared included)."""
+        return self.planner.latest(self.planner.partitions())
+
+    def reportLatestOffset(self) -> dict:
+        return to_json(self._available())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json(start)
+        end = self._target if self._target is not None else self._available()
+        new = [tp for tp in end if tp not in begin]
+        if new:  # partitions that appeared since start are read from their beginning, as Spark does
+            begin = {**begin, **self.planner.earliest(new)}
+        # A partition that went away keeps its offset, so partitions() can tell it was lost.
+        end = {**{tp: o for tp, o in begin.items() if tp not in end}, **end}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
+        # An end below its start (a log that shrank: a re-created topic) is left as it is for partitions() to judge.
+        return to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, finish = from_json(start), from_json(end)
+        new = [tp for tp in finish if tp not in begin]
+        if new:
+            begin = {**begin, **self.planner.earliest(new)}
+        existing = set(self.planner.partitions())
+        gone = sorted(tp for tp in begin if tp not in existing and tp in finish)
+        if gone:
+            t, p = gone[0]
+            message = f"{t}-{p} no longer exists (its topic was deleted?)"
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message + "; set failOnDataLoss=false to go on without it")
+            log.warning("%s; going on without it (failOnDataLoss=false)", message)
+            finish = {tp: o for tp, o in finish.items() if tp not in gone}
+        shrunk = sorted(tp for tp in finish if tp in begin and finish[tp] < begin[tp])
+        if shrunk:
+            t, p = shrunk[0]
+            message = f"{t}-{p} went back from offset {begin[(t, p)]} to {finish[(t, p)]} (was its topic re-created?)"
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message + "; set failOnDataLoss=false to go on from the new end")
+            log.warning("%s; going on from there (failOnDataLoss=false)", message)
+        live = [tp for tp in finish if tp in existing and tp not in shrunk]
+        begin = self.planner.checked_start({tp: begin[tp] for tp in live}, self.planner.earliest(live),
+                                           "the micro-batch")
+        return [RangePartition(r) for r in offset_ranges(begin, finish, self.options.min_partitions)]
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint, not in the cluster."""
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
