@@ -48,8 +48,8 @@ def _arrow_columns(records: Sequence[ConsumerRecord], schema: pa.Schema, include
     columns = [
         pa.array(key, pa.binary()),
         pa.array(value, pa.binary()),
-        pa.array([topic[0]] * n, pa.string()),
-        pa.array([partition[0]] * n, pa.int32()),
+        pa.repeat(pa.scalar(topic[0], pa.string()), n),
+        pa.repeat(pa.scalar(partition[0], pa.int32()), n),
         pa.array(offset, pa.int64()),
         stamps,
         pa.array(timestamp_type, pa.int32()),
