@@ -1,15 +1,11 @@
 """confluent-kafka consumer groups against a josef broker: partitions shared, and taken over when a member goes.
 
-Each consumer runs in its own process (this file, run as a script, is the
-worker), so a member can be killed with SIGKILL by its PID and the broker
-has to notice through the session timeout, as with a crashed client. The
-workers report on stdout, as JSON lines, their assignment whenever it changes
-and every record they consume; they commit each record's offset as they go.
-The test waits on those reports with deadlines, never on sleeps.
+Each consumer runs in its own process (``group_workers.py`` is the worker),
+so a member can be killed with SIGKILL by its PID and the broker has to
+notice through the session timeout, as with a crashed client.
 """
 
 from __future__ import annotations
-
 
 import pytest
 from group_workers import SESSION_TIMEOUT_MS, TOPIC_PARTITIONS, share_and_take_over

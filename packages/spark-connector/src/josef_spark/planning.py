@@ -27,6 +27,13 @@ class DataLossError(RuntimeError):
     """Offsets a query needs are gone (retention, DeleteRecords, a deleted topic) and failOnDataLoss is true."""
 
 
+def data_lost(fail: bool, message: str, going_on: str) -> None:
+    """Records a query needs are gone: :class:`DataLossError` (failOnDataLoss), or a warning and the query goes on."""
+    if fail:
+        raise DataLossError(f"{message}; set failOnDataLoss=false to {going_on}")
+    log.warning("%s; going on: %s (failOnDataLoss=false)", message, going_on)
+
+
 @attrs.frozen
 class OffsetRange:
     """Records [start, end) of one partition: what one Spark input partition reads."""
@@ -104,17 +111,12 @@ class Planner:
                       self._per_partition_timestamps(spec, partitions, name))
         found = self.list_offsets(timestamps)
         unmatched = sorted(tp for tp, offset in found.items() if offset < 0)
-        if unmatched:
-            if self.options.timestamp_strategy == "error" or name.startswith("ending"):
-                # An ending timestamp past the last record simply means "read to the end".
-                if name.startswith("ending"):
-                    found.update(self.latest(unmatched))
-                else:
-                    t, p = unmatched[0]
-                    raise OptionError(f"{name}: no record of {t}-{p} has a timestamp at or after {timestamps[(t, p)]}; "
-                                      'set startingOffsetsByTimestampStrategy="latest" to start at the end instead')
-            else:
-                found.update(self.latest(unmatched))
+        if unmatched and name.startswith("starting") and self.options.timestamp_strategy == "error":
+            t, p = unmatched[0]
+            raise OptionError(f"{name}: no record of {t}-{p} has a timestamp at or after {timestamps[(t, p)]}; "
+                              'set startingOffsetsByTimestampStrategy="latest" to start at the end instead')
+        # Past the last record: the end (for an ending timestamp, simply "read to the end").
+        found.update(self.latest(unmatched))
         return found
 
     @staticmethod
@@ -133,9 +135,7 @@ class Planner:
         (topic, partition), (wanted, first) = sorted(lost.items())[0]
         message = (f"{what}: offsets {wanted}..{first - 1} of {topic}-{partition} are gone (retention or deleted "
                    f"records){f' and {len(lost) - 1} more partitions lost data' if len(lost) > 1 else ''}")
-        if self.options.fail_on_data_loss:
-            raise DataLossError(message + "; set failOnDataLoss=false to skip what was lost")
-        log.warning("%s; skipping them (failOnDataLoss=false)", message)
+        data_lost(self.options.fail_on_data_loss, message, "skip what was lost")
         return {**start, **{tp: first for tp, (_, first) in lost.items()}}
 
 

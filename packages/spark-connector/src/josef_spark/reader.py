@@ -24,7 +24,7 @@ from josef.client import Consumer, TopicPartition
 from josef.client.consumer import OffsetOutOfRangeError
 from josef.client.records import ConsumerRecord
 from josef_spark.options import ReadOptions
-from josef_spark.planning import DataLossError, Offsets, OffsetRange, Planner, offset_ranges, rate_limit
+from josef_spark.planning import Offsets, OffsetRange, Planner, data_lost, offset_ranges, rate_limit
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,7 @@ def read_range(options: ReadOptions, arrow_schema: pa.Schema, r: OffsetRange) ->
             except OffsetOutOfRangeError:
                 earliest = consumer.beginning_offsets([tp])[tp]
                 message = f"offsets {position}..{min(earliest, r.end) - 1} of {r.topic}-{r.partition} are gone"
-                if options.fail_on_data_loss:
-                    raise DataLossError(message + "; set failOnDataLoss=false to skip what was lost") from None
-                log.warning("%s; skipping them (failOnDataLoss=false)", message)
+                data_lost(options.fail_on_data_loss, message, "skip what was lost")
                 if earliest >= r.end:
                     return
                 consumer.seek(tp, earliest)
@@ -214,18 +212,15 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
         gone = sorted(tp for tp in begin if tp not in existing and tp in finish)
         if gone:
             t, p = gone[0]
-            message = f"{t}-{p} no longer exists (its topic was deleted?)"
-            if self.options.fail_on_data_loss:
-                raise DataLossError(message + "; set failOnDataLoss=false to go on without it")
-            log.warning("%s; going on without it (failOnDataLoss=false)", message)
+            data_lost(self.options.fail_on_data_loss, f"{t}-{p} no longer exists (its topic was deleted?)",
+                      "go on without it")
             finish = {tp: o for tp, o in finish.items() if tp not in gone}
         shrunk = sorted(tp for tp in finish if tp in begin and finish[tp] < begin[tp])
         if shrunk:
             t, p = shrunk[0]
-            message = f"{t}-{p} went back from offset {begin[(t, p)]} to {finish[(t, p)]} (was its topic re-created?)"
-            if self.options.fail_on_data_loss:
-                raise DataLossError(message + "; set failOnDataLoss=false to go on from the new end")
-            log.warning("%s; going on from there (failOnDataLoss=false)", message)
+            data_lost(self.options.fail_on_data_loss,
+                      f"{t}-{p} went back from offset {begin[(t, p)]} to {finish[(t, p)]} (was its topic re-created?)",
+                      "go on from the new end")
         live = [tp for tp in finish if tp in existing and tp not in shrunk]
         begin = self.planner.checked_start({tp: begin[tp] for tp in live}, self.planner.earliest(live),
                                            "the micro-batch")

@@ -907,13 +907,20 @@ class AsyncConsumer:
                 log.info("committed offsets of group %r: %s; retrying", group, exc)
             await asyncio.sleep(self._backoff_s)
 
-    async def _offset_fetch(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    async def _offset_fetch(self, group: str, tps: list[TopicPartition] | None
+                            ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """``group``'s committed offsets of ``tps`` (None where there is none), or with ``tps=None`` every one it has."""
         conn = await self._coordinator(group)
         version = min(conn.version(OFFSET_FETCH), OFFSET_FETCH_MAX)
-        topics: dict[str, list[int]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        wanted = [{"name": name, "partition_indexes": parts} for name, parts in topics.items()]
+        wanted = None
+        if tps is None:
+            if version < 2:
+                raise UnsupportedVersionError("the broker's OffsetFetch cannot list all of a group's offsets (needs v2+)")
+        else:
+            topics: dict[str, list[int]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(tp.partition)
+            wanted = [{"name": name, "partition_indexes": parts} for name, parts in topics.items()]
         response = await conn.request(OFFSET_FETCH, {
             "group_id": group, "topics": wanted, "require_stable": True,
             "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted}]}, version=version)
@@ -924,13 +931,13 @@ class AsyncConsumer:
             code, topics_out = getattr(response, "error_code", ErrorCode.none), response.topics
         if code != ErrorCode.none:
             raise KafkaError(code, f"OffsetFetch for group {group!r}")
-        result: dict[TopicPartition, OffsetAndMetadata | None] = {tp: None for tp in tps}
+        result: dict[TopicPartition, OffsetAndMetadata | None] = {} if tps is None else {tp: None for tp in tps}
         for topic in topics_out:
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
                 if part.error_code != ErrorCode.none:
                     raise KafkaError(part.error_code, f"OffsetFetch for {tp.topic}-{tp.partition} of group {group!r}")
-                if tp in result and part.committed_offset >= 0:
+                if (tps is None or tp in result) and part.committed_offset >= 0:
                     result[tp] = OffsetAndMetadata(part.committed_offset, part.metadata,
                                                    getattr(part, "committed_leader_epoch", -1))
         return result

@@ -41,16 +41,22 @@ def _passes_through(exc: click.UsageError) -> bool:
     return type(exc).__name__ == "NoArgsIsHelpError"
 
 
+def _parse_one_line(parse: Callable[[click.Context, list[str]], list[str]], ctx: click.Context,
+                    args: list[str]) -> list[str]:
+    """``parse(ctx, args)`` with usage errors as one ``Error:`` line."""
+    try:
+        return parse(ctx, args)
+    except click.UsageError as exc:
+        if _passes_through(exc):
+            raise
+        raise _one_line(exc) from None
+
+
 class Command(click.Command):
     """A command whose usage errors are one ``Error:`` line, like every other failure."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            if _passes_through(exc):
-                raise
-            raise _one_line(exc) from None
+        return _parse_one_line(super().parse_args, ctx, args)
 
 
 class Group(click.Group):
@@ -69,12 +75,7 @@ class Group(click.Group):
                 raise click.ClickException(f"{ctx.command_path}: give only one of " +
                                            ", ".join(f"--{a}" for a in self.actions))
             args = [flags[0][2:]] + [a for a in args if a != flags[0]]
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            if _passes_through(exc):
-                raise
-            raise _one_line(exc) from None
+        return _parse_one_line(super().parse_args, ctx, args)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         try:

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from josef.client.cluster import TopicPartition
     from josef.client.consumer import AsyncConsumer
 
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_FETCH = 15, 16, 42, 9
-#: DescribeGroups v6 and OffsetFetch v10 are newer than the protocol definitions josef follows.
-DESCRIBE_GROUPS_MAX, OFFSET_FETCH_MAX = 5, 9
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+#: DescribeGroups v6 is newer than the protocol definitions josef follows.
+DESCRIBE_GROUPS_MAX = 5
 INACTIVE = ("Empty", "Dead")
 
 
@@ -100,28 +100,8 @@ async def describe_group(consumer: AsyncConsumer, group: str) -> Any:
 
 async def fetch_offsets(consumer: AsyncConsumer, group: str) -> dict[TopicPartition, int]:
     """Every committed offset of the group (OffsetFetch for all topics)."""
-    from josef.client.cluster import TopicPartition
-
-    conn = await consumer._coordinator(group)
-    version = min(conn.version(OFFSET_FETCH), OFFSET_FETCH_MAX)
-    if version < 2:
-        raise click.ClickException("the broker's OffsetFetch cannot list all of a group's offsets (needs v2+)")
-    response = await conn.request(OFFSET_FETCH, {
-        "group_id": group, "topics": None, "require_stable": False,
-        "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}]}, version=version)
-    if version >= 8:
-        [answer] = [g for g in response.groups if g.group_id == group]
-        code, topics = answer.error_code, answer.topics
-    else:
-        code, topics = getattr(response, "error_code", 0), response.topics
-    _check(code, f"OffsetFetch for group {group!r}")
-    offsets = {}
-    for topic in topics:
-        for part in topic.partitions:
-            _check(part.error_code, f"OffsetFetch for {topic.name}-{part.partition_index} of group {group!r}")
-            if part.committed_offset >= 0:
-                offsets[TopicPartition(topic.name, part.partition_index)] = part.committed_offset
-    return offsets
+    committed = await consumer._offset_fetch(group, None)
+    return {tp: entry.offset for tp, entry in committed.items() if entry is not None}
 
 
 def _decode_assignment(member: Any, protocol_type: str) -> list[TopicPartition]:

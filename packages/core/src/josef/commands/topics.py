@@ -57,18 +57,19 @@ def _pattern(topic: str) -> re.Pattern[str]:
         raise click.ClickException(f"--topic {topic!r} is not a valid regular expression: {exc}") from None
 
 
-async def _matching(admin: AsyncAdmin, topic: str | None, exclude_internal: bool) -> list[str]:
+async def _matching(admin: AsyncAdmin, topic: str | None, exclude_internal: bool, *,
+                    required: bool = False) -> list[str]:
+    """Topics named by ``topic`` (a name or a regular expression; None: all); ``required``: an error if none is."""
     listed = await admin.list_topics(include_internal=not exclude_internal)
     if topic is None:
         return list(listed)
     if topic in listed:  # a plain name, even one that is not a valid regular expression
         return [topic]
     pattern = _pattern(topic)
-    return [name for name in listed if pattern.fullmatch(name)]
-
-
-def _missing(topic: str) -> click.ClickException:
-    return click.ClickException(f"topic {topic!r} does not exist as expected")
+    names = [name for name in listed if pattern.fullmatch(name)]
+    if required and not names:
+        raise click.ClickException(f"topic {topic!r} does not exist as expected")
+    return names
 
 
 # create --------------------------------------------------------------------------------------------
@@ -176,10 +177,8 @@ def describe(bootstrap_server: str, command_config: Path | None, topic: str | No
 
     async def go() -> list[str]:
         async with admin_client(bootstrap_server, command_config) as admin:
-            names = await _matching(admin, topic, exclude_internal)
+            names = await _matching(admin, topic, exclude_internal, required=not if_exists)
             if not names:
-                if topic is not None and not if_exists:
-                    raise _missing(topic)
                 return []
             descriptions = await admin.describe_topics(names, raise_errors=False)
             names = [n for n in names if not isinstance(descriptions[n], Exception)]  # deleted meanwhile
@@ -227,11 +226,9 @@ def alter(bootstrap_server: str, command_config: Path | None, topic: str, partit
 
     async def go() -> None:
         async with admin_client(bootstrap_server, command_config) as admin:
-            names = await _matching(admin, topic, exclude_internal=False)
+            names = await _matching(admin, topic, exclude_internal=False, required=not if_exists)
             if not names:
-                if if_exists:
-                    return
-                raise _missing(topic)
+                return
             wanted = {}
             for name in names:
                 extra = None
@@ -260,11 +257,9 @@ def delete(bootstrap_server: str, command_config: Path | None, topic: str, if_ex
 
     async def go() -> None:
         async with admin_client(bootstrap_server, command_config) as admin:
-            names = await _matching(admin, topic, exclude_internal=False)
+            names = await _matching(admin, topic, exclude_internal=False, required=not if_exists)
             if not names:
-                if if_exists:
-                    return
-                raise _missing(topic)
+                return
             internal = [n for n, t in (await admin.list_topics(include_internal=True)).items() if t.is_internal and n in names]
             if internal:
                 raise click.ClickException(f"topic {internal[0]} is an internal topic and may not be deleted")
