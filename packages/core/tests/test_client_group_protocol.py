@@ -330,8 +330,11 @@ def test_fenced_members_lose_their_partitions_and_rejoin_with_epoch_0(error: Err
         assert listener.events[-1] == ("lost", [tp(0), tp(1)])
         assert ("revoked", [tp(0), tp(1)]) not in listener.events and commits == []
         assert member.member_epoch == 0
-        await asyncio.sleep(0.05)  # the heartbeat task rejoins
-        rejoin = [r for r in coordinator.requests if r["member_epoch"] == 0]
+        for _ in range(500):  # the heartbeat task rejoins on its own: wait for its request, not for a time
+            rejoin = [r for r in coordinator.requests if r["member_epoch"] == 0]
+            if len(rejoin) >= 2:
+                break
+            await asyncio.sleep(0.01)
         assert len(rejoin) == 2 and rejoin[1]["member_id"] == rejoin[0]["member_id"]
         await member.poll()
         assert owned(consumer) == {tp(0), tp(1)} and listener.events[-1] == ("assigned", [tp(0), tp(1)])
