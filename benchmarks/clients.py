@@ -32,7 +32,7 @@ LINGER_MS = 5
 
 
 def josef_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    from josef.client import Producer
+    from josef_client import Producer
 
     with Producer(bootstrap_servers=bootstrap, acks="1", enable_idempotence=False, linger_ms=LINGER_MS,
                   batch_size=BATCH, buffer_memory=256 * 1024 * 1024) as producer:
@@ -42,7 +42,7 @@ def josef_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
 
 
 def josef_async_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    from josef.client import AsyncProducer
+    from josef_client import AsyncProducer
 
     async def main() -> None:
         async with AsyncProducer(bootstrap_servers=bootstrap, acks="1", enable_idempotence=False,
@@ -96,7 +96,7 @@ def aiokafka_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
 
 
 def josef_consume(bootstrap: str, topic: str, n: int) -> None:
-    from josef.client import Consumer, TopicPartition
+    from josef_client import Consumer, TopicPartition
 
     consumer = Consumer(bootstrap_servers=bootstrap, max_poll_records=100_000)
     consumer.assign([TopicPartition(topic, 0)])

@@ -32,7 +32,7 @@ from broker import Broker  # noqa: E402  (the sibling benchmark's broker starter
 
 
 def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> None:
-    from josef.client import Admin, NewTopic, Producer
+    from josef_client import Admin, NewTopic, Producer
 
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(topic, partitions)])
@@ -45,7 +45,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int
 
 
 def consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
-    from josef.client import Consumer, TopicPartition
+    from josef_client import Consumer, TopicPartition
 
     started = time.perf_counter()
     tps = [TopicPartition(topic, p) for p in range(partitions)]

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from josef.client.admin import Admin, ConfigResource, NewTopic
-from josef.client.cluster import TopicPartition
+
+from josef_client import Admin, ConfigResource, NewTopic, TopicPartition
 
 TIMEOUT_S = 120
 

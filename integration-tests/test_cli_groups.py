@@ -6,11 +6,9 @@ Needs the broker's group coordinator (the josef-coordinator-group plugin).
 import time
 
 import pytest
-from josef.client.admin import Admin, NewTopic
-from josef.client.cluster import TopicPartition
-from josef.client.consumer import Consumer
-from josef.client.producer import Producer
 from test_cli import closed_port, josef, ok, one_line_error
+
+from josef_client import Admin, Consumer, NewTopic, Producer, TopicPartition
 
 DEADLINE_S = 60
 PARTITIONS = [TopicPartition("orders", p) for p in range(3)]

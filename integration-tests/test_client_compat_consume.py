@@ -12,14 +12,13 @@ import os
 import random
 
 import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka import TopicPartition as RdTopicPartition
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from josef.client.cluster import TopicPartition
-from josef.client.consumer import AsyncConsumer, Consumer, ConsumerRecord
+from josef_client import AsyncConsumer, Consumer, ConsumerRecord, TopicPartition
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 COUNT = 2_000

@@ -4,7 +4,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from josef.client import Producer as JosefProducer
+from josef_client import Producer as JosefProducer
 
 COUNT = 5_000
 

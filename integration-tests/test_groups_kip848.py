@@ -12,7 +12,14 @@ notice through the session timeout, as with a crashed client.
 from __future__ import annotations
 
 import pytest
-from group_workers import SESSION_TIMEOUT_MS, TOPIC_PARTITIONS, committed, consume_committing, produce, share_and_take_over
+from group_workers import (
+    SESSION_TIMEOUT_MS,
+    TOPIC_PARTITIONS,
+    committed,
+    consume_committing,
+    produce,
+    share_and_take_over,
+)
 
 
 @pytest.mark.parametrize("departure", ["close", "kill"])

@@ -6,11 +6,10 @@ import socket
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from group_workers import consume_committing
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
-
-from group_workers import consume_committing
 
 DEADLINE_S = 60
 PARTITIONS = 3

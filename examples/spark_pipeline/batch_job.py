@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline import AGGREGATE_SCHEMA, AGGREGATES_TOPIC, DEFAULT_BOOTSTRAP, STATE_DIR, spark_session
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-
-from pipeline import AGGREGATE_SCHEMA, AGGREGATES_TOPIC, DEFAULT_BOOTSTRAP, STATE_DIR, spark_session
 
 TABLE = "event_aggregates"
 

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Iterator
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    DecimalType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from josef_spark import JosefDataSource
 

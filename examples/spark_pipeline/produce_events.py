@@ -24,8 +24,9 @@ import random
 import time
 from typing import Any
 
-from josef.client import Producer
 from pipeline import DEFAULT_BOOTSTRAP, EVENTS_TOPIC, WATERMARK_DELAY_SECONDS
+
+from josef_client import Producer
 
 ACTIONS = ("view", "click", "add_to_cart", "purchase")
 ACTION_WEIGHTS = (50, 30, 12, 8)

@@ -22,12 +22,19 @@ import signal
 import threading
 from pathlib import Path
 
+from pipeline import (
+    AGGREGATES_TOPIC,
+    DEFAULT_BOOTSTRAP,
+    EVENT_SCHEMA,
+    EVENTS_TOPIC,
+    STATE_DIR,
+    WATERMARK_DELAY_SECONDS,
+    WINDOW_SECONDS,
+    spark_session,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-
-from pipeline import (AGGREGATES_TOPIC, DEFAULT_BOOTSTRAP, EVENT_SCHEMA, EVENTS_TOPIC, STATE_DIR,
-                      WATERMARK_DELAY_SECONDS, WINDOW_SECONDS, spark_session)
 
 
 def aggregate(records: DataFrame) -> DataFrame:

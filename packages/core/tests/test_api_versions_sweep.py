@@ -14,7 +14,6 @@ from josef.server.apis import CORE_APIS
 from josef.testing import RawClient
 
 
-
 def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
     topic = "sweep"
     return {

@@ -1,6 +1,15 @@
-"""Plugins import only the core's public modules, never each other; the core imports no plugin."""
+"""The layering of the monorepo, checked from the sources and each package's pyproject.
+
+- The core imports no other package (not the client, not a plugin).
+- A package imports another josef package only when its pyproject depends on it.
+- A plugin (a package with ``josef`` entry points) depends on no josef
+  distribution but the core: plugins never import each other.
+- Only the core imports the core's private modules.
+"""
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 PACKAGES = Path(__file__).resolve().parents[2]
@@ -17,18 +26,43 @@ def imported_modules(source_dir: Path):
                 yield path, node.module
 
 
+def load_packages() -> dict[str, dict]:
+    """Each package folder's distribution name, import names, josef dependencies and entry points."""
+    packages = {}
+    for folder in PACKAGES.iterdir():
+        if not (folder / "pyproject.toml").exists():
+            continue
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        requires = {re.split(r"[\s<>=!~;\[]", dep, maxsplit=1)[0] for dep in project.get("dependencies", [])}
+        packages[folder.name] = {
+            "dist": project["name"],
+            "src": folder / "src",
+            "imports": {d.name for d in (folder / "src").iterdir() if d.is_dir() and not d.name.startswith((".", "_"))},
+            "requires": {r for r in requires if r == "josef" or r.startswith("josef-")},
+            "plugin": "josef" in project.get("entry-points", {}),
+        }
+    return packages
+
+
 def test_layering():
-    packages = {p.name: p / "src" for p in PACKAGES.iterdir() if (p / "pyproject.toml").exists()}
-    assert {"core", "storage-local", "metadata-kraft"} <= set(packages)
+    packages = load_packages()
+    assert {"core", "client", "storage-local", "metadata-kraft", "coordinator-group"} <= set(packages)
+    dist_of = {name: p["dist"] for p in packages.values() for name in p["imports"]}
     violations = []
-    for name, src in packages.items():
-        own = {d.name for d in src.iterdir() if d.is_dir() and not d.name.startswith((".", "_"))}
-        for path, module in imported_modules(src):
+    for folder, package in packages.items():
+        if package["plugin"] and package["requires"] - {"josef"}:
+            violations.append(f"plugin {package['dist']} depends on {sorted(package['requires'] - {'josef'})}")
+        for path, module in imported_modules(package["src"]):
             top = module.split(".")[0]
-            if name == "core" and top.startswith("josef_"):
-                violations.append(f"{path}: the core imports plugin module {module}")
-            if name != "core" and top.startswith("josef_") and top not in own:
-                violations.append(f"{path}: imports another plugin, {module}")
-            if name != "core" and (module.startswith("josef._") or "._internal" in module):
+            dist = dist_of.get(top)
+            if folder == "core" and dist is not None and dist != "josef":
+                violations.append(f"{path}: the core imports {module} ({dist})")
+            elif dist is not None and top not in package["imports"] and dist not in package["requires"]:
+                violations.append(f"{path}: imports {module} but {package['dist']} does not depend on {dist}")
+            if folder != "core" and (module.startswith("josef._") or "._internal" in module):
                 violations.append(f"{path}: imports a private core module, {module}")
     assert not violations, "\n".join(violations)
+
+
+def test_the_core_depends_on_no_other_josef_package():
+    assert load_packages()["core"]["requires"] == set()

@@ -2,8 +2,14 @@
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from josef.protocol.messages import build, encode_response, parse_header, response_type
-from josef.protocol.messages import first_flexible_version, is_flexible
+from josef.protocol.messages import (
+    build,
+    encode_response,
+    first_flexible_version,
+    is_flexible,
+    parse_header,
+    response_type,
+)
 
 
 def test_build_drops_fields_the_version_lacks_and_converts():

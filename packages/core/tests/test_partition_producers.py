@@ -3,9 +3,9 @@
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.log import TopicPartition
 from josef.partition import PartitionError
 from josef.protocol.records import CorruptRecordError, build_batch
+from josef.protocol.topic_partition import TopicPartition
 
 PID = 5
 

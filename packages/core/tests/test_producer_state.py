@@ -10,7 +10,12 @@ from josef.producer_state import (
     ProducerStateError,
     ProducerStateManager,
 )
-from josef.protocol.records import InvalidRecordError, ProducerBatch, build_batch, validate_and_assign
+from josef.protocol.records import (
+    InvalidRecordError,
+    ProducerBatch,
+    build_batch,
+    validate_and_assign,
+)
 
 INT_MAX = 2**31 - 1
 PID = 42

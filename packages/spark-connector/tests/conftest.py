@@ -13,7 +13,7 @@ import sys
 import pytest
 from pyspark.sql import SparkSession
 
-from josef.client import Admin, NewTopic, Producer
+from josef_client import Admin, NewTopic, Producer
 from josef_spark import JosefDataSource
 
 

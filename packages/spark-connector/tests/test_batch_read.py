@@ -3,10 +3,10 @@
 import datetime as dt
 
 import pytest
+from conftest import create_topic, produce, reader
 from pyspark.errors import AnalysisException, PythonException
 
-from conftest import create_topic, produce, reader
-from josef.client import Admin, TopicPartition
+from josef_client import Admin, TopicPartition
 
 
 def rows(df):

@@ -4,9 +4,9 @@ import json
 import threading
 
 import pytest
-
 from conftest import create_topic, produce
-from josef.client import Admin, NewPartitions, Producer, TopicPartition
+
+from josef_client import Admin, NewPartitions, Producer, TopicPartition
 
 TIMEOUT_S = 120
 

@@ -1,10 +1,17 @@
 """Writes: DataFrames into topics (batch and streaming), with the columns of Spark's Kafka sink."""
 
 import pytest
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
-
 from conftest import create_topic, produce, reader
-from josef.client import Consumer, TopicPartition
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from josef_client import Consumer, TopicPartition
 
 TIMEOUT_S = 120
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))

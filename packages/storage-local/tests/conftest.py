@@ -7,9 +7,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+
 from josef.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
-from josef.log import LogConfig, TopicPartition
+from josef.log import LogConfig
 from josef.protocol.records import (
     AppendInfo,
     build_batch,
@@ -17,6 +18,7 @@ from josef.protocol.records import (
     iter_records,
     validate_and_assign,
 )
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.log import LocalLog
 from josef_storage_local.storage import LocalLogStorage
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from josef.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
-from josef.log import Log, LogConfig, LogStorage, TopicPartition
+from josef.log import Log, LogConfig, LogStorage
 from josef.plugins import collect, get_plugin_manager
 from josef.protocol.records import build_batch, validate_and_assign
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import plugin
 from josef_storage_local.logdir import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from josef_storage_local.storage import LocalLogStorage

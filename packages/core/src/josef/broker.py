@@ -30,6 +30,7 @@ from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
 from josef.plugins import collect, get_plugin_manager
 from josef.producer_ids import ProducerIdManager
+from josef.protocol.api_keys import ApiKey
 from josef.replica_manager import ReplicaManager
 from josef.server import network
 from josef.server.apis import register_core_apis
@@ -37,8 +38,6 @@ from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
-
-FIND_COORDINATOR = 10
 
 
 @attrs.frozen
@@ -84,7 +83,7 @@ class Broker:
             for key, handler, low, high in coordinator.apis():
                 self.dispatcher.register(key, handler, low, high)
         if self.coordinators.coordinators:
-            self.dispatcher.register(FIND_COORDINATOR, find_coordinator, 0, 4)
+            self.dispatcher.register(ApiKey.FIND_COORDINATOR, find_coordinator, 0, 4)
         self._listeners: list[Any] = []
         self.storage: LogStorage
         self.quorum: MetadataQuorum

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from josef.authorizer import AllowAll
 from josef.broker_config import CORE_KEYS
-from josef.client.partitioner import Murmur2Partitioner, RoundRobinPartitioner
 from josef.hookspecs import Register, hookimpl
 
 
@@ -17,31 +16,3 @@ def register_configs(register: Register) -> None:
 @hookimpl
 def register_authorizers(register: Register) -> None:
     register("allow-all", AllowAll)
-
-
-@hookimpl
-def register_partitioners(register: Register) -> None:
-    register("murmur2", Murmur2Partitioner)
-    register("round-robin", RoundRobinPartitioner)
-
-
-@hookimpl
-def register_commands(cli) -> None:  # type: ignore[no-untyped-def]  # a click.Group
-    """josef's Kafka-style tools: topics, configs, console-producer, console-consumer, perf."""
-    from josef.commands import register
-
-    register(cli)
-
-
-@hookimpl
-def register_assignors(register: Register) -> None:
-    """The classic protocol's client-side assignors, as Kafka's Java client names them."""
-    from josef.client.assignors import (
-        CooperativeStickyAssignor,
-        RangeAssignor,
-        RoundRobinAssignor,
-        StickyAssignor,
-    )
-
-    for assignor in (RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor):
-        register(assignor.name, assignor)

@@ -102,7 +102,7 @@ def register_assignors(register: Register) -> None:
 
     Called when a consumer or the group coordinator is assembled. Call
     ``register(name, factory)``; ``factory()`` returns an assignor (see
-    :mod:`josef.client.assignors`) whose
+    :mod:`josef_client.assignors`) whose
     ``assign(cluster_partitions, subscriptions)`` maps each member id to its
     partitions, given the partition count of every topic and each member's
     subscription (topics, user data, owned partitions). Client-side

@@ -25,23 +25,7 @@ import attrs
 
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader
-
-
-@attrs.frozen(order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @classmethod
-    def parse(cls, text: str) -> TopicPartition:
-        """The inverse of ``str()``, as used in directory names (``orders-3``)."""
-        topic, sep, partition = text.rpartition("-")
-        if not sep or not topic or not partition.isdigit():
-            raise ValueError(f"{text!r} is not TOPIC-PARTITION")
-        return cls(topic, int(partition))
+from josef.protocol.topic_partition import TopicPartition
 
 
 @attrs.frozen

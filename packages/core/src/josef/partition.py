@@ -18,11 +18,12 @@ from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import Log, LogConfig, TopicPartition
+from josef.log import Log, LogConfig
 from josef.metadata.image import PartitionImage
 from josef.producer_state import AppendPlan, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
 from josef.protocol.records import AppendInfo, ProducerBatch, recompress, validate_and_assign
+from josef.protocol.topic_partition import TopicPartition
 
 
 class PartitionError(Exception):

@@ -17,10 +17,11 @@ import anyio
 import anyio.to_thread
 
 from josef.config import Config
-from josef.log import LogConfig, LogDirError, LogStorage, TopicPartition
+from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.records import TOPIC_RESOURCE
 from josef.partition import Partition
+from josef.protocol.topic_partition import TopicPartition
 from josef.purgatory import Purgatory
 
 log = logging.getLogger(__name__)

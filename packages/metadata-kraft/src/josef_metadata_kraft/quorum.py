@@ -20,11 +20,12 @@ import anyio
 import anyio.to_thread
 
 from josef.config import Config, ConfigError
-from josef.log import Log, LogConfig, LogStorage, TopicPartition
+from josef.log import Log, LogConfig, LogStorage
 from josef.meta_properties import log_dirs, read
 from josef.metadata.quorum import CommitListener, NotControllerError
 from josef.metadata.records import MetadataRecord, decode, encode
 from josef.protocol.records import build_batch, iter_batches, iter_records, validate_and_assign
+from josef.protocol.topic_partition import TopicPartition
 
 METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
 #: The metadata log is never deleted by retention: snapshots do not exist yet.

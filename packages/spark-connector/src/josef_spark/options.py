@@ -19,8 +19,8 @@ from typing import Any, Literal, Mapping
 
 import attrs
 
-from josef.client.config import CONSUMER, PRODUCER, build_config
-from josef.client.errors import ConfigError
+from josef_client import ConfigError
+from josef_client.config import CONSUMER, PRODUCER, build_config
 
 EARLIEST, LATEST = -2, -1
 

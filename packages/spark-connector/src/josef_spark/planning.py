@@ -12,8 +12,8 @@ from typing import Iterable, Mapping, TypeVar
 
 import attrs
 
-from josef.client import Admin, KafkaError, TopicPartition
-from josef.client.config import ADMIN
+from josef_client import Admin, KafkaError, TopicPartition
+from josef_client.config import ADMIN
 from josef_spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from josef.client import Consumer, TopicPartition
-from josef.client.consumer import OffsetOutOfRangeError
-from josef.client.records import ConsumerRecord
+from josef_client import Consumer, ConsumerRecord, OffsetOutOfRangeError, TopicPartition
 from josef_spark.options import ReadOptions
-from josef_spark.planning import Offsets, OffsetRange, Planner, data_lost, offset_ranges, rate_limit
+from josef_spark.planning import OffsetRange, Offsets, Planner, data_lost, offset_ranges, rate_limit
 
 log = logging.getLogger(__name__)
 

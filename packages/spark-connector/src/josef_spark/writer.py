@@ -19,10 +19,14 @@ from typing import Any, Iterator, Sequence
 
 import attrs
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from josef.client import Producer
+from josef_client import Producer
 from josef_spark.options import OptionError, WriteOptions
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from josef.log import EpochEntry, TopicPartition
-
+from josef.log import EpochEntry
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.files import write_atomically
 
 VERSION = 0

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import bisect
-import itertools
 import functools
+import itertools
 import logging
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
 from pathlib import Path
+from typing import Any, TypeVar
 
-from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError, TopicPartition
+from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
-
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import snapshots
 from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
 from josef_storage_local.epochs import LeaderEpochCache

@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from josef.log import TopicPartition
-
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.checkpoints import read_offsets, write_offsets
 from josef_storage_local.files import write_atomically
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -27,7 +27,7 @@ from josef.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     BatchInfo,
-    Record,
+    ConsumerRecord,
     batch_is_valid,
     iter_records,
 )
@@ -291,7 +291,7 @@ class Segment:
             position = batch_end
         return position
 
-    def _records(self, position: int, fields: tuple[int, ...]) -> Iterator[Record]:
+    def _records(self, position: int, fields: tuple[int, ...]) -> Iterable[ConsumerRecord]:
         return iter_records(os.pread(self.fd, fields[BATCH_LENGTH] + LOG_OVERHEAD, position))
 
     def find_timestamp(self, timestamp: int, log_start_offset: int) -> tuple[int, int] | None:

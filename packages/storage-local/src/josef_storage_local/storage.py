@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from josef.config import Config
-from josef.log import LogConfig, TopicPartition
-
+from josef.log import LogConfig
+from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir

@@ -32,11 +32,11 @@ import anyio.abc
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.hashing import partition_for
-from josef.log import TopicPartition
 from josef.metadata.controller import ControllerError
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.partition import Partition, PartitionError
 from josef.protocol.records import build_batch, iter_batches, iter_records
+from josef.protocol.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from josef.broker import Broker

@@ -18,8 +18,8 @@ from functools import cache
 from typing import Any, Callable, Mapping
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 

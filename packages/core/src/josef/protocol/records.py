@@ -1,17 +1,21 @@
-"""Kafka record batches (magic v2): validation and offset assignment without touching records.
+"""Kafka record batches (magic v2): validation, offset assignment, encoding and decoding.
 
 The broker treats a batch as an opaque block behind a 61-byte header: it
 checks the header and the CRC-32C, writes the base offset and leader epoch
 (neither is covered by the CRC) and reads the max timestamp. Nothing here
-loops over records on the produce or fetch path; :func:`iter_records` and
-:func:`build_batch` exist for the places that really need records
-(ListOffsets by timestamp, the metadata log, clients and tests).
+loops over records on the broker's produce or fetch path.
+
+Records are encoded (:func:`encode_record`, :func:`seal_batch`,
+:func:`build_batch`) and decoded (:func:`decode_batch`) here once, for
+every side that needs them: the client's producer and consumer, and the
+broker's few record-level paths (ListOffsets by timestamp, the metadata
+log, coordinator state, forced recompression).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import attrs
 import crc32c
@@ -224,58 +228,242 @@ def batch_is_valid(buf: bytes | bytearray | memoryview, pos: int, header: BatchH
 
 # ---------------------------------------------------------------- records
 
+Deserializer = Callable[[bytes | None], Any]
+#: timestamp_type values, as Kafka's TimestampType ids.
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+#: Control record types (the key's second int16).
+ABORT_MARKER, COMMIT_MARKER = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")
+_NO_RECORD_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 
-@attrs.frozen
-class Record:
+
+class ConsumerRecord(NamedTuple):
+    """One decoded record, as a consumer's ``poll`` returns it (Kafka's name for it).
+
+    ``key`` and ``value`` are bytes (``None`` for null) unless a
+    ``key.deserializer``/``value.deserializer`` is configured, in which case
+    they are what it returned. ``timestamp_type`` is 0 for CreateTime (the
+    producer's clock) and 1 for LogAppendTime (the broker's). ``leader_epoch``
+    is the epoch of the leader that wrote the batch (-1 when unknown).
+
+    A named tuple, not an attrs class: building one is the consumer's only
+    per-record cost besides varints, and a tuple is built in one call.
+    """
+
+    topic: str
+    partition: int
     offset: int
     timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: tuple[tuple[str, bytes | None], ...]
+    leader_epoch: int
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
+class RecordDeserializationError(ValueError):
+    """A deserialiser raised; ``offset`` tells where, so the caller can seek past the record."""
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(f"cannot deserialise the record at {topic}-{partition}@{offset}: {cause!r}")
+
+
+def _uvarint_rest(buf: bytes, pos: int, result: int) -> tuple[int, int]:
+    """A varint longer than two bytes: ``result`` holds its first 14 bits, ``pos`` is at its third byte."""
+    shift = 14
     while True:
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
+        if byte < 0x80:
+            return result, pos
         shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint longer than 10 bytes")
 
 
-def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
-    if length < 0:
-        return None, pos
-    return bytes(buf[pos : pos + length]), pos + length
+def decode_batch(
+    buf: bytes,
+    pos: int,
+    topic: str,
+    partition: int,
+    min_offset: int = 0,
+    check_crc: bool = True,
+    key_deserializer: Deserializer | None = None,
+    value_deserializer: Deserializer | None = None,
+) -> list[ConsumerRecord]:
+    """The records of the batch at ``buf[pos:]`` with offsets >= ``min_offset``, decompressed and decoded.
+
+    Deliberately one long function: a helper call per varint would cost more
+    than the decoding itself, so varints of one and two bytes (every length
+    below 8 KiB) are decoded inline and only longer ones call
+    :func:`_uvarint_rest`. ``buf`` must hold the whole batch.
+    """
+    (base_offset, length, leader_epoch, magic, crc, attributes, _last_delta, base_ts, max_ts,
+     _pid, _pepoch, _bseq, count) = HEADER.unpack_from(buf, pos)
+    end = pos + LOG_OVERHEAD + length
+    if magic != 2:
+        raise CorruptRecordError(f"record batch magic {magic} at offset {base_offset} is not supported (only v2)")
+    if end > len(buf):
+        raise CorruptRecordError(f"the batch at offset {base_offset} of {topic}-{partition} is truncated")
+    if check_crc and crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]) != crc:
+        raise CorruptRecordError(f"CRC-32C mismatch in the batch at offset {base_offset} of {topic}-{partition}")
+    codec = attributes & 0x07
+    if codec:
+        try:
+            body: bytes = decompress(codec, buf[pos + HEADER_SIZE : end])
+        except Exception as exc:
+            raise CorruptRecordError(f"cannot decompress the batch at offset {base_offset} (codec {codec}): {exc}") from exc
+        p, body_end = 0, len(body)
+    else:
+        body, p, body_end = buf, pos + HEADER_SIZE, end
+    append_time = bool(attributes & TIMESTAMP_TYPE_BIT)
+    ts_type = LOG_APPEND_TIME if append_time else CREATE_TIME
+    deserialize = key_deserializer is not None or value_deserializer is not None
+    out: list[ConsumerRecord] = []
+    append = out.append
+    new, cls = tuple.__new__, ConsumerRecord
+    rest = _uvarint_rest
+    offset = base_offset
+    try:
+        for _ in range(count):
+            # Each varint: b is the unsigned value, then zig-zag decoded.
+            b = body[p]  # length
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                if c > 0x7F:
+                    b, p = rest(body, p, (b & 0x7F) | ((c & 0x7F) << 7))
+                else:
+                    b = (b & 0x7F) | (c << 7)
+            record_end = p + ((b >> 1) ^ -(b & 1))
+            b = body[p + 1]  # skip the attributes byte; timestampDelta
+            p += 2
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                if c > 0x7F:
+                    b, p = rest(body, p, (b & 0x7F) | ((c & 0x7F) << 7))
+                else:
+                    b = (b & 0x7F) | (c << 7)
+            timestamp = max_ts if append_time else base_ts + ((b >> 1) ^ -(b & 1))
+            b = body[p]  # offsetDelta
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                if c > 0x7F:
+                    b, p = rest(body, p, (b & 0x7F) | ((c & 0x7F) << 7))
+                else:
+                    b = (b & 0x7F) | (c << 7)
+            offset = base_offset + ((b >> 1) ^ -(b & 1))
+            if offset < min_offset:
+                p = record_end
+                continue
+            b = body[p]  # key length
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                if c > 0x7F:
+                    b, p = rest(body, p, (b & 0x7F) | ((c & 0x7F) << 7))
+                else:
+                    b = (b & 0x7F) | (c << 7)
+            if b & 1:
+                key = None  # -1
+            else:
+                b >>= 1
+                key = body[p : p + b]
+                p += b
+            b = body[p]  # value length
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                if c > 0x7F:
+                    b, p = rest(body, p, (b & 0x7F) | ((c & 0x7F) << 7))
+                else:
+                    b = (b & 0x7F) | (c << 7)
+            if b & 1:
+                value = None
+            else:
+                b >>= 1
+                value = body[p : p + b]
+                p += b
+            b = body[p]  # header count
+            p += 1
+            if b == 0:
+                headers = _NO_RECORD_HEADERS
+            else:
+                if b > 0x7F:
+                    b, p = _uvarint_from(body, p - 1)
+                headers, p = _read_headers(body, p, (b >> 1) ^ -(b & 1), offset)
+            if p != record_end:
+                raise CorruptRecordError(f"the record at offset {offset} of {topic}-{partition} does not match its length")
+            if deserialize:
+                try:
+                    if key_deserializer is not None:
+                        key = key_deserializer(key)
+                    if value_deserializer is not None:
+                        value = value_deserializer(value)
+                except Exception as exc:
+                    raise RecordDeserializationError(topic, partition, offset, exc) from exc
+            append(new(cls, (topic, partition, offset, timestamp, ts_type, key, value, headers, leader_epoch)))
+    except IndexError:
+        raise CorruptRecordError(f"the batch at offset {base_offset} of {topic}-{partition} ends inside a record") from None
+    if p != body_end:
+        raise CorruptRecordError(
+            f"the batch at offset {base_offset} of {topic}-{partition} does not end after its {count} records")
+    return out
 
 
-def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
-    """Decode the records of one batch (decompressing it)."""
-    header = BatchHeader.parse(batch)
-    body = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
-    append_time = header.log_append_time
-    pos = 0
-    for _ in range(header.records_count):
-        length, pos = _read_varint(body, pos)
-        end = pos + length
-        pos += 1  # attributes
-        ts_delta, pos = _read_varint(body, pos)
-        offset_delta, pos = _read_varint(body, pos)
-        key, pos = _read_bytes(body, pos)
-        value, pos = _read_bytes(body, pos)
-        nheaders, pos = _read_varint(body, pos)
-        headers = []
-        for _ in range(nheaders):
-            hkey, pos = _read_bytes(body, pos)
-            hvalue, pos = _read_bytes(body, pos)
-            headers.append(((hkey or b"").decode(), hvalue))
-        if pos != end:
-            raise CorruptRecordError("record length does not match its fields")
-        timestamp = header.max_timestamp if append_time else header.base_timestamp + ts_delta
-        yield Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+def _uvarint_from(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint of any length at ``pos``; returns (value, next position)."""
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint longer than 10 bytes")
+
+
+def _read_headers(body: bytes, p: int, count: int, offset: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """A record's headers: rarer than keys and values, so out of the hot loop."""
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        n, p = _uvarint_from(body, p)
+        n = (n >> 1) ^ -(n & 1)
+        if n < 0:
+            raise CorruptRecordError(f"null header key in the record at offset {offset}")
+        hkey = str(body[p : p + n], "utf-8")
+        p += n
+        n, p = _uvarint_from(body, p)
+        n = (n >> 1) ^ -(n & 1)
+        if n < 0:
+            headers.append((hkey, None))
+        else:
+            headers.append((hkey, body[p : p + n]))
+            p += n
+    return tuple(headers), p
+
+
+def control_type(buf: bytes, pos: int) -> int:
+    """ABORT_MARKER or COMMIT_MARKER: the type in the key of a control batch's record (-1 if unreadable)."""
+    records = decode_batch(buf, pos, "", -1, check_crc=False)
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        return -1
+    return _CONTROL_KEY.unpack_from(records[0].key)[1]
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> list[ConsumerRecord]:
+    """The records of one whole batch, decompressed, without a CRC check (the caller validated the batch)."""
+    return decode_batch(bytes(batch), 0, "", -1, check_crc=False)
 
 
 _SMALL_VARINTS = [bytes([(n << 1) & 0xFF]) if n >= 0 else b"" for n in range(64)]

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import attrs
 from kio.schema.errors import ErrorCode
-from kio.schema.index import schema_name_map, api_key_map
+from kio.schema.index import api_key_map, schema_name_map
 
+from josef.protocol.api_keys import ApiKey
 from josef.protocol.messages import (
-    is_flexible,
     MalformedRequestError,
     build,
     encode_response,
+    is_flexible,
     parse_body,
     parse_header,
     response_type,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
 Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | None"]]
 
 
@@ -73,9 +73,9 @@ class Dispatcher:
             raise MalformedRequestError(f"unknown or unsupported API key {header.api_key} (client {header.client_id!r})")
         version = header.api_version
         if not api.min_version <= version <= api.max_version:
-            if header.api_key == API_VERSIONS:
+            if header.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with the ranges, so the client can pick a version we know.
-                return self._encode(header.correlation_id, API_VERSIONS, 0,
+                return self._encode(header.correlation_id, ApiKey.API_VERSIONS, 0,
                                     self.api_versions_body(ErrorCode.unsupported_version))
             raise MalformedRequestError(
                 f"{api_key_map[header.api_key]} v{version} is not supported (v{api.min_version}-v{api.max_version}); client {header.client_id!r}"
@@ -90,7 +90,7 @@ class Dispatcher:
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
         response = build(response_type(key, version), body)
-        flexible_header = key != API_VERSIONS and is_flexible(key, version)
+        flexible_header = key != ApiKey.API_VERSIONS and is_flexible(key, version)
         return encode_response(correlation_id, response, flexible_header)
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from josef.server.apis import admin, api_versions, cluster, configs, fetch, offsets, produce, producer
+from josef.server.apis import (
+    admin,
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    offsets,
+    produce,
+    producer,
+)
 from josef.server.dispatch import Dispatcher
 
 #: (API key, handler, lowest version, highest version) the core answers; capped by what kio knows.

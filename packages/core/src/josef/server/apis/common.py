@@ -6,10 +6,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import LogDirError, OffsetOutOfRangeError, TopicPartition
+from josef.log import LogDirError, OffsetOutOfRangeError
 from josef.metadata.records import uuid_to_text
 from josef.partition import Partition, PartitionError
 from josef.protocol.records import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import RequestContext
 
 #: Authorized-operations fields when the client did not ask for them.

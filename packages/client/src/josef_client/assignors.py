@@ -45,7 +45,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import attrs
 
-from josef.client.cluster import TopicPartition
+from josef.protocol.topic_partition import TopicPartition
 
 __all__ = ["Assignor", "CooperativeStickyAssignor", "RangeAssignor", "RoundRobinAssignor", "StickyAssignor",
            "Subscription", "load_assignors", "member_order"]

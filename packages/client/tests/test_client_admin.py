@@ -4,8 +4,16 @@ import asyncio
 import socket
 
 import pytest
+from kio.schema.errors import ErrorCode
+
 from josef import hookimpl
-from josef.client.admin import (
+from josef.config import ConfigError, ConfigKey, ConfigType
+from josef.plugins import get_plugin_manager
+from josef.protocol.errors import KafkaConnectionError, KafkaError
+from josef.protocol.topic_partition import TopicPartition
+from josef.runner import BrokerThread
+from josef.testing import broker_overrides
+from josef_client.admin import (
     Admin,
     AlterConfigOp,
     AlterOp,
@@ -17,14 +25,7 @@ from josef.client.admin import (
     OffsetSpec,
     ResourceType,
 )
-from josef.client.cluster import TopicPartition
-from josef.client.errors import KafkaConnectionError, KafkaError
-from josef.client.producer import Producer
-from josef.config import ConfigError, ConfigKey, ConfigType
-from josef.plugins import get_plugin_manager
-from josef.runner import BrokerThread
-from josef.testing import broker_overrides
-from kio.schema.errors import ErrorCode
+from josef_client.producer import Producer
 
 
 @pytest.fixture

@@ -29,17 +29,19 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
-from josef.client.config import ADMIN, build_config
 from josef.config import AlterOp, ConfigSource
-from josef.client.connection import Connection
-from josef.client.errors import (
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from josef.client.sync import LoopThread
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.cluster import STALE_METADATA, Cluster
+from josef_client.config import ADMIN, build_config
+from josef_client.sync import LoopThread
 
 __all__ = [
     "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription", "ConfigEntry",
@@ -47,8 +49,6 @@ __all__ = [
     "OffsetSpec", "PartitionDescription", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
 ]
 
-LIST_OFFSETS, METADATA, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 2, 3, 19, 20, 21
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -328,7 +328,7 @@ class AsyncAdmin:
             "validate_only": validate_only,
         }
         response = await self._to_controller(
-            CREATE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.topics))
+            ApiKey.CREATE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.topics))
         answered: dict[str, CreatedTopic | KafkaError] = {}
         for topic in response.topics:
             if topic.error_code != ErrorCode.none:
@@ -350,7 +350,7 @@ class AsyncAdmin:
         body = {"topic_names": wanted, "topics": [{"name": n, "topic_id": None} for n in wanted],
                 "timeout": self._timeout_ms if timeout_ms is None else timeout_ms}
         response = await self._to_controller(
-            DELETE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.responses))
+            ApiKey.DELETE_TOPICS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.responses))
         answered: dict[str, KafkaError | None] = {}
         for topic in response.responses:
             answered[topic.name] = (None if topic.error_code == ErrorCode.none else
@@ -363,7 +363,7 @@ class AsyncAdmin:
         body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
                 "allow_auto_topic_creation": auto_create, "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
-        return await conn.request(METADATA, body)
+        return await conn.request(ApiKey.METADATA, body)
 
     async def list_topics(self, *, include_internal: bool = False) -> dict[str, TopicListing]:
         """Every topic by name (sorted); internal ones (``__consumer_offsets``...) only when asked."""
@@ -412,7 +412,7 @@ class AsyncAdmin:
             "validate_only": validate_only,
         }
         response = await self._to_controller(
-            CREATE_PARTITIONS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.results))
+            ApiKey.CREATE_PARTITIONS, body, lambda r: any(t.error_code == ErrorCode.not_controller for t in r.results))
         answered = {t.name: None if t.error_code == ErrorCode.none else _error(t.error_code, t.error_message, f"topic {t.name!r}")
                     for t in response.results}
         results = {n: answered.get(n, KafkaError(ErrorCode.unknown_server_error, f"no answer for topic {n!r}")) for n in wanted}
@@ -458,7 +458,7 @@ class AsyncAdmin:
             body = {"resources": [{"resource_type": int(r.type), "resource_name": r.name, "configuration_keys": names}
                                   for r in group],
                     "include_synonyms": include_synonyms, "include_documentation": include_documentation}
-            response = await conn.request(DESCRIBE_CONFIGS, body)
+            response = await conn.request(ApiKey.DESCRIBE_CONFIGS, body)
             out: dict[ConfigResource, Any] = {}
             for result in response.results:
                 resource = ConfigResource(result.resource_type, result.resource_name)
@@ -492,7 +492,7 @@ class AsyncAdmin:
                                    "configs": [{"name": o.name, "config_operation": int(o.op), "value": o.value}
                                                for o in ops[r]]} for r in group],
                     "validate_only": validate_only}
-            response = await conn.request(INCREMENTAL_ALTER_CONFIGS, body)
+            response = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
             return {ConfigResource(r.resource_type, r.resource_name):
                     None if r.error_code == ErrorCode.none else
                     _error(r.error_code, r.error_message, f"{ResourceType(r.resource_type).name.lower()} {r.resource_name!r}")
@@ -564,7 +564,7 @@ class AsyncAdmin:
                     {"partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": spec})
             body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0,
                     "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
-            response = await conn.request(LIST_OFFSETS, body)
+            response = await conn.request(ApiKey.LIST_OFFSETS, body)
             out: dict[TopicPartition, Any] = {}
             for topic in response.topics:
                 for p in topic.partitions:
@@ -585,7 +585,7 @@ class AsyncAdmin:
             for tp, offset in group.items():
                 by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "offset": offset})
             body = {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()], "timeout": timeout}
-            response = await conn.request(DELETE_RECORDS, body)
+            response = await conn.request(ApiKey.DELETE_RECORDS, body)
             out: dict[TopicPartition, Any] = {}
             for topic in response.topics:
                 for p in topic.partitions:
@@ -602,7 +602,7 @@ class AsyncAdmin:
         """The cluster id, the controller and the live brokers."""
         conn = await self._any()
         try:
-            response = await conn.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+            response = await conn.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
                                                              "endpoint_type": 1, "include_fenced_brokers": False})
         except UnsupportedVersionError:
             response = await self._metadata([])

@@ -1,7 +1,7 @@
 """Consumer group membership with the consumer protocol (KIP-848, ``group.protocol=consumer``).
 
 :class:`ConsumerGroupMember` takes the place of
-:class:`~josef.client.group.ClassicGroupMember` when the consumer is
+:class:`~josef_client.group.ClassicGroupMember` when the consumer is
 configured with ``group.protocol=consumer``. There is no JoinGroup/SyncGroup
 and no client-side assignor: one request, ConsumerGroupHeartbeat, does it all.
 
@@ -40,19 +40,18 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from josef.client.cluster import TopicPartition
-from josef.client.errors import KafkaError, UnsupportedVersionError
-from josef.client.group import COORDINATOR_MOVED, CommitFailedError, ClassicGroupMember
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.errors import KafkaError, UnsupportedVersionError
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.group import COORDINATOR_MOVED, ClassicGroupMember, CommitFailedError
 
 if TYPE_CHECKING:
-    from josef.client.consumer import AsyncConsumer
+    from josef_client.consumer import AsyncConsumer
 
-__all__ = ["CONSUMER_GROUP_HEARTBEAT", "ConsumerGroupMember"]
+__all__ = ["ConsumerGroupMember"]
 
 log = logging.getLogger(__name__)
 
-CONSUMER_GROUP_HEARTBEAT = 68
-METADATA = 3
 JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
 #: The member is out of the group: report its partitions lost and rejoin with epoch 0.
 FENCED = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id})
@@ -219,7 +218,7 @@ class ConsumerGroupMember(ClassicGroupMember):
 
     async def _refresh_topic_ids(self) -> None:
         conn = await self.consumer.cluster.any_connection()
-        response = await conn.request(METADATA, {"topics": None, "allow_auto_topic_creation": False,
+        response = await conn.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False,
                                                  "include_cluster_authorized_operations": False,
                                                  "include_topic_authorized_operations": False})
         for topic in response.topics:
@@ -252,7 +251,7 @@ class ConsumerGroupMember(ClassicGroupMember):
         conn = self._conn
         if conn is None or conn.closed:
             return 1
-        return conn.version(CONSUMER_GROUP_HEARTBEAT)
+        return conn.version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 
     async def _heartbeat_body(self, epoch: int, version: int) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -274,9 +273,9 @@ class ConsumerGroupMember(ClassicGroupMember):
     async def heartbeat_once(self) -> float:
         """One ConsumerGroupHeartbeat and what its answer means; the delay until the next one."""
         conn = await self._ensure_coordinator()
-        version = conn.version(CONSUMER_GROUP_HEARTBEAT)
+        version = conn.version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
         body = await self._heartbeat_body(self.member_epoch, version)
-        response = await self._request(conn, CONSUMER_GROUP_HEARTBEAT, body, self._request_timeout_s)
+        response = await self._request(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, body, self._request_timeout_s)
         return await self.handle_response(response)
 
     async def handle_response(self, response: Any) -> float:
@@ -351,8 +350,8 @@ class ConsumerGroupMember(ClassicGroupMember):
         epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
         try:
             conn = await self._ensure_coordinator()
-            body = await self._heartbeat_body(epoch, conn.version(CONSUMER_GROUP_HEARTBEAT))
-            response = await self._request(conn, CONSUMER_GROUP_HEARTBEAT, body, self._request_timeout_s)
+            body = await self._heartbeat_body(epoch, conn.version(ApiKey.CONSUMER_GROUP_HEARTBEAT))
+            response = await self._request(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, body, self._request_timeout_s)
             if response.error_code != ErrorCode.none:
                 log.info("group %s: leaving heartbeat answered %s", self.group_id, response.error_code.name)
             else:

@@ -1,6 +1,6 @@
 """group.protocol=consumer (KIP-848): josef's ConsumerGroupMember against a fake group coordinator.
 
-These are unit tests of josef.client.group_consumer: the coordinator is a
+These are unit tests of josef_client.group_consumer: the coordinator is a
 small in-process fake answering ConsumerGroupHeartbeat (its assignment logic
 is a plain round robin that, as Kafka's does, gives a partition to its new
 owner only once the previous owner has reported it no longer owns it).
@@ -18,11 +18,17 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.client.cluster import TopicPartition
-from josef.client.consumer import AsyncConsumer, CommitFailedError, OffsetAndMetadata, RebalanceListener
-from josef.client.errors import KafkaError
-from josef.client.group_consumer import CONSUMER_GROUP_HEARTBEAT, ConsumerGroupMember
 from josef.config import ConfigError
+from josef.protocol.errors import KafkaError
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.consumer import (
+    AsyncConsumer,
+    CommitFailedError,
+    OffsetAndMetadata,
+    RebalanceListener,
+)
+from josef.protocol.api_keys import ApiKey
+from josef_client.group_consumer import ConsumerGroupMember
 
 TOPIC = "orders"
 TOPIC_ID = uuid.UUID(int=0x6f72)
@@ -118,7 +124,7 @@ class FakeConnection:
         self.closed = False
 
     def version(self, api_key: int) -> int:
-        assert api_key == CONSUMER_GROUP_HEARTBEAT
+        assert api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT
         return self.coordinator.version
 
     def send(self, api_key: int, body: dict[str, Any], *, version: int) -> asyncio.Future[Any]:
@@ -398,7 +404,7 @@ def test_two_members_share_partitions_through_the_heartbeat_loop() -> None:
 
 
 def _e2e_consumer(bootstrap: str, name: str, listener: Recorder) -> Any:
-    from josef.client.consumer import Consumer
+    from josef_client.consumer import Consumer
 
     consumer = Consumer(bootstrap_servers=bootstrap, group_id="kip848", group_protocol="consumer",
                         auto_offset_reset="earliest", fetch_max_wait_ms=100, client_id=name)
@@ -410,8 +416,8 @@ def _e2e_consumer(bootstrap: str, name: str, listener: Recorder) -> Any:
 def test_two_consumers_with_group_protocol_consumer_share_six_partitions_end_to_end(josef_broker: Any) -> None:
     import time
 
-    from josef.client.admin import Admin, NewTopic
-    from josef.client.producer import Producer
+    from josef_client.admin import Admin, NewTopic
+    from josef_client.producer import Producer
 
     with Admin(bootstrap_servers=josef_broker.bootstrap_servers) as admin:
         admin.create_topics([NewTopic(TOPIC, 6, 1)])
@@ -465,7 +471,7 @@ def test_two_consumers_with_group_protocol_consumer_share_six_partitions_end_to_
         for consumer in consumers:
             consumer.close()
     # Closing committed every position (OffsetCommit with the member id and epoch), then left the group.
-    from josef.client.consumer import Consumer
+    from josef_client.consumer import Consumer
 
     with Consumer(bootstrap_servers=josef_broker.bootstrap_servers, group_id="kip848", enable_auto_commit=False) as check:
         committed = check.committed(sorted(everything))

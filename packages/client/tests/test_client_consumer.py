@@ -17,10 +17,23 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from josef import hookimpl
-from josef.client.cluster import TopicPartition
-from josef.client.config import ConfigError
-from josef.client.connection import Connection
-from josef.client.consumer import (
+from josef.plugins import get_plugin_manager
+from josef.protocol.codecs import Compression
+from josef.protocol.connection import Connection
+from josef.protocol.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.records import (
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    CorruptRecordError,
+    RecordDeserializationError,
+    build_batch,
+)
+from josef.protocol.topic_partition import TopicPartition
+from josef.runner import BrokerThread
+from josef.testing import broker_overrides
+from josef_client.cluster import MAX_VERSIONS
+from josef_client.config import ConfigError
+from josef_client.consumer import (
     AsyncConsumer,
     Consumer,
     ConsumerRecord,
@@ -28,20 +41,7 @@ from josef.client.consumer import (
     OffsetAndMetadata,
     OffsetOutOfRangeError,
 )
-from josef.client.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
-from josef.client.records import FetchedPartition, RecordDeserializationError, decode_batch
-from josef.plugins import get_plugin_manager
-from josef.protocol.codecs import Compression
-from josef.protocol.records import (
-    CONTROL_BIT,
-    TIMESTAMP_TYPE_BIT,
-    TRANSACTIONAL_BIT,
-    CorruptRecordError,
-    build_batch,
-    iter_records,
-)
-from josef.runner import BrokerThread
-from josef.testing import broker_overrides
+from josef_client.records import FetchedPartition
 
 TP = TopicPartition("t", 0)
 
@@ -56,7 +56,7 @@ def address(bootstrap: str) -> tuple[str, int]:
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
-    conn = await Connection.open(*address(bootstrap))
+    conn = await Connection.open(*address(bootstrap), max_versions=MAX_VERSIONS)
     try:
         response = await conn.request(19, {
             "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
@@ -69,7 +69,7 @@ async def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs
 
 async def produce(bootstrap: str, tp: TopicPartition, *batches: bytes) -> list[int]:
     """Send each batch in its own Produce request (acks=all); returns their base offsets."""
-    conn = await Connection.open(*address(bootstrap))
+    conn = await Connection.open(*address(bootstrap), max_versions=MAX_VERSIONS)
     offsets = []
     try:
         for batch in batches:
@@ -115,92 +115,6 @@ async def consume(c: AsyncConsumer, count: int, timeout_s: float = 20, **poll: A
 
 def values(records: list[ConsumerRecord]) -> list[bytes]:
     return [r.value for r in records]
-
-
-# ------------------------------------------------------------------ decoding
-
-
-@pytest.mark.parametrize("codec", list(Compression))
-def test_decode_batch_matches_the_reference_decoder(codec):
-    records = [
-        (b"key", b"value", 1_000, [("h1", b"x"), ("h2", None), ("", b"")]),
-        (None, b"", 999, []),  # null key, empty value, a timestamp before the base (negative delta)
-        (b"", None, 1_000_000, []),
-        (os.urandom(300), os.urandom(20_000), 2_000, [("big", os.urandom(9_000))]),  # 2- and 3-byte varints
-        (b"k" * 70, b"v" * 64, 3_000, [("\u00e9t\u00e9", b"\xff")]),
-    ]
-    batch = build_batch(records, base_offset=100, compression=codec, leader_epoch=7)
-    got = decode_batch(batch, 0, "topic", 3)
-    expected = [ConsumerRecord("topic", 3, r.offset, r.timestamp, 0, r.key, r.value, r.headers, 7)
-                for r in iter_records(batch)]
-    assert got == expected
-    assert [r.offset for r in got] == [100, 101, 102, 103, 104]
-    assert got[0].headers == (("h1", b"x"), ("h2", None), ("", b""))
-    assert (got[1].key, got[1].value, got[1].timestamp) == (None, b"", 999)
-    assert (got[2].key, got[2].value) == (b"", None)
-    assert got[3].headers[0][1] == records[3][3][0][1]
-    assert got[4].headers == (("\u00e9t\u00e9", b"\xff"),)
-
-
-def test_decoded_records_are_frozen_slotted_and_hashable():
-    [record] = decode_batch(batch_of(0, 1), 0, "t", 0)
-    assert record == ConsumerRecord("t", 0, 0, 1_000, 0, b"k0", b"v0", (), -1)
-    assert hash(record) == hash(ConsumerRecord("t", 0, 0, 1_000, 0, b"k0", b"v0", (), -1))
-    assert not hasattr(record, "__dict__")
-    with pytest.raises(AttributeError):
-        record.value = b"changed"  # type: ignore[misc]
-
-
-def test_decode_batch_skips_records_below_the_position():
-    batch = batch_of(0, 10, base_offset=50)
-    assert [r.offset for r in decode_batch(batch, 0, "t", 0, min_offset=57)] == [57, 58, 59]
-    assert decode_batch(batch, 0, "t", 0, min_offset=60) == []
-
-
-def test_decode_batch_reads_a_batch_inside_a_larger_buffer():
-    buf = batch_of(0, 3) + batch_of(3, 2, base_offset=3)
-    second = len(batch_of(0, 3))
-    assert values(decode_batch(buf, second, "t", 0)) == [b"v3", b"v4"]
-
-
-def test_log_append_time_batches_use_the_batch_max_timestamp():
-    batch = bytearray(batch_of(0, 3, attributes=TIMESTAMP_TYPE_BIT))
-    struct.pack_into(">q", batch, 35, 123_456)  # maxTimestamp, as the broker stamps it
-    records = decode_batch(bytes(batch), 0, "t", 0, check_crc=False)
-    assert [(r.timestamp, r.timestamp_type) for r in records] == [(123_456, 1)] * 3
-    assert [r.timestamp_type for r in decode_batch(batch_of(0, 1), 0, "t", 0)] == [0]
-
-
-def test_crc_is_checked_only_when_asked():
-    batch = bytearray(batch_of(0, 3))
-    batch[-2] ^= 0x01  # flip a bit of the last value: b"v2" becomes b"v3"
-    with pytest.raises(CorruptRecordError, match="CRC"):
-        decode_batch(bytes(batch), 0, "t", 0)
-    assert decode_batch(bytes(batch), 0, "t", 0, check_crc=False)[-1].value == b"v3"
-
-
-def test_truncated_and_malformed_batches_are_corrupt():
-    batch = batch_of(0, 3)
-    with pytest.raises(CorruptRecordError, match="truncated"):
-        decode_batch(batch[:-5], 0, "t", 0, check_crc=False)
-    bad = bytearray(batch)
-    struct.pack_into(">i", bad, 57, 4)  # claims 4 records, holds 3
-    with pytest.raises(CorruptRecordError):
-        decode_batch(bytes(bad), 0, "t", 0, check_crc=False)
-    bad = bytearray(batch)
-    bad[16] = 1  # magic
-    with pytest.raises(CorruptRecordError, match="magic"):
-        decode_batch(bytes(bad), 0, "t", 0, check_crc=False)
-
-
-def test_deserialisers_are_applied_and_their_failures_name_the_record():
-    batch = build_batch([(b"1", b"one", 0), (b"2", b"two", 0), (b"x", b"three", 0)])
-    records = decode_batch(batch, 0, "t", 0, min_offset=0, check_crc=True,
-                           key_deserializer=None, value_deserializer=bytes.upper)
-    assert values(records) == [b"ONE", b"TWO", b"THREE"]
-    with pytest.raises(RecordDeserializationError) as info:
-        decode_batch(batch, 0, "t", 0, key_deserializer=lambda k: int(k))
-    assert (info.value.topic, info.value.partition, info.value.offset) == ("t", 0, 2)
 
 
 # ------------------------------------------------------------ fetched partitions
@@ -385,7 +299,7 @@ def test_seek_to_beginning_end_and_log_start(josef_broker):
     async def main():
         bootstrap = josef_broker.bootstrap_servers
         await setup_topic(bootstrap)
-        conn = await Connection.open(*address(bootstrap))
+        conn = await Connection.open(*address(bootstrap), max_versions=MAX_VERSIONS)
         response = await conn.request(21, {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "offset": 12}]}],
                                            "timeout": 30000})
         await conn.close()

@@ -12,7 +12,7 @@ Positions belong to the consumer, not to the buffered data: every
 :meth:`AsyncConsumer.seek` bumps the partition's *generation*, and data
 fetched for an older generation (buffered, or still in flight) is dropped
 when it is seen. Records are decoded only when ``poll()`` hands them out
-(see :mod:`josef.client.records`).
+(see :mod:`josef_client.records`).
 
 Errors: retriable ones (a leader moved, a broker restarted, a request timed
 out) are retried after ``retry.backoff.ms`` with refreshed metadata and never
@@ -36,20 +36,21 @@ from typing import Any, Iterable, Mapping
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
-from josef.client.config import CONSUMER, ConfigError, build_config
-from josef.client.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
-from josef.client.group import (
-    OFFSET_COMMIT,
-    OFFSET_COMMIT_MAX,
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.cluster import STALE_METADATA, Cluster
+from josef_client.config import CONSUMER, ConfigError, build_config
+from josef_client.group import (
     ClassicGroupMember,
     CommitFailedError,
     ConsumerGroupMetadata,
     RebalanceListener,
 )
-from josef.client.interceptors import InterceptorChain
-from josef.client.records import ConsumerRecord, FetchedPartition, RecordDeserializationError
-from josef.client.sync import LoopThread
+from josef_client.interceptors import InterceptorChain
+from josef.protocol.records import ConsumerRecord, RecordDeserializationError
+from josef_client.records import FetchedPartition
+from josef_client.sync import LoopThread
 
 __all__ = ["AsyncConsumer", "CommitFailedError", "Consumer", "ConsumerGroupMetadata", "ConsumerRecord",
            "NoOffsetForPartitionError", "OffsetAndMetadata", "OffsetOutOfRangeError", "RebalanceListener",
@@ -57,14 +58,11 @@ __all__ = ["AsyncConsumer", "CommitFailedError", "Consumer", "ConsumerGroupMetad
 
 log = logging.getLogger(__name__)
 
-FETCH, LIST_OFFSETS, OFFSET_FETCH, FIND_COORDINATOR = 1, 2, 9, 10
 #: ListOffsets' special timestamps.
 LATEST, EARLIEST = -1, -2
 #: How long the offset lookups (position, *_offsets, seek_to_*, committed) retry before giving up,
 #: as the Java client's default.api.timeout.ms.
 DEFAULT_API_TIMEOUT_MS = 60000
-#: OffsetFetch v10 names topics by id, which the client does not track.
-OFFSET_FETCH_MAX = 9
 #: Errors of FindCoordinator/OffsetFetch that mean "ask again, maybe elsewhere".
 COORDINATOR_RETRY = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                                ErrorCode.coordinator_load_in_progress, ErrorCode.unstable_offset_commit})
@@ -151,7 +149,7 @@ class AsyncConsumer:
     pause state, the fetcher, poll) only reads ``self._states``, which
     :meth:`_set_assignment` replaces. :meth:`assign` is one source of
     assignments; group membership (:meth:`subscribe`, see
-    :mod:`josef.client.group`) is the other: its coordinator calls
+    :mod:`josef_client.group`) is the other: its coordinator calls
     ``_set_assignment(partitions, reset=False)`` after each rebalance, leaving
     new partitions without a position (so the fetcher neither fetches nor
     resets them), then seeks each one to its :meth:`committed` offset and
@@ -182,7 +180,7 @@ class AsyncConsumer:
             raise ConfigError("group.id must not be empty")
         self._assignors: list[Any] = []
         if group_id and not self._consumer_protocol:
-            from josef.client.assignors import load_assignors
+            from josef_client.assignors import load_assignors
 
             if not self.config["partition.assignment.strategy"]:
                 raise ConfigError("partition.assignment.strategy must name at least one assignor")
@@ -699,7 +697,7 @@ class AsyncConsumer:
         try:
             try:
                 conn = await self.cluster.connection(node)
-                response = await conn.request(FETCH, self._fetch_body(wanted))
+                response = await conn.request(ApiKey.FETCH, self._fetch_body(wanted))
             except KafkaError as exc:
                 if self._closed:
                     return
@@ -856,7 +854,7 @@ class AsyncConsumer:
             topics.setdefault(tp.topic, []).append({"partition_index": tp.partition, "timestamp": ts, "max_num_offsets": 1,
                                                     "current_leader_epoch": info.leader_epoch if info else -1})
         conn = await self.cluster.connection(node)
-        response = await conn.request(LIST_OFFSETS, {
+        response = await conn.request(ApiKey.LIST_OFFSETS, {
             "replica_id": -1, "isolation_level": self._isolation,
             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
         found: dict[TopicPartition, tuple[int, int, int]] = {}
@@ -911,7 +909,7 @@ class AsyncConsumer:
                             ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """``group``'s committed offsets of ``tps`` (None where there is none), or with ``tps=None`` every one it has."""
         conn = await self._coordinator(group)
-        version = min(conn.version(OFFSET_FETCH), OFFSET_FETCH_MAX)
+        version = conn.version(ApiKey.OFFSET_FETCH)
         wanted = None
         if tps is None:
             if version < 2:
@@ -921,7 +919,7 @@ class AsyncConsumer:
             for tp in tps:
                 topics.setdefault(tp.topic, []).append(tp.partition)
             wanted = [{"name": name, "partition_indexes": parts} for name, parts in topics.items()]
-        response = await conn.request(OFFSET_FETCH, {
+        response = await conn.request(ApiKey.OFFSET_FETCH, {
             "group_id": group, "topics": wanted, "require_stable": True,
             "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted}]}, version=version)
         if version >= 8:
@@ -952,11 +950,11 @@ class AsyncConsumer:
             return self._coordinator_address
         conn = await self.cluster.any_connection()
         try:
-            version = conn.version(FIND_COORDINATOR)
+            version = conn.version(ApiKey.FIND_COORDINATOR)
         except UnsupportedVersionError as exc:
             raise UnsupportedVersionError(f"consumer groups and committed offsets need a group coordinator: "
                                           f"{exc.message}") from None
-        response = await conn.request(FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]},
+        response = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]},
                                       version=version)
         if version >= 4:
             [found] = [c for c in response.coordinators if c.key == group]
@@ -1006,7 +1004,7 @@ class AsyncConsumer:
         if self._manual:
             raise RuntimeError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
         if self._group is None and self._consumer_protocol:
-            from josef.client.group_consumer import ConsumerGroupMember
+            from josef_client.group_consumer import ConsumerGroupMember
 
             self._group = ConsumerGroupMember(self, topics=names, pattern=compiled, listener=listener)
         elif self._group is None:
@@ -1189,13 +1187,13 @@ class AsyncConsumer:
     async def _offset_commit(self, conn: Any, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata],
                              generation: int, member: str, instance: str | None) -> dict[TopicPartition, ErrorCode]:
         """One OffsetCommit; the partitions that failed, with their errors."""
-        version = min(conn.version(OFFSET_COMMIT), OFFSET_COMMIT_MAX)
+        version = conn.version(ApiKey.OFFSET_COMMIT)
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, om in sorted(offsets.items()):
             topics.setdefault(tp.topic, []).append({
                 "partition_index": tp.partition, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
-        response = await conn.request(OFFSET_COMMIT, {
+        response = await conn.request(ApiKey.OFFSET_COMMIT, {
             "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
             "group_instance_id": instance, "retention_time": -1,
             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}, version=version)

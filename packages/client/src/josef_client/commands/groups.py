@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import click
 
-from josef.commands.common import (
+from josef.protocol.api_keys import ApiKey
+from josef_client.commands.common import (
     Group,
     bootstrap_option,
     client_config,
@@ -31,12 +32,9 @@ from josef.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from josef.client.cluster import TopicPartition
-    from josef.client.consumer import AsyncConsumer
+    from josef.protocol.topic_partition import TopicPartition
+    from josef_client.consumer import AsyncConsumer
 
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
-#: DescribeGroups v6 is newer than the protocol definitions josef follows.
-DESCRIBE_GROUPS_MAX = 5
 INACTIVE = ("Empty", "Dead")
 
 
@@ -52,7 +50,7 @@ def consumer_groups() -> None:
 
 
 def _consumer(bootstrap_server: str, command_config: Path | None, group: str | None = None) -> AsyncConsumer:
-    from josef.client.consumer import AsyncConsumer
+    from josef_client.consumer import AsyncConsumer
 
     config = client_config(bootstrap_server, read_properties(command_config))
     config.update({"enable.auto.commit": False})
@@ -66,7 +64,7 @@ def _consumer(bootstrap_server: str, command_config: Path | None, group: str | N
 def _check(code: Any, what: str) -> None:
     from kio.schema.errors import ErrorCode
 
-    from josef.client.errors import KafkaError
+    from josef.protocol.errors import KafkaError
 
     if code == ErrorCode.none:
         return
@@ -81,7 +79,7 @@ async def list_groups(consumer: AsyncConsumer) -> dict[str, tuple[str, str]]:
     found: dict[str, tuple[str, str]] = {}
     for node in sorted(consumer.cluster.brokers):
         conn = await consumer.cluster.connection(node)
-        response = await conn.request(LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        response = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
         _check(response.error_code, f"ListGroups on broker {node}")
         for group in response.groups:
             found[group.group_id] = (getattr(group, "group_state", "") or "", group.protocol_type)
@@ -90,9 +88,7 @@ async def list_groups(consumer: AsyncConsumer) -> dict[str, tuple[str, str]]:
 
 async def describe_group(consumer: AsyncConsumer, group: str) -> Any:
     conn = await consumer._coordinator(group)
-    version = min(conn.version(DESCRIBE_GROUPS), DESCRIBE_GROUPS_MAX)
-    response = await conn.request(DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False},
-                                  version=version)
+    response = await conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
     [described] = [g for g in response.groups if g.group_id == group]
     _check(described.error_code, f"DescribeGroups for group {group!r}")
     return described
@@ -105,8 +101,8 @@ async def fetch_offsets(consumer: AsyncConsumer, group: str) -> dict[TopicPartit
 
 
 def _decode_assignment(member: Any, protocol_type: str) -> list[TopicPartition]:
-    from josef.client.errors import KafkaError
-    from josef.client.group import decode_assignment
+    from josef.protocol.errors import KafkaError
+    from josef_client.group import decode_assignment
 
     if protocol_type != "consumer":
         return []
@@ -252,7 +248,7 @@ def delete(bootstrap_server: str, command_config: Path | None, group: tuple[str,
             failed: dict[str, str] = {}
             for name in names:
                 conn = await consumer._coordinator(name)
-                response = await conn.request(DELETE_GROUPS, {"groups_names": [name]})
+                response = await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [name]})
                 [result] = [r for r in response.results if r.group_id == name]
                 if result.error_code == ErrorCode.non_empty_group:
                     failed[name] = "The group is not empty."
@@ -328,8 +324,8 @@ def reset_offsets(bootstrap_server: str, command_config: Path | None, group: tup
                   to_offset: int | None, shift_by: int | None, to_datetime: str | None, by_duration: str | None,
                   execute: bool, dry_run: bool) -> None:
     """Reset a group's committed offsets; the group must have no active members."""
-    from josef.client.cluster import TopicPartition
-    from josef.client.consumer import OffsetAndMetadata
+    from josef.protocol.topic_partition import TopicPartition
+    from josef_client.consumer import OffsetAndMetadata
 
     _groups(group, all_groups)
     chosen = [name for name, given in (("--to-earliest", to_earliest), ("--to-latest", to_latest),

@@ -1,5 +1,9 @@
 """One TCP connection to one broker: requests pipelined, responses matched in order.
 
+The protocol layer's client side, shared by josef's client and by brokers
+calling other brokers (replica fetchers, controller calls, transaction
+markers), so neither imports the other.
+
 Kafka answers the requests of a connection in the order they were sent, so
 pending requests wait in a FIFO and the reader resolves them one by one.
 Versions are negotiated once with ApiVersions; every request is built from a
@@ -21,24 +25,22 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 
-from josef.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef import __version__
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.messages import build, is_flexible, request_type, response_type
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
-API_VERSIONS = 18
-
-#: The newest version of each API this client writes. Newer ones exist in kio
-#: but switch topics to ids (Produce 13, Fetch 13+), which the client does not track.
-CLIENT_MAX = {0: 12, 1: 12, 2: 9, 3: 12, 10: 4, 18: 3, 19: 7, 20: 5, 21: 2, 22: 5, 32: 4, 33: 2, 37: 3,
-              44: 1, 60: 1}
 
 
 class Connection:
-    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int,
+                 max_versions: Mapping[int, int]) -> None:
         self.host, self.port = host, port
+        self.max_versions = max_versions
         self.client_id = client_id.encode()
         self.request_timeout = request_timeout_ms / 1000
         self.versions: dict[int, tuple[int, int]] = {}
@@ -54,8 +56,14 @@ class Connection:
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "josef", request_timeout_ms: int = 30000,
-                   connect_timeout_ms: int = 10000) -> Connection:
-        conn = cls(host, port, client_id, request_timeout_ms)
+                   connect_timeout_ms: int = 10000, max_versions: Mapping[int, int] | None = None) -> Connection:
+        """Connect and negotiate versions; ``max_versions`` caps the version of an API key this side writes.
+
+        Without a cap, an API is spoken at the newest version both kio and
+        the broker know; callers that do not handle a newer version's
+        semantics (topic ids, say) cap it.
+        """
+        conn = cls(host, port, client_id, request_timeout_ms, max_versions or {})
         try:
             conn._reader, conn._writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=1 << 24), connect_timeout_ms / 1000)
@@ -70,23 +78,26 @@ class Connection:
 
     async def _negotiate(self) -> None:
         """ApiVersions at our newest version; a v0 UNSUPPORTED_VERSION answer (KIP-511) still lists the broker's ranges."""
-        version = CLIENT_MAX[API_VERSIONS]
-        response = await self.request(API_VERSIONS, {"client_software_name": "josef",
-                                                     "client_software_version": "0.1.0"}, version=version)
+        version = self._newest_ours(ApiKey.API_VERSIONS)[1]
+        response = await self.request(ApiKey.API_VERSIONS, {"client_software_name": "josef",
+                                                           "client_software_version": __version__}, version=version)
         if response.error_code == ErrorCode.unsupported_version:
-            response = await self.request(API_VERSIONS, {}, version=0)
+            response = await self.request(ApiKey.API_VERSIONS, {}, version=0)
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
     def version(self, api_key: int) -> int:
         """The newest version both sides speak."""
-        ours = schema_name_map[api_key_map[api_key]]
-        low, high = min(ours), min(max(ours), CLIENT_MAX.get(api_key, max(ours)))
+        low, high = self._newest_ours(api_key)
         theirs = self.versions.get(api_key)
         if theirs is None or theirs[1] < low or theirs[0] > high:
             raise UnsupportedVersionError(
                 f"broker {self.host}:{self.port} does not support {api_key_map[api_key]} in versions {low}-{high}"
                 + (f" (it has {theirs[0]}-{theirs[1]})" if theirs else ""))
         return min(high, theirs[1])
+
+    def _newest_ours(self, api_key: int) -> tuple[int, int]:
+        ours = schema_name_map[api_key_map[api_key]]
+        return min(ours), min(max(ours), self.max_versions.get(api_key, max(ours)))
 
     def send(self, api_key: int, body: Mapping[str, Any], *, version: int | None = None,
              expect_response: bool = True) -> asyncio.Future[Any] | None:
@@ -146,7 +157,7 @@ class Connection:
                 correlation, api_key, version, future = self._pending.popleft()
                 if _SIZE.unpack_from(frame, 0)[0] != correlation:
                     raise KafkaConnectionError(f"response {correlation} out of order from {self.host}:{self.port}")
-                offset = 4 + (1 if api_key != API_VERSIONS and is_flexible(api_key, version) else 0)
+                offset = 4 + (1 if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version) else 0)
                 response, _ = entity_reader(response_type(api_key, version))(frame, offset)
                 if not future.done():
                     future.set_result(response)

@@ -7,12 +7,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from josef import hookimpl
-from josef.client.errors import ConfigError, KafkaError, KafkaTimeoutError
-from josef.client.partitioner import Murmur2Partitioner, murmur2, to_positive
-from josef.client.producer import AsyncProducer, Producer, RecordMetadata
-from josef.log import TopicPartition
 from josef.plugins import get_plugin_manager
+from josef.protocol.errors import ConfigError, KafkaError, KafkaTimeoutError
 from josef.protocol.records import iter_batches, iter_records
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.partitioner import Murmur2Partitioner, murmur2, to_positive
+from josef_client.producer import AsyncProducer, Producer, RecordMetadata
 
 
 def stored(broker_thread, topic, partition=0):

@@ -13,11 +13,11 @@ import click
 
 
 def register(cli: click.Group) -> None:
-    from josef.commands.configs import configs
-    from josef.commands.console import console_consumer, console_producer
-    from josef.commands.groups import consumer_groups
-    from josef.commands.perf import perf
-    from josef.commands.topics import topics
+    from josef_client.commands.configs import configs
+    from josef_client.commands.console import console_consumer, console_producer
+    from josef_client.commands.groups import consumer_groups
+    from josef_client.commands.perf import perf
+    from josef_client.commands.topics import topics
 
     for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups):
         cli.add_command(command)

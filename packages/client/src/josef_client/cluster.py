@@ -16,12 +16,23 @@ from typing import Any, Iterable
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.client.errors import KafkaConnectionError, KafkaError
-from josef.client.connection import Connection
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.errors import KafkaConnectionError, KafkaError
+from josef.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-METADATA = 3
+#: The newest version of each API this client writes. Newer ones exist in kio but switch
+#: topics to ids (Produce 13, Fetch 13+, OffsetCommit/OffsetFetch 10), which the client does
+#: not track; DescribeGroups v6 is newer than the protocol definitions josef follows.
+MAX_VERSIONS = {
+    ApiKey.PRODUCE: 12, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 9, ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 4,
+    ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 5, ApiKey.DELETE_RECORDS: 2,
+    ApiKey.INIT_PRODUCER_ID: 5, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 1,
+    ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 9, ApiKey.DESCRIBE_GROUPS: 5,
+}
 
 #: Errors that mean "the client's idea of the leader is out of date".
 STALE_METADATA = frozenset({
@@ -29,12 +40,6 @@ STALE_METADATA = frozenset({
     ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error,
     ErrorCode.not_enough_replicas, ErrorCode.network_exception, ErrorCode.request_timed_out,
 })
-
-
-@attrs.frozen(order=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 @attrs.frozen
@@ -115,7 +120,8 @@ class Cluster:
             raise KafkaConnectionError(f"broker {node} is not in the metadata")
         return await Connection.open(address[0], address[1], client_id=self.config["client.id"],
                                      request_timeout_ms=self.config["request.timeout.ms"],
-                                     connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
+                                     connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+                                     max_versions=MAX_VERSIONS)
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one first, else the bootstrap servers in random order."""
@@ -152,7 +158,7 @@ class Cluster:
         body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
                 "allow_auto_topic_creation": auto_create, "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
-        response = await conn.request(METADATA, body)
+        response = await conn.request(ApiKey.METADATA, body)
         self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         self.cluster_id = response.cluster_id
         self.controller_id = response.controller_id

@@ -14,10 +14,13 @@ import time
 from typing import Any, Callable, Iterable
 
 import pytest
+
 from josef import hookimpl
-from josef.client.admin import Admin, NewTopic
-from josef.client.cluster import TopicPartition
-from josef.client.consumer import (
+from josef.plugins import get_plugin_manager
+from josef.protocol.topic_partition import TopicPartition
+from josef.runner import BrokerThread
+from josef_client.admin import Admin, NewTopic
+from josef_client.consumer import (
     AsyncConsumer,
     CommitFailedError,
     Consumer,
@@ -25,9 +28,7 @@ from josef.client.consumer import (
     OffsetAndMetadata,
     RebalanceListener,
 )
-from josef.client.producer import Producer
-from josef.plugins import get_plugin_manager
-from josef.runner import BrokerThread
+from josef_client.producer import Producer
 
 #: The coordinator's first rebalance waits this long for more members (Kafka's default is 3 s).
 pytestmark = pytest.mark.josef_config(**{"group.initial.rebalance.delay.ms": "0"})

@@ -56,22 +56,21 @@ import attrs
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from josef.client.assignors import Subscription
-from josef.client.cluster import TopicPartition
-from josef.client.connection import Connection
-from josef.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.assignors import Subscription
+from josef_client.cluster import MAX_VERSIONS
 
 if TYPE_CHECKING:
-    from josef.client.consumer import AsyncConsumer
+    from josef_client.consumer import AsyncConsumer
 
 __all__ = ["ClassicGroupMember", "CommitFailedError", "ConsumerGroupMetadata", "RebalanceListener",
            "decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
 
 log = logging.getLogger(__name__)
 
-OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 11, 12, 13, 14
-#: OffsetCommit v10 names topics by id, which the client does not track.
-OFFSET_COMMIT_MAX = 9
 PROTOCOL_TYPE = "consumer"
 #: The newest ConsumerProtocolSubscription/Assignment version written (and read: newer ones only append fields).
 CONSUMER_PROTOCOL_VERSION = 3
@@ -523,7 +522,8 @@ class ClassicGroupMember:
         config = self.consumer.config
         self._conn = await Connection.open(host, port, client_id=config["client.id"],
                                            request_timeout_ms=config["request.timeout.ms"],
-                                           connect_timeout_ms=config["socket.connection.setup.timeout.ms"])
+                                           connect_timeout_ms=config["socket.connection.setup.timeout.ms"],
+                                           max_versions=MAX_VERSIONS)
         self._coordinator = (host, port)
         return self._conn
 
@@ -604,7 +604,7 @@ class ClassicGroupMember:
         protocols = self._protocols(topics)
         rebalance_s = self._rebalance_timeout_ms / 1000
         while True:
-            response = await self._request(conn, JOIN_GROUP, {
+            response = await self._request(conn, ApiKey.JOIN_GROUP, {
                 "group_id": self.group_id, "session_timeout": self._session_timeout_ms,
                 "rebalance_timeout": self._rebalance_timeout_ms, "member_id": self.member_id,
                 "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE, "protocols": protocols,
@@ -625,7 +625,7 @@ class ClassicGroupMember:
             assignments = await self._lead(protocol, response.members, skip=getattr(response, "skip_assignment", False))
         else:
             self._assigned_counts = None
-        sync = await self._request(conn, SYNC_GROUP, {
+        sync = await self._request(conn, ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": generation, "member_id": self.member_id,
             "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE, "protocol_name": protocol,
             "assignments": assignments}, self._request_timeout_s + rebalance_s)
@@ -751,7 +751,7 @@ class ClassicGroupMember:
                 return
             try:
                 conn = await self._ensure_coordinator()
-                response = await self._request(conn, HEARTBEAT, {
+                response = await self._request(conn, ApiKey.HEARTBEAT, {
                     "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
                     "group_instance_id": self.instance_id}, self._request_timeout_s)
             except KafkaError as exc:
@@ -792,7 +792,7 @@ class ClassicGroupMember:
         if self.instance_id is None and self.member_id:
             try:
                 conn = await self._ensure_coordinator()
-                response = await self._request(conn, LEAVE_GROUP, {
+                response = await self._request(conn, ApiKey.LEAVE_GROUP, {
                     "group_id": self.group_id, "member_id": self.member_id,
                     "members": [{"member_id": self.member_id, "group_instance_id": None, "reason": reason}]},
                     self._request_timeout_s)

@@ -12,10 +12,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from josef.commands.common import Group, admin_client, bootstrap_option, command_config_option, run
+from josef_client.commands.common import (
+    Group,
+    admin_client,
+    bootstrap_option,
+    command_config_option,
+    run,
+)
 
 if TYPE_CHECKING:
-    from josef.client.admin import AsyncAdmin, ConfigEntry, ConfigResource
+    from josef_client.admin import AsyncAdmin, ConfigEntry, ConfigResource
 
 ENTITY_TYPES = {"topics": "topics", "topic": "topics", "brokers": "brokers", "broker": "brokers"}
 
@@ -70,7 +76,7 @@ def _entity(entity_type: str | None, entity_name: str | None, entity_default: bo
 
 
 def _resource(kind: str, name: str) -> ConfigResource:
-    from josef.client.admin import ConfigResource
+    from josef_client.admin import ConfigResource
 
     return ConfigResource.topic(name) if kind == "topics" else ConfigResource.broker(name)
 
@@ -132,7 +138,7 @@ async def _names(admin: AsyncAdmin, kind: str, name: str | None) -> list[str]:
 def describe(bootstrap_server: str, command_config: Path | None, entity_type: str | None, entity_name: str | None,
              entity_default: bool, topic_name: str | None, broker_name: str | None, all_: bool) -> None:
     """Describe the configs of topics or brokers: the dynamic overrides, or with --all every config."""
-    from josef.client.admin import ConfigSource
+    from josef_client.admin import ConfigSource
 
     kind, name = _entity(entity_type, entity_name, entity_default, topic_name, broker_name)
 
@@ -172,7 +178,7 @@ def alter(bootstrap_server: str, command_config: Path | None, entity_type: str |
           entity_default: bool, topic_name: str | None, broker_name: str | None, add_configs: tuple[str, ...],
           delete_configs: tuple[str, ...]) -> None:
     """Set (--add-config) or remove (--delete-config) config overrides of a topic or broker."""
-    from josef.client.admin import AlterConfigOp, AlterOp
+    from josef_client.admin import AlterConfigOp, AlterOp
 
     kind, name = _entity(entity_type, entity_name, entity_default, topic_name, broker_name)
     if name is None:

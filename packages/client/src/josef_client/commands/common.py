@@ -23,7 +23,7 @@ from typing import (
 import click
 
 if TYPE_CHECKING:
-    from josef.client.admin import AsyncAdmin, TopicDescription
+    from josef_client.admin import AsyncAdmin, TopicDescription
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,9 +142,9 @@ def client_config(bootstrap_server: str, *sources: Mapping[str, Any]) -> dict[st
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the failures a user causes into one-line click errors."""
-    from josef.client.errors import KafkaConnectionError, KafkaError
     from josef.config import ConfigError
     from josef.plugins import PluginError
+    from josef.protocol.errors import KafkaConnectionError, KafkaError
 
     try:
         yield
@@ -171,7 +171,7 @@ def make_client(factory: Callable[..., T], config: Mapping[str, Any]) -> T:
 
 
 def admin_client(bootstrap_server: str, command_config: Path | None = None) -> AsyncAdmin:
-    from josef.client.admin import AsyncAdmin
+    from josef_client.admin import AsyncAdmin
 
     return make_client(AsyncAdmin, client_config(bootstrap_server, read_properties(command_config)))
 
@@ -180,7 +180,7 @@ async def require_topic(admin: AsyncAdmin, topic: str, *, auto_create: bool = Fa
     """The topic's description; with ``auto_create``, the broker may create it first, as producers do."""
     from kio.schema.errors import ErrorCode
 
-    from josef.client.errors import KafkaError
+    from josef.protocol.errors import KafkaError
 
     if auto_create:
         await admin._metadata([topic], auto_create=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from josef.commands.common import (
+from josef_client.commands.common import (
     Group,
     admin_client,
     bootstrap_option,
@@ -185,7 +185,7 @@ def produce(bootstrap_server: str, topic: str, num_records: int, record_size: in
             payload_delimiter: str, throughput: float, producer_props: tuple[str, ...], producer_config: Path | None,
             acks: str | None, compression: str | None, interval_ms: int, more_props: tuple[str, ...]) -> None:
     """Send --num-records records as fast as possible or at --throughput, reporting every 5 s and at the end."""
-    from josef.client.producer import AsyncProducer
+    from josef_client.producer import AsyncProducer
 
     if throughput == 0 or (throughput < 0 and throughput != -1):
         raise click.ClickException("--throughput must be positive, or -1 for no limit")
@@ -276,8 +276,8 @@ def consume(bootstrap_server: str, topic: str, messages: int, timeout_ms: int, c
     No group is joined: rebalance.time.ms is the time taken to find the
     partitions and their start offsets.
     """
-    from josef.client.cluster import TopicPartition
-    from josef.client.consumer import AsyncConsumer
+    from josef.protocol.topic_partition import TopicPartition
+    from josef_client.consumer import AsyncConsumer
 
     flags: dict[str, Any] = {"auto.offset.reset": "latest" if from_latest else "earliest", "enable.auto.commit": False}
     if fetch_size is not None:

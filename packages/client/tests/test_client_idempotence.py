@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from josef.client.producer import AsyncProducer
-from josef.log import TopicPartition
 from josef.protocol.records import iter_batches, iter_records
+from josef.protocol.topic_partition import TopicPartition
 from josef.runner import BrokerThread
 from josef.testing import broker_overrides
+from josef_client.producer import AsyncProducer
 
 
 class LossyProxy:
@@ -160,7 +160,7 @@ def test_batches_ready_while_the_leader_connection_opens_go_out_in_order(proxied
                 await asyncio.sleep(0.01)
             return [await f for f in futures]
 
-    caplog.set_level("DEBUG", logger="josef.client.producer")
+    caplog.set_level("DEBUG", logger="josef_client.producer")
     results = asyncio.run(main())
     assert [md.offset for md in results] == list(range(3000))
     assert stored_values(broker, "slow-leader") == [f"{i}".encode() for i in range(3000)]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from josef.commands.common import (
+from josef_client.commands.common import (
     Group,
     admin_client,
     bootstrap_option,
@@ -24,7 +24,7 @@ from josef.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from josef.client.admin import AsyncAdmin, PartitionDescription, TopicDescription
+    from josef_client.admin import AsyncAdmin, PartitionDescription, TopicDescription
 
 
 @click.group("topics", cls=Group, actions=("create", "list", "describe", "alter", "delete"))
@@ -92,8 +92,8 @@ def create(bootstrap_server: str, command_config: Path | None, topic: str, parti
     """Create a topic."""
     from kio.schema.errors import ErrorCode
 
-    from josef.client.admin import NewTopic
-    from josef.client.errors import KafkaError
+    from josef.protocol.errors import KafkaError
+    from josef_client.admin import NewTopic
 
     overrides = parse_pairs(configs, "--config")
     assignments = None
@@ -171,7 +171,7 @@ def describe_lines(description: TopicDescription, configs: dict[str, str | None]
 def describe(bootstrap_server: str, command_config: Path | None, topic: str | None, exclude_internal: bool,
              if_exists: bool, under_replicated_partitions: bool, unavailable_partitions: bool) -> None:
     """Describe topics: id, partition count, replication factor, non-default configs, and each partition's leader, replicas and ISR."""
-    from josef.client.admin import ConfigResource
+    from josef_client.admin import ConfigResource
 
     filtered = under_replicated_partitions or unavailable_partitions
 
@@ -217,7 +217,7 @@ def describe(bootstrap_server: str, command_config: Path | None, topic: str | No
 def alter(bootstrap_server: str, command_config: Path | None, topic: str, partitions: int | None,
           replica_assignment: str | None, if_exists: bool) -> None:
     """Grow a topic's partitions (change configs with: josef configs alter)."""
-    from josef.client.admin import NewPartitions
+    from josef_client.admin import NewPartitions
 
     if partitions is None:
         raise click.ClickException("--partitions is required: it is the only thing topics alter changes "

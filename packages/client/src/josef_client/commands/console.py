@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from josef.commands.common import (
+from josef_client.commands.common import (
     Command,
     admin_client,
     bootstrap_option,
@@ -133,7 +133,7 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
                      producer_config: Path | None, request_required_acks: str | None, compression_codec: str | None,
                      sync: bool) -> None:
     """Send each line of stdin to TOPIC as one record (with a key, given --property parse.key=true)."""
-    from josef.client.producer import Producer
+    from josef_client.producer import Producer
 
     reader = LineReader(_properties(properties, READER_PROPERTIES, "console-producer"))
     flags = {k: v for k, v in (("acks", request_required_acks), ("compression.type", compression_codec)) if v is not None}
@@ -259,8 +259,8 @@ def console_consumer(bootstrap_server: str, topic: str, partition: int | None, o
                      properties: tuple[str, ...], consumer_properties: tuple[str, ...], consumer_config: Path | None,
                      isolation_level: str | None) -> None:
     """Print the records of TOPIC to stdout, one a line; a summary goes to stderr at the end."""
-    from josef.client.cluster import TopicPartition
-    from josef.client.consumer import AsyncConsumer
+    from josef.protocol.topic_partition import TopicPartition
+    from josef_client.consumer import AsyncConsumer
 
     formatter = Formatter(_properties(properties, FORMATTER_PROPERTIES, "console-consumer"))
     offset = parse_offset(offset_text)

@@ -6,8 +6,11 @@ import random
 import struct
 
 import pytest
+
 from josef import hookimpl
-from josef.client.assignors import (
+from josef.plugins import PluginError, get_plugin_manager
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.assignors import (
     CooperativeStickyAssignor,
     RangeAssignor,
     RoundRobinAssignor,
@@ -18,16 +21,14 @@ from josef.client.assignors import (
     load_assignors,
     member_order,
 )
-from josef.client.cluster import TopicPartition
-from josef.client.config import ConfigError
-from josef.client.consumer import AsyncConsumer
-from josef.client.group import (
+from josef_client.config import ConfigError
+from josef_client.consumer import AsyncConsumer
+from josef_client.group import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from josef.plugins import PluginError, get_plugin_manager
 
 
 def tps(spec: str) -> list[TopicPartition]:
@@ -439,7 +440,7 @@ def test_newer_subscription_versions_are_read_as_the_newest_known():
 
 
 def test_bad_subscriptions_are_group_protocol_errors():
-    from josef.client.errors import KafkaError
+    from josef.protocol.errors import KafkaError
 
     for data in (b"", b"\x00", b"\xff\xff\x00", b"\x00\x00\x00\x00\x00\x05\x00"):
         with pytest.raises(KafkaError, match="INCONSISTENT_GROUP_PROTOCOL"):

@@ -26,19 +26,20 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.client.cluster import STALE_METADATA, Cluster, TopicPartition
-from josef.client.config import PRODUCER, build_config
-from josef.client.connection import Connection
-from josef.client.errors import ConfigError, KafkaError, KafkaTimeoutError
-from josef.client.interceptors import InterceptorChain
-from josef.client.sync import LoopThread
 from josef.plugins import collect, get_plugin_manager
+from josef.protocol.api_keys import ApiKey
 from josef.protocol.codecs import Compression
+from josef.protocol.connection import Connection
+from josef.protocol.errors import ConfigError, KafkaError, KafkaTimeoutError
 from josef.protocol.records import HEADER_SIZE, encode_record, seal_batch
+from josef.protocol.topic_partition import TopicPartition
+from josef_client.cluster import STALE_METADATA, Cluster
+from josef_client.config import PRODUCER, build_config
+from josef_client.interceptors import InterceptorChain
+from josef_client.sync import LoopThread
 
 log = logging.getLogger(__name__)
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
 #: Bytes a record adds to a batch beyond key and value: the most its framing can take.
 RECORD_OVERHEAD = 21
 MAX_SEQUENCE = 2**31 - 1
@@ -240,7 +241,7 @@ class AsyncProducer:
     async def _init_producer_id(self) -> None:
         """A fresh producer id at epoch 0 from the broker."""
         conn = await self.cluster.any_connection()
-        response = await conn.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": 60000,
+        response = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": 60000,
                                                           "producer_id": -1, "producer_epoch": -1})
         if response.error_code != ErrorCode.none:
             raise KafkaError(response.error_code, "InitProducerId failed")
@@ -539,7 +540,7 @@ class AsyncProducer:
         body = {"transactional_id": None, "acks": self._acks, "timeout": self.config["request.timeout.ms"],
                 "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
         try:
-            future = conn.send(PRODUCE, body, expect_response=self._acks != 0)
+            future = conn.send(ApiKey.PRODUCE, body, expect_response=self._acks != 0)
         except KafkaError as exc:
             self._failed_request(node, batches, exc)
             return

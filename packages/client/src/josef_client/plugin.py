@@ -1,0 +1,41 @@
+"""The client's hook implementations, found through the ``josef`` entry point like any plugin's.
+
+Producers, consumers and the group coordinator build their plugin manager
+from the entry points, so installing ``josef-client`` is what makes its
+partitioners and assignors selectable by name, and adds its tools to the
+``josef`` command.
+"""
+
+from __future__ import annotations
+
+import click
+from josef.hookspecs import Register, hookimpl
+
+from josef_client.assignors import (
+    CooperativeStickyAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+)
+from josef_client.partitioner import Murmur2Partitioner, RoundRobinPartitioner
+
+
+@hookimpl
+def register_partitioners(register: Register) -> None:
+    register("murmur2", Murmur2Partitioner)
+    register("round-robin", RoundRobinPartitioner)
+
+
+@hookimpl
+def register_assignors(register: Register) -> None:
+    """The classic protocol's client-side assignors, as Kafka's Java client names them."""
+    for assignor in (RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor):
+        register(assignor.name, assignor)
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups."""
+    from josef_client.commands import register
+
+    register(cli)
