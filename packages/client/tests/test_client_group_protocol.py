@@ -19,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from josef.config import ConfigError
+from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaError
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.consumer import (
@@ -27,7 +28,6 @@ from josef_client.consumer import (
     OffsetAndMetadata,
     RebalanceListener,
 )
-from josef.protocol.api_keys import ApiKey
 from josef_client.group_consumer import ConsumerGroupMember
 
 TOPIC = "orders"

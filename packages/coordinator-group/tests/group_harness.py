@@ -13,15 +13,15 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.protocol.consumer_protocol import Subscription, encode_subscription
 from josef_coordinator_group import clock
 from josef_coordinator_group.configs import GroupSettings
-from josef_coordinator_group.consumer_protocol import encode_subscription
 from josef_coordinator_group.group import JoinResult, SyncResult, Waiter
 from josef_coordinator_group.membership import JoinRequest, LeavingMember, SyncRequest
-from josef_coordinator_group.records import decode_group, decode_key, GroupKey
+from josef_coordinator_group.records import GroupKey, decode_group, decode_key
 from josef_coordinator_group.shard import GroupShard
 
-SUB = encode_subscription(["orders"])
+SUB = encode_subscription(Subscription(["orders"]))
 
 
 class FakeContext:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from group_harness import Harness
 from kio.schema.errors import ErrorCode
 
-from group_harness import Harness
 from josef_coordinator_group.consumer_membership import HeartbeatRequest, session_key
 from josef_coordinator_group.shard import GroupShard
 

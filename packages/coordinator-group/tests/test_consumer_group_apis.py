@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from kio.schema.errors import ErrorCode
+from test_group_apis import COMMIT, JOIN, LIST, commit_body, create_topic, join_body
 
 from josef.testing import RawClient
-from test_group_apis import JOIN, LIST, COMMIT, commit_body, create_topic, join_body
 
 E = ErrorCode
 CG_HEARTBEAT, CG_DESCRIBE = 68, 69

@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from josef.protocol.consumer_protocol import Subscription, encode_assignment, encode_subscription
+from josef.protocol.topic_partition import TopicPartition
 from josef.testing import RawClient
 from josef_coordinator_group import clock
-from josef_coordinator_group.consumer_protocol import encode_assignment, encode_subscription
 
 E = ErrorCode
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, OFFSET_DELETE, LIST, DESCRIBE, DELETE, FIND = (
     11, 14, 12, 13, 8, 9, 47, 16, 15, 42, 10)
-SUB = encode_subscription(["orders"])
+SUB = encode_subscription(Subscription(["orders"]))
 
 pytestmark = pytest.mark.josef_config(**{"group.initial.rebalance.delay.ms": "0", "num.partitions": "2"})
 
@@ -74,7 +75,7 @@ def join_alone(client: RawClient, group: str = "g", **kwargs: Any) -> Any:
 
 def stable_member(client: RawClient, group: str = "g", **kwargs: Any) -> tuple[str, int]:
     joined = join_alone(client, group, **kwargs)
-    assignment = encode_assignment({"orders": [0, 1]})
+    assignment = encode_assignment([TopicPartition("orders", 0), TopicPartition("orders", 1)])
     synced = client.call(SYNC, 5, sync_body(group, joined.generation_id, joined.member_id,
                                             {joined.member_id: assignment}))
     assert (synced.error_code, synced.assignment, synced.protocol_name) == (E.none, assignment, "range")
@@ -187,7 +188,7 @@ def test_a_group_over_the_wire_from_join_to_delete(josef_broker):
     assert (described.group_state, described.protocol_type, described.protocol_data) == ("Stable", "consumer", "range")
     [m] = described.members
     assert (m.member_id, m.client_id, m.client_host, m.member_metadata) == (member, "raw", "/127.0.0.1", SUB)
-    assert m.member_assignment == encode_assignment({"orders": [0, 1]})
+    assert m.member_assignment == encode_assignment([TopicPartition("orders", 0), TopicPartition("orders", 1)])
     assert described.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
 
     left = client.call(LEAVE, 5, {"group_id": "g", "members": [{"member_id": member, "group_instance_id": None,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from group_harness import SUB, Harness, done
 from kio.schema.errors import ErrorCode
 
-from group_harness import SUB, Harness, done
-from josef_coordinator_group.consumer_protocol import encode_subscription
+from josef.protocol.consumer_protocol import Subscription, encode_subscription
 from josef_coordinator_group.group import GroupState
-from josef_coordinator_group.records import encode_group, encode_key, GroupKey
+from josef_coordinator_group.records import GroupKey, encode_group, encode_key
 
 pytestmark = pytest.mark.anyio
 
@@ -388,6 +388,7 @@ async def test_load_restores_stable_groups_and_their_session_timers(h):
     fresh = Harness.__new__(Harness)
     fresh.__dict__.update(h.__dict__)
     from group_harness import FakeContext
+
     from josef_coordinator_group.shard import GroupShard
 
     context = FakeContext()
@@ -449,7 +450,7 @@ async def test_offset_commit_rules(h):
 
 
 async def test_subscribed_topics_come_from_consumer_subscriptions(h):
-    await stable_group(h, 1, protocols=(("range", encode_subscription(["a", "b"])),))
+    await stable_group(h, 1, protocols=(("range", encode_subscription(Subscription(["a", "b"]))),))
     assert h.group().subscribed_topics == {"a", "b"}
     await stable_group(h, 1, group_id="connect", protocol_type="connect", protocols=(("x", b"opaque"),))
     assert h.group("connect").subscribed_topics is None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import types
 
 import pytest
+from group_harness import Harness, done
 from kio.schema.errors import ErrorCode
 
-from group_harness import Harness, done
+from josef.protocol.consumer_protocol import Subscription, encode_subscription
 from josef_coordinator_group.api_offsets import CommitRequest, commit_offsets
-from josef_coordinator_group.consumer_protocol import encode_subscription
 from josef_coordinator_group.group import GroupState
 from josef_coordinator_group.records import GroupKey, OffsetKey, decode_key
 
@@ -39,7 +39,7 @@ async def commit(h: Harness, group: str = "g", *, generation: int = -1, member: 
 
 
 async def member_of_stable_group(h: Harness, topics=("orders",)):
-    sub = encode_subscription(list(topics))
+    sub = encode_subscription(Subscription(list(topics)))
     first = await done(await h.join(""))
     parked = await h.join(first.member_id, protocols=(("range", sub),))
     await h.settle()

@@ -6,12 +6,6 @@ import struct
 
 import pytest
 
-from josef_coordinator_group.consumer_protocol import (
-    decode_assignment,
-    encode_assignment,
-    encode_subscription,
-    subscribed_topics,
-)
 from josef_coordinator_group.records import (
     GroupKey,
     GroupValue,
@@ -61,9 +55,17 @@ def test_keys_identify_the_entity_as_kafka_writes_them():
 
 def test_consumer_group_values_round_trip():
     from josef_coordinator_group.records import (
-        ConsumerAssignmentValue, ConsumerMemberValue, decode_consumer_member, decode_current_assignment,
-        decode_epoch, decode_target_member, encode_consumer_member, encode_current_assignment, encode_epoch,
-        encode_target_member)
+        ConsumerAssignmentValue,
+        ConsumerMemberValue,
+        decode_consumer_member,
+        decode_current_assignment,
+        decode_epoch,
+        decode_target_member,
+        encode_consumer_member,
+        encode_current_assignment,
+        encode_epoch,
+        encode_target_member,
+    )
 
     tid = "6f1c4d2e-0b7a-4c39-9d0e-1a2b3c4d5e6f"
     assert decode_epoch(encode_epoch(7)) == 7
@@ -124,17 +126,3 @@ def test_old_and_flexible_group_values_are_read():
         struct.pack(">q", 77) + b"\x02" + member_v4 + b"\x00"
     assert decode_group(v4) == GroupValue("consumer", 3, "range", None, 77, (
         MemberValue("m1", "inst", "c", "/h", 20000, 10000, b"su", b"a"),))
-
-
-def test_consumer_protocol_subscription_and_assignment():
-    subscription = encode_subscription(["b", "a"], b"ud")
-    assert subscribed_topics(subscription) == {"a", "b"}
-    # Later versions append fields (owned partitions, generation, rack) after the topics.
-    v3 = struct.pack(">hi", 3, 1) + s16("t") + struct.pack(">i", -1) + struct.pack(">i", 0) + \
-        struct.pack(">i", 2) + s16("rack")
-    assert subscribed_topics(v3) == {"t"}
-    assert subscribed_topics(b"\x00") is None
-    assert subscribed_topics(b"") is None
-    assignment = encode_assignment({"t": [0, 2], "u": [1]})
-    assert decode_assignment(assignment) == {"t": [0, 2], "u": [1]}
-    assert decode_assignment(b"") == {}

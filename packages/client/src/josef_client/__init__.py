@@ -19,7 +19,14 @@ from josef.protocol.errors import (
 )
 from josef.protocol.records import ConsumerRecord, CorruptRecordError, RecordDeserializationError
 from josef.protocol.topic_partition import TopicPartition
-from josef_client.admin import Admin, AsyncAdmin, ConfigResource, NewPartitions, NewTopic, OffsetSpec
+from josef_client.admin import (
+    Admin,
+    AsyncAdmin,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 from josef_client.consumer import (
     AsyncConsumer,
     Consumer,

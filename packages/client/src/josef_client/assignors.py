@@ -10,7 +10,7 @@ function of the cluster's partition counts and the members' subscriptions::
     == {"m1": [orders-0, orders-1, orders-2], "m2": [orders-3, orders-4, orders-5]}
 
 The built-ins (registered through the ``register_assignors`` hook by
-:mod:`josef.builtins`):
+:mod:`josef_client.plugin`):
 
 ``range``
     Kafka's RangeAssignor: per topic, consecutive ranges of partitions to the
@@ -43,8 +43,7 @@ import math
 import struct
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-import attrs
-
+from josef.protocol.consumer_protocol import Subscription
 from josef.protocol.topic_partition import TopicPartition
 
 __all__ = ["Assignor", "CooperativeStickyAssignor", "RangeAssignor", "RoundRobinAssignor", "StickyAssignor",
@@ -52,25 +51,6 @@ __all__ = ["Assignor", "CooperativeStickyAssignor", "RangeAssignor", "RoundRobin
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-
-
-@attrs.frozen
-class Subscription:
-    """What one member told the coordinator in JoinGroup (Kafka's ConsumerPartitionAssignor.Subscription)."""
-
-    topics: tuple[str, ...]
-    user_data: bytes | None = None
-    #: Partitions the member owns now (sent by cooperative members; eager members revoke first and send none).
-    owned_partitions: tuple[TopicPartition, ...] = ()
-    #: The generation in which the member was given ``owned_partitions`` (-1: none).
-    generation: int = -1
-    rack_id: str | None = None
-    #: The member's ``group.instance.id``: static members sort by it, so a restart keeps their place.
-    group_instance_id: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "topics", tuple(self.topics))
-        object.__setattr__(self, "owned_partitions", tuple(self.owned_partitions))
 
 
 class Assignor(Protocol):

@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.records import ConsumerRecord, RecordDeserializationError
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.cluster import STALE_METADATA, Cluster
 from josef_client.config import CONSUMER, ConfigError, build_config
@@ -48,7 +49,6 @@ from josef_client.group import (
     RebalanceListener,
 )
 from josef_client.interceptors import InterceptorChain
-from josef.protocol.records import ConsumerRecord, RecordDeserializationError
 from josef_client.records import FetchedPartition
 from josef_client.sync import LoopThread
 

@@ -44,9 +44,7 @@ the consumer's ordinary connection.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import io
 import logging
 import re
 import time
@@ -54,26 +52,22 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import attrs
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 
+from josef.protocol import consumer_protocol
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
+from josef.protocol.consumer_protocol import Subscription
 from josef.protocol.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from josef.protocol.topic_partition import TopicPartition
-from josef_client.assignors import Subscription
 from josef_client.cluster import MAX_VERSIONS
 
 if TYPE_CHECKING:
     from josef_client.consumer import AsyncConsumer
 
-__all__ = ["ClassicGroupMember", "CommitFailedError", "ConsumerGroupMetadata", "RebalanceListener",
-           "decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
+__all__ = ["ClassicGroupMember", "CommitFailedError", "ConsumerGroupMetadata", "RebalanceListener"]
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_TYPE = "consumer"
-#: The newest ConsumerProtocolSubscription/Assignment version written (and read: newer ones only append fields).
-CONSUMER_PROTOCOL_VERSION = 3
 #: Errors after which the coordinator must be looked up again.
 COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 #: Errors that end group membership for good: poll() raises them.
@@ -124,89 +118,6 @@ class RebalanceListener:
 
     def on_partitions_lost(self, partitions: list[TopicPartition]) -> Any:
         return self.on_partitions_revoked(partitions)
-
-
-# The consumer protocol's embedded messages ---------------------------------------------------------
-
-
-def _schema(kind: str, version: int) -> type:
-    module = importlib.import_module(f"kio.schema.consumer_protocol_{kind}.v{version}.data")
-    return getattr(module, f"ConsumerProtocol{kind.capitalize()}")
-
-
-def _nested(kind: str, version: int) -> type:
-    return importlib.import_module(f"kio.schema.consumer_protocol_{kind}.v{version}.data").TopicPartition
-
-
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    topics: dict[str, list[int]] = {}
-    for tp in sorted(set(partitions)):
-        topics.setdefault(tp.topic, []).append(tp.partition)
-    return topics
-
-
-def _encode(cls: type, version: int, value: Any) -> bytes:
-    buf = io.BytesIO()
-    buf.write(version.to_bytes(2, "big", signed=True))
-    entity_writer(cls)(buf, value)  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
-def _read_version(data: bytes, what: str) -> int:
-    if len(data) < 2:
-        raise KafkaError(ErrorCode.inconsistent_group_protocol, f"{what} of {len(data)} bytes has no version")
-    version = int.from_bytes(data[:2], "big", signed=True)
-    if version < 0:
-        raise KafkaError(ErrorCode.inconsistent_group_protocol, f"{what} has version {version}")
-    return min(version, CONSUMER_PROTOCOL_VERSION)
-
-
-def encode_subscription(sub: Subscription, version: int = CONSUMER_PROTOCOL_VERSION) -> bytes:
-    """ConsumerProtocolSubscription (v0-v3: owned partitions from v1, generation v2, rack v3), version-prefixed."""
-    cls = _schema("subscription", version)
-    fields: dict[str, Any] = {"topics": tuple(sub.topics), "user_data": sub.user_data}
-    if version >= 1:
-        nested = _nested("subscription", version)
-        fields["owned_partitions"] = tuple(nested(topic=t, partitions=tuple(ps))
-                                           for t, ps in _by_topic(sub.owned_partitions).items())
-    if version >= 2:
-        fields["generation_id"] = sub.generation
-    if version >= 3:
-        fields["rack_id"] = sub.rack_id
-    return _encode(cls, version, cls(**fields))
-
-
-def decode_subscription(data: bytes, group_instance_id: str | None = None) -> Subscription:
-    """A member's subscription from JoinGroup metadata (any version; newer ones are read as v3)."""
-    version = _read_version(data, "subscription")
-    try:
-        value, _ = entity_reader(_schema("subscription", version))(data, 2)  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - kio raises a variety of errors on bad input
-        raise KafkaError(ErrorCode.inconsistent_group_protocol, f"cannot decode subscription: {exc}") from None
-    owned = tuple(TopicPartition(t.topic, p) for t in getattr(value, "owned_partitions", ()) for p in t.partitions)
-    return Subscription(tuple(value.topics), None if value.user_data is None else bytes(value.user_data), owned,
-                        getattr(value, "generation_id", -1), getattr(value, "rack_id", None), group_instance_id)
-
-
-def encode_assignment(partitions: Iterable[TopicPartition], user_data: bytes | None = None,
-                      version: int = CONSUMER_PROTOCOL_VERSION) -> bytes:
-    cls = _schema("assignment", version)
-    nested = _nested("assignment", version)
-    assigned = tuple(nested(topic=t, partitions=tuple(ps)) for t, ps in _by_topic(partitions).items())
-    return _encode(cls, version, cls(assigned_partitions=assigned, user_data=user_data))
-
-
-def decode_assignment(data: bytes) -> tuple[list[TopicPartition], bytes | None]:
-    """(partitions, user data) from SyncGroup; empty bytes (a member the leader did not assign) is nothing."""
-    if not data:
-        return [], None
-    version = _read_version(data, "assignment")
-    try:
-        value, _ = entity_reader(_schema("assignment", version))(data, 2)  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001
-        raise KafkaError(ErrorCode.inconsistent_group_protocol, f"cannot decode assignment: {exc}") from None
-    partitions = sorted(TopicPartition(t.topic, p) for t in value.assigned_partitions for p in t.partitions)
-    return partitions, None if value.user_data is None else bytes(value.user_data)
 
 
 # Membership -----------------------------------------------------------------------------------------
@@ -456,7 +367,7 @@ class ClassicGroupMember:
 
     async def _on_join_complete(self, joined: _Joined) -> None:
         self._needs_join_prepare = True
-        partitions, _ = decode_assignment(joined.assignment)
+        partitions, _ = consumer_protocol.decode_assignment(joined.assignment)
         assigned = set(partitions)
         unexpected = {tp.topic for tp in assigned if tp.topic not in self.topics}
         if unexpected and self.pattern is not None:
@@ -581,7 +492,7 @@ class ClassicGroupMember:
             if hasattr(assignor, "subscription_user_data"):
                 user_data = assignor.subscription_user_data(topics)
             sub = Subscription(topics, user_data, owned, self.generation, rack)
-            protocols.append({"name": name, "metadata": encode_subscription(sub)})
+            protocols.append({"name": name, "metadata": consumer_protocol.encode_subscription(sub)})
         return protocols
 
     async def _join_and_sync(self) -> _Joined:
@@ -607,7 +518,7 @@ class ClassicGroupMember:
             response = await self._request(conn, ApiKey.JOIN_GROUP, {
                 "group_id": self.group_id, "session_timeout": self._session_timeout_ms,
                 "rebalance_timeout": self._rebalance_timeout_ms, "member_id": self.member_id,
-                "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE, "protocols": protocols,
+                "group_instance_id": self.instance_id, "protocol_type": consumer_protocol.PROTOCOL_TYPE, "protocols": protocols,
                 "reason": self.rejoin_reason}, rebalance_s + 5 + self._request_timeout_s)
             if response.error_code == ErrorCode.member_id_required:
                 self.member_id = response.member_id  # KIP-394: join again with the id the coordinator chose
@@ -627,7 +538,7 @@ class ClassicGroupMember:
             self._assigned_counts = None
         sync = await self._request(conn, ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": generation, "member_id": self.member_id,
-            "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE, "protocol_name": protocol,
+            "group_instance_id": self.instance_id, "protocol_type": consumer_protocol.PROTOCOL_TYPE, "protocol_name": protocol,
             "assignments": assignments}, self._request_timeout_s + rebalance_s)
         if sync.error_code != ErrorCode.none:
             self._handle_error(sync.error_code, "SyncGroup")
@@ -638,7 +549,7 @@ class ClassicGroupMember:
 
     async def _lead(self, protocol: str, members: Iterable[Any], *, skip: bool) -> list[dict[str, Any]]:
         """The leader's part: every member's subscription through the assignor; the result for SyncGroup."""
-        subscriptions = {m.member_id: decode_subscription(bytes(m.metadata), getattr(m, "group_instance_id", None))
+        subscriptions = {m.member_id: consumer_protocol.decode_subscription(bytes(m.metadata), getattr(m, "group_instance_id", None))
                          for m in members}
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         self._group_topics = tuple(topics)
@@ -654,7 +565,7 @@ class ClassicGroupMember:
             self._check_cooperative(subscriptions, result)
         log.info("group %s: leader %s assigned with %s: %s", self.group_id, self.member_id, protocol,
                  {m: [f"{tp.topic}-{tp.partition}" for tp in ps] for m, ps in result.items()})
-        return [{"member_id": member, "assignment": encode_assignment(result.get(member, ()))}
+        return [{"member_id": member, "assignment": consumer_protocol.encode_assignment(result.get(member, ()))}
                 for member in subscriptions]
 
     @staticmethod

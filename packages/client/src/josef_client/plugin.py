@@ -9,8 +9,8 @@ partitioners and assignors selectable by name, and adds its tools to the
 from __future__ import annotations
 
 import click
-from josef.hookspecs import Register, hookimpl
 
+from josef.hookspecs import Register, hookimpl
 from josef_client.assignors import (
     CooperativeStickyAssignor,
     RangeAssignor,

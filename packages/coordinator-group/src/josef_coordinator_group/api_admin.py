@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from josef.authorizer import Action
 from josef.coordinator.runtime import CoordinatorError
 from josef.server.dispatch import RequestContext
-from kio.schema.errors import ErrorCode
-
 from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import with_shard
 from josef_coordinator_group.group import ClassicGroup, GroupError, GroupState

@@ -6,14 +6,13 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 import anyio
-from josef.coordinator.runtime import CoordinatorError, ShardContext
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef_coordinator_group.group import GroupError
 
 if TYPE_CHECKING:
     from josef.server.dispatch import RequestContext
-
     from josef_coordinator_group.coordinator import GroupCoordinator
     from josef_coordinator_group.shard import GroupShard
 

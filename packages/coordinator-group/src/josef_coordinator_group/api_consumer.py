@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.records import uuid_from_text
 from josef.server.dispatch import RequestContext
-from kio.schema.errors import ErrorCode
-
 from josef_coordinator_group.api_common import client_host, ms, with_shard
 from josef_coordinator_group.consumer_group import Partitions
 from josef_coordinator_group.consumer_membership import HeartbeatRequest, HeartbeatResult, Topics

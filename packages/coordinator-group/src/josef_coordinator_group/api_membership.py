@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from josef.coordinator.runtime import CoordinatorError
-from josef.server.dispatch import RequestContext
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError
+from josef.server.dispatch import RequestContext
 from josef_coordinator_group.api_common import client_host, ms, with_shard
 from josef_coordinator_group.group import JoinResult, SyncResult, Waiter, join_members
 from josef_coordinator_group.membership import JoinRequest, LeavingMember, SyncRequest

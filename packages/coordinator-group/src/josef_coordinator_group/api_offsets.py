@@ -15,11 +15,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from kio.schema.errors import ErrorCode
+
 from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.image import MetadataImage
 from josef.server.dispatch import RequestContext
-from kio.schema.errors import ErrorCode
-
 from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import ms, with_shard
 from josef_coordinator_group.group import GroupError

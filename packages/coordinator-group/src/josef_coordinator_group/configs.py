@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from josef.config import INT32_MAX, ConfigKey, ConfigType, at_least
 
 I, L = ConfigType.INT, ConfigType.LONG

@@ -13,9 +13,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
-from josef.coordinator.runtime import CoordinatorError
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError
 from josef_coordinator_group.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,

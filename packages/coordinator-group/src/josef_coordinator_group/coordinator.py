@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from josef.coordinator.runtime import CoordinatorError, ShardContext
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef_coordinator_group.api_admin import GroupAdminApis
 from josef_coordinator_group.api_consumer import ConsumerGroupApis
 from josef_coordinator_group.api_membership import MembershipApis
@@ -78,7 +78,6 @@ class GroupCoordinator:
         """The server-side assignors (``server:NAME`` in the ``register_assignors`` hook), by NAME."""
         if self._assignors is None:
             from josef.plugins import collect, get_plugin_manager
-
             from josef_coordinator_group.server_assignors import SERVER_PREFIX
 
             registry = collect(get_plugin_manager(), "register_assignors", "assignor")

@@ -27,7 +27,7 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef_coordinator_group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
+from josef.protocol.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from josef_coordinator_group.records import GroupValue, MemberValue
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class ClassicGroup:
         return self.state is GroupState.EMPTY
 
     def uses_consumer_protocol(self) -> bool:
-        return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return self.protocol_type == PROTOCOL_TYPE
 
     # Members ----------------------------------------------------------------------------
 

@@ -30,9 +30,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 import attrs
-from josef.coordinator.runtime import CoordinatorError
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError
 from josef_coordinator_group import clock
 from josef_coordinator_group.group import (
     ClassicGroup,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import josef
 from josef.hookspecs import Register
-
 from josef_coordinator_group.configs import CONFIG_KEYS
 from josef_coordinator_group.coordinator import GroupCoordinator
 

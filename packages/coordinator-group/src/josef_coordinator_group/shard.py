@@ -21,16 +21,16 @@ import logging
 from typing import Any, Awaitable, Callable
 
 import anyio
-from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
 from josef_coordinator_group import clock
 from josef_coordinator_group.configs import GroupSettings
+from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
+from josef_coordinator_group.consumer_membership import ConsumerMembership
 from josef_coordinator_group.group import ClassicGroup, JoinResult, SyncResult
 from josef_coordinator_group.membership import Membership
 from josef_coordinator_group.offsets import OffsetStore, expired_offsets
-from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
-from josef_coordinator_group.consumer_membership import ConsumerMembership
 from josef_coordinator_group.records import (
     CONSUMER_CURRENT_ASSIGNMENT,
     CONSUMER_GROUP_METADATA,
@@ -38,16 +38,16 @@ from josef_coordinator_group.records import (
     CONSUMER_TARGET_MEMBER,
     CONSUMER_TARGET_METADATA,
     ConsumerKey,
-    decode_consumer_member,
-    decode_current_assignment,
-    decode_epoch,
-    decode_target_member,
     GroupKey,
     OffsetKey,
     RecordFormatError,
+    decode_consumer_member,
+    decode_current_assignment,
+    decode_epoch,
     decode_group,
     decode_key,
     decode_offset,
+    decode_target_member,
     encode_key,
 )
 

@@ -101,8 +101,8 @@ async def fetch_offsets(consumer: AsyncConsumer, group: str) -> dict[TopicPartit
 
 
 def _decode_assignment(member: Any, protocol_type: str) -> list[TopicPartition]:
+    from josef.protocol.consumer_protocol import decode_assignment
     from josef.protocol.errors import KafkaError
-    from josef_client.group import decode_assignment
 
     if protocol_type != "consumer":
         return []
