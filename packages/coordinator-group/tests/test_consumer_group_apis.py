@@ -71,3 +71,39 @@ def test_heartbeat_join_describe_commit(josef_broker, version):
     gone = client.call(CG_DESCRIBE, 0, {"group_ids": [group], "include_authorized_operations": False})
     assert gone.groups[0].error_code == E.group_id_not_found
     client.close()
+
+
+class FirstMemberTakesAll:
+    """A server-side assignor a deployment adds through its own plugin: every partition to one member."""
+
+    name = "first-takes-all"
+    server_side = True
+
+    def assign(self, members, topics):
+        first = min(members)
+        return {m: ({t: set(range(n)) for t, n in topics.items()} if m == first else {}) for m in members}
+
+
+def test_server_assignors_come_from_the_brokers_plugin_manager(tmp_path):
+    """A plugin registered only with this broker's plugin manager (not an installed entry point) is found."""
+    from josef import hookimpl
+    from josef.plugins import get_plugin_manager
+    from josef.runner import BrokerThread
+    from josef.testing import broker_overrides
+
+    class Plugin:
+        @hookimpl
+        def register_assignors(self, register):
+            register("server:first-takes-all", FirstMemberTakesAll)
+
+    overrides = broker_overrides(tmp_path, **{"group.initial.rebalance.delay.ms": "0", "num.partitions": "2",
+                                              "group.consumer.assignors": "first-takes-all,uniform"})
+    with BrokerThread(overrides, pm=get_plugin_manager(plugins=[Plugin()])) as broker:
+        client = RawClient(broker.port)
+        create_topic(client, "orders", 2)
+        joined = client.call(CG_HEARTBEAT, 1, hb_body("custom", "member-a", 0))
+        assert joined.error_code == E.none, joined
+        (tp,) = joined.assignment.topic_partitions
+        assert sorted(tp.partitions) == [0, 1]
+        described = client.call(CG_DESCRIBE, 0, {"group_ids": ["custom"], "include_authorized_operations": False})
+        assert described.groups[0].assignor_name == "first-takes-all"

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.authorizer import Action
 from josef.coordinator.runtime import CoordinatorError
+from josef.protocol.consumer_protocol import PROTOCOL_TYPE
+from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
 from josef_coordinator_group import clock
-from josef_coordinator_group.api_common import with_shard
+from josef_coordinator_group.api_common import group_operations, with_shard
 from josef_coordinator_group.group import ClassicGroup, GroupError, GroupState
 from josef_coordinator_group.records import GroupKey, OffsetKey, encode_key
 
@@ -19,13 +20,8 @@ if TYPE_CHECKING:
     from josef_coordinator_group.coordinator import GroupCoordinator
     from josef_coordinator_group.shard import GroupShard
 
-#: The type ListGroups v5 reports for every group here (KIP-848 "consumer" groups are not served yet).
-CLASSIC_GROUP_TYPE = "classic"
-#: Authorized-operations fields when the client did not ask for them.
-OPERATIONS_OMITTED = -(2**31)
-#: Kafka's ACL operation codes that apply to groups.
-GROUP_OPERATIONS = {"READ": 3, "DELETE": 6, "DESCRIBE": 8}
-ANONYMOUS = "User:ANONYMOUS"
+#: The group types ListGroups v5 reports: classic groups, and KIP-848 consumer groups.
+CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE = "classic", "consumer"
 
 
 def _describe(group: ClassicGroup | None, group_id: str) -> dict[str, Any]:
@@ -63,22 +59,14 @@ class GroupAdminApis:
                         continue
                     groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                                    "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
-        if not types or "consumer" in types:
+        if not types or CONSUMER_GROUP_TYPE in types:
             for shard in self.coordinator.shards():
                 for consumer_group in list(shard.consumer_groups.values()):
                     if states and consumer_group.state.lower() not in states:
                         continue
-                    groups.append({"group_id": consumer_group.group_id, "protocol_type": "consumer",
-                                   "group_state": consumer_group.state, "group_type": "consumer"})
+                    groups.append({"group_id": consumer_group.group_id, "protocol_type": PROTOCOL_TYPE,
+                                   "group_state": consumer_group.state, "group_type": CONSUMER_GROUP_TYPE})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": sorted(groups, key=lambda g: g["group_id"])}
-
-    def _operations(self, ctx: RequestContext, group_id: str) -> int:
-        authorizer = ctx.broker.authorizer
-        bits = 0
-        for name, code in GROUP_OPERATIONS.items():
-            if authorizer.authorize(ANONYMOUS, ctx.client_host, Action(name, "GROUP", group_id)):
-                bits |= 1 << code
-        return bits
 
     async def describe_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         include_operations = getattr(request, "include_authorized_operations", False)
@@ -92,7 +80,7 @@ class GroupAdminApis:
             except CoordinatorError as exc:
                 answer = {"error_code": exc.code, "group_id": group_id, "group_state": "", "protocol_type": "",
                           "protocol_data": "", "members": []}
-            answer["authorized_operations"] = self._operations(ctx, group_id) if include_operations \
+            answer["authorized_operations"] = group_operations(ctx, group_id) if include_operations \
                 else OPERATIONS_OMITTED
             described.append(answer)
         return {"throttle_time": 0, "groups": described}

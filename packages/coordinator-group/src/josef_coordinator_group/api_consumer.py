@@ -9,17 +9,15 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.records import uuid_from_text
+from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
-from josef_coordinator_group.api_common import client_host, ms, with_shard
+from josef_coordinator_group.api_common import client_host, group_operations, ms, with_shard
 from josef_coordinator_group.consumer_group import Partitions
 from josef_coordinator_group.consumer_membership import HeartbeatRequest, HeartbeatResult, Topics
 
 if TYPE_CHECKING:
     from josef_coordinator_group.coordinator import GroupCoordinator
     from josef_coordinator_group.shard import GroupShard
-
-OPERATIONS_OMITTED = -(2**31)
-
 
 def cluster_topics(image: Any) -> dict[str, tuple[str, int]]:
     """{name: (topic id as a UUID string, partition count)} of every topic in the metadata image."""
@@ -126,6 +124,6 @@ class ConsumerGroupApis:
             except CoordinatorError as exc:
                 answer["error_code"], answer["error_message"] = exc.code, exc.message
             if request.include_authorized_operations and answer["error_code"] == ErrorCode.none:
-                answer["authorized_operations"] = self.coordinator._admin._operations(ctx, group_id)
+                answer["authorized_operations"] = group_operations(ctx, group_id)
             groups.append(answer)
         return {"throttle_time": 0, "groups": groups}

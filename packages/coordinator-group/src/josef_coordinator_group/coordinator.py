@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError, ShardContext
+from josef.plugins import collect
+from josef.protocol.api_keys import ApiKey
 from josef_coordinator_group.api_admin import GroupAdminApis
 from josef_coordinator_group.api_consumer import ConsumerGroupApis
 from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
 from josef_coordinator_group.configs import GroupSettings
+from josef_coordinator_group.server_assignors import SERVER_PREFIX
 from josef_coordinator_group.shard import GroupShard
 
 if TYPE_CHECKING:
@@ -55,18 +58,18 @@ class GroupCoordinator:
         """The classic group APIs with the versions Kafka 4.0 answers (the dispatcher caps them at what kio parses)."""
         m, o, a = self._membership, self._offsets, self._admin
         return (
-            (11, m.join_group, 0, 9),
-            (14, m.sync_group, 0, 5),
-            (12, m.heartbeat, 0, 4),
-            (13, m.leave_group, 0, 5),
-            (8, o.offset_commit, 0, 9),
-            (9, o.offset_fetch, 0, 9),
-            (47, o.offset_delete, 0, 0),
-            (16, a.list_groups, 0, 5),
-            (15, a.describe_groups, 0, 5),
-            (42, a.delete_groups, 0, 2),
-            (68, self._consumer.heartbeat, 0, 1),
-            (69, self._consumer.describe, 0, 0),
+            (ApiKey.JOIN_GROUP, m.join_group, 0, 9),
+            (ApiKey.SYNC_GROUP, m.sync_group, 0, 5),
+            (ApiKey.HEARTBEAT, m.heartbeat, 0, 4),
+            (ApiKey.LEAVE_GROUP, m.leave_group, 0, 5),
+            (ApiKey.OFFSET_COMMIT, o.offset_commit, 0, 9),
+            (ApiKey.OFFSET_FETCH, o.offset_fetch, 0, 9),
+            (ApiKey.OFFSET_DELETE, o.offset_delete, 0, 0),
+            (ApiKey.LIST_GROUPS, a.list_groups, 0, 5),
+            (ApiKey.DESCRIBE_GROUPS, a.describe_groups, 0, 5),
+            (ApiKey.DELETE_GROUPS, a.delete_groups, 0, 2),
+            (ApiKey.CONSUMER_GROUP_HEARTBEAT, self._consumer.heartbeat, 0, 1),
+            (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),
         )
 
     def new_shard(self, context: ShardContext) -> GroupShard:
@@ -77,10 +80,7 @@ class GroupCoordinator:
     def server_assignors(self) -> dict[str, object]:
         """The server-side assignors (``server:NAME`` in the ``register_assignors`` hook), by NAME."""
         if self._assignors is None:
-            from josef.plugins import collect, get_plugin_manager
-            from josef_coordinator_group.server_assignors import SERVER_PREFIX
-
-            registry = collect(get_plugin_manager(), "register_assignors", "assignor")
+            registry = collect(self.broker.pm, "register_assignors", "assignor")
             self._assignors = {name[len(SERVER_PREFIX):]: factory() for name, factory in registry.items()
                                if name.startswith(SERVER_PREFIX)}
         return self._assignors

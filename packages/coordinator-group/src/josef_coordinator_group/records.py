@@ -12,13 +12,16 @@ committed offset       v1: group, topic, partition (v0 is read)    v3 (v1 when a
                                                                    set, the only version with one);
                                                                    v0-v4 are read
 classic group          v2: group                                   v3; v0-v4 are read
+KIP-848 consumer group v3 group epoch, v5 member, v6 target        v0 (flexible)
+                       epoch, v7 member target, v8 member current
+                       assignment: group (and member)
 =====================  ==========================================  ===============================
 
 The key identifies the entity, so compaction keeps the latest record per
 offset and per group; a record with a null value (tombstone) deletes it.
-Keys of versions josef does not know (Kafka's KIP-848 consumer-group records,
-versions 3+) are skipped by :func:`decode_key`, so a log written by a newer
-Kafka still loads.
+Keys of versions josef does not know (4, the partition metadata Kafka no
+longer writes, and 9+, the records of share and streams groups) are skipped
+by :func:`decode_key`, so a log written by a newer Kafka still loads.
 
 Encoding: big-endian integers; strings as int16 length + UTF-8 (-1 for
 null); bytes as int32 length. Flexible versions (v4 values) use compact

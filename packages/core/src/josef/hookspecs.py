@@ -98,16 +98,19 @@ def register_partitioners(register: Register) -> None:
 
 @hookspec
 def register_assignors(register: Register) -> None:
-    """Offer partition assignors (``range``, ``roundrobin``, ``sticky``, ``uniform``...).
+    """Offer partition assignors (``range``, ``roundrobin``, ``sticky``, ``server:uniform``...).
 
-    Called when a consumer or the group coordinator is assembled. Call
-    ``register(name, factory)``; ``factory()`` returns an assignor (see
-    :mod:`josef_client.assignors`) whose
-    ``assign(cluster_partitions, subscriptions)`` maps each member id to its
-    partitions, given the partition count of every topic and each member's
-    subscription (topics, user data, owned partitions). Client-side
-    assignors are chosen with ``partition.assignment.strategy``, server-side
-    ones with ``group.consumer.assignors``. Returns nothing.
+    Called when a consumer or the group coordinator is assembled, with the
+    plugin manager of that consumer or broker. Call ``register(name,
+    factory)``; ``factory()`` returns an assignor. A client-side assignor
+    (chosen with ``partition.assignment.strategy``; josef-client offers
+    Kafka's four) has ``assign(cluster_partitions, subscriptions)`` mapping
+    each member id to its partitions, given the partition count of every
+    topic and each member's
+    :class:`josef.protocol.consumer_protocol.Subscription`. A server-side
+    assignor of KIP-848 groups is registered as ``server:NAME`` and chosen
+    with ``group.consumer.assignors`` (the group coordinator offers
+    ``uniform`` and ``range``). Returns nothing.
     """
 
 

@@ -37,7 +37,6 @@ class ReplicaManager:
         self.storage = storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
-        self.offline_dirs = False
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)

@@ -23,6 +23,9 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
+#: The ``authorized_operations`` of a response to a request that did not ask for them (INT32_MIN).
+OPERATIONS_OMITTED = -(2**31)
+
 _HEADER_FIXED = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
 

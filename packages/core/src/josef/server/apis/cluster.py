@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from josef.metadata.controller import ControllerError
 from josef.metadata.image import MetadataImage, TopicImage
 from josef.metadata.records import uuid_to_text
-from josef.server.apis.common import OPERATIONS_OMITTED
+from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,6 @@ from josef.protocol.records import CorruptRecordError, InvalidRecordError, Recor
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import RequestContext
 
-#: Authorized-operations fields when the client did not ask for them.
-OPERATIONS_OMITTED = -(2**31)
-
 
 def error_of(exc: Exception) -> tuple[ErrorCode, str]:
     """The Kafka error code and message an exception raised under a handler stands for."""

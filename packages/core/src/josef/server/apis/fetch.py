@@ -15,8 +15,6 @@ from josef.partition import Partition
 from josef.server.apis.common import error_of, partition_for, topic_name
 from josef.server.dispatch import RequestContext
 
-READ_UNCOMMITTED = 0
-
 
 async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
     deadline = time.monotonic() + request.max_wait.total_seconds()
