@@ -14,16 +14,14 @@ Kafka: ``**{"num.partitions": "3"}``) to change the broker's configuration.
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from kio.serial import entity_reader, entity_writer
 
-from josef.protocol.messages import build, is_flexible, request_type, response_type
+from josef.protocol.messages import decode_response, encode_request
 from josef.runner import BrokerThread
 
 
@@ -64,14 +62,7 @@ class RawClient:
 
     def send(self, key: int, version: int, body: dict[str, Any]) -> None:
         self.correlation += 1
-        request = build(request_type(key, version), body)
-        buf = io.BytesIO()
-        buf.write(struct.pack(">hhih", key, version, self.correlation, 3) + b"raw")
-        if is_flexible(key, version):
-            buf.write(b"\x00")
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        self.sock.sendall(encode_request(key, version, self.correlation, b"raw", body))
         if not (key == 0 and body.get("acks") == 0):  # acks=0 produce gets no response
             self._pending.append((key, version, self.correlation))
 
@@ -79,9 +70,8 @@ class RawClient:
         key, version, correlation = self._pending.pop(0)
         size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
         frame = self.sock.recv(size, socket.MSG_WAITALL)
-        assert struct.unpack(">i", frame[:4])[0] == correlation, "responses came out of order"
-        offset = 4 + (1 if key != 18 and is_flexible(key, version) else 0)
-        response, _ = entity_reader(response_type(key, version))(frame, offset)
+        answered, response = decode_response(key, version, frame)
+        assert answered == correlation, "responses came out of order"
         return response
 
     def call(self, key: int, version: int, body: dict[str, Any]) -> Any:

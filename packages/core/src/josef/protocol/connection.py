@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 import logging
 import socket
 import struct
@@ -23,17 +22,15 @@ from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
-from kio.serial import entity_reader, entity_writer
 
 from josef import __version__
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
-from josef.protocol.messages import build, is_flexible, request_type, response_type
+from josef.protocol.messages import decode_response, encode_request
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-_HEADER = struct.Struct(">hhih")
 
 
 class Connection:
@@ -107,18 +104,7 @@ class Connection:
         if version is None:
             version = self.version(api_key)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        request = build(request_type(api_key, version), body)
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        buf.write(_HEADER.pack(api_key, version, self._correlation, len(self.client_id)))
-        buf.write(self.client_id)
-        if is_flexible(api_key, version):
-            buf.write(b"\0")
-        entity_writer(type(request))(buf, request)
-        frame = buf.getbuffer()
-        _SIZE.pack_into(frame, 0, len(frame) - 4)
-        self._writer.write(frame)
-        del frame
+        self._writer.write(encode_request(api_key, version, self._correlation, self.client_id, body))
         if not expect_response:
             return None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -155,10 +141,9 @@ class Connection:
                 size = _SIZE.unpack(await self._reader.readexactly(4))[0]
                 frame = await self._reader.readexactly(size)
                 correlation, api_key, version, future = self._pending.popleft()
-                if _SIZE.unpack_from(frame, 0)[0] != correlation:
+                answered, response = decode_response(api_key, version, frame)
+                if answered != correlation:
                     raise KafkaConnectionError(f"response {correlation} out of order from {self.host}:{self.port}")
-                offset = 4 + (1 if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version) else 0)
-                response, _ = entity_reader(response_type(api_key, version))(frame, offset)
                 if not future.done():
                     future.set_result(response)
         except (asyncio.IncompleteReadError, OSError, IndexError) as exc:

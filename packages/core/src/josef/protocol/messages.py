@@ -23,6 +23,8 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
+from josef.protocol.api_keys import ApiKey
+
 #: The ``authorized_operations`` of a response to a request that did not ask for them (INT32_MIN).
 OPERATIONS_OMITTED = -(2**31)
 
@@ -118,6 +120,38 @@ def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: in
     except Exception as exc:  # kio raises a variety of errors on bad input
         raise MalformedRequestError(f"cannot parse api {api_key} v{version} body: {exc}") from exc
     return body
+
+
+def has_flexible_response_header(api_key: int, version: int) -> bool:
+    """Whether a response carries header v1 (tagged fields): flexible versions, except ApiVersions'.
+
+    ApiVersions answers with header v0 at every version, so a client that
+    does not know the broker's versions yet can always read the answer.
+    """
+    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes, body: Mapping[str, Any]) -> bytes:
+    """The full request frame: size, header (v1, or v2 with empty tagged fields), body built from a dict."""
+    request = build(request_type(api_key, version), body)
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_HEADER_FIXED.pack(api_key, version, correlation_id, len(client_id)))
+    buf.write(client_id)
+    if is_flexible(api_key, version):
+        buf.write(b"\x00")
+    _writer(type(request))(buf, request)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """``(correlation id, response)`` of a response frame (without its size prefix)."""
+    offset = 5 if has_flexible_response_header(api_key, version) else 4
+    response, _ = _reader(response_type(api_key, version))(frame, offset)
+    return _INT32.unpack_from(frame, 0)[0], response
 
 
 def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:

@@ -21,6 +21,7 @@ from josef.protocol.messages import (
     MalformedRequestError,
     build,
     encode_response,
+    has_flexible_response_header,
     is_flexible,
     parse_body,
     parse_header,
@@ -90,8 +91,7 @@ class Dispatcher:
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
         response = build(response_type(key, version), body)
-        flexible_header = key != ApiKey.API_VERSIONS and is_flexible(key, version)
-        return encode_response(correlation_id, response, flexible_header)
+        return encode_response(correlation_id, response, has_flexible_response_header(key, version))
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
         return {
