@@ -131,20 +131,24 @@ def has_flexible_response_header(api_key: int, version: int) -> bool:
     return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
 
 
-def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes, body: Mapping[str, Any]) -> bytes:
-    """The full request frame: size, header (v1, or v2 with empty tagged fields), body built from a dict."""
-    request = build(request_type(api_key, version), body)
+def _frame(header: bytes, entity: Any) -> bytes:
+    """Size prefix, ``header`` and the serialised ``entity``: one buffer, its size patched in place."""
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
-    buf.write(_HEADER_FIXED.pack(api_key, version, correlation_id, len(client_id)))
-    buf.write(client_id)
-    if is_flexible(api_key, version):
-        buf.write(b"\x00")
-    _writer(type(request))(buf, request)
+    buf.write(header)
+    _writer(type(entity))(buf, entity)
     data = buf.getbuffer()
     _INT32.pack_into(data, 0, len(data) - 4)
     del data
     return buf.getvalue()
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes, body: Mapping[str, Any]) -> bytes:
+    """The full request frame: size, header (v1, or v2 with empty tagged fields), body built from a dict."""
+    header = _HEADER_FIXED.pack(api_key, version, correlation_id, len(client_id)) + client_id
+    if is_flexible(api_key, version):
+        header += b"\x00"
+    return _frame(header, build(request_type(api_key, version), body))
 
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
@@ -156,16 +160,7 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
 
 def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:
     """The full response frame: size, header (v0, or v1 with empty tagged fields), body."""
-    buf = io.BytesIO()
-    buf.write(b"\x00\x00\x00\x00")
-    buf.write(_INT32.pack(correlation_id))
-    if flexible_header:
-        buf.write(b"\x00")
-    _writer(type(response))(buf, response)
-    data = buf.getbuffer()
-    _INT32.pack_into(data, 0, len(data) - 4)
-    del data
-    return buf.getvalue()
+    return _frame(_INT32.pack(correlation_id) + (b"\x00" if flexible_header else b""), response)
 
 
 # ------------------------------------------------------------------ building
