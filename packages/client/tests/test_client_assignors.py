@@ -109,8 +109,8 @@ def test_consumer_group_settings_are_checked_when_the_consumer_is_built():
     assert consumer.config["partition.assignment.strategy"] == ["range", "cooperative-sticky"]
     assert (consumer.config["session.timeout.ms"], consumer.config["heartbeat.interval.ms"],
             consumer.config["max.poll.interval.ms"], consumer.config["auto.commit.interval.ms"]) == (45000, 3000, 300000, 5000)
-    assert consumer.config["group.protocol"] == "classic" and consumer._auto_commit
-    assert not AsyncConsumer(bootstrap_servers="localhost:1")._auto_commit  # no group, nothing to commit to
+    assert consumer.config["group.protocol"] == "classic" and consumer._coordinator.auto_commit
+    assert not AsyncConsumer(bootstrap_servers="localhost:1")._coordinator.auto_commit  # no group, nothing to commit to
 
 
 def test_subscribe_checks_its_arguments():

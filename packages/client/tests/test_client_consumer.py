@@ -281,7 +281,7 @@ def test_seek_discards_a_fetch_in_flight(josef_broker, monkeypatch):
         async with consumer(josef_broker, fetch_max_wait_ms=10_000, request_timeout_ms=20_000) as c:
             c.assign([TP])
             await consume(c, 10)
-            state = c._states[TP]
+            state = c._subscriptions.states[TP]
             while not state.busy:  # the long-poll fetch from offset 10 is on its way
                 await asyncio.sleep(0)
             sent = spy_requests(monkeypatch, (1,))
@@ -645,10 +645,10 @@ def test_fetches_ahead_while_the_application_works(josef_broker):
             c.assign([TP])
             first = await consume(c, 10)
             assert [r.offset for r in first] == list(range(10))
-            assert c._data is not None
-            while not any(fp.tp == TP and fp.fetch_offset == 10 for fp in c._buffer):
-                c._data.clear()
-                await asyncio.wait_for(c._data.wait(), 10)
+            assert c._fetcher._data is not None
+            while not any(fp.tp == TP and fp.fetch_offset == 10 for fp in c._fetcher._buffer):
+                c._fetcher._data.clear()
+                await asyncio.wait_for(c._fetcher._data.wait(), 10)
             second = await c.poll(timeout_ms=0)  # no waiting: it is already here
             assert [r.offset for r in second[TP]] == list(range(10, 20))
 

@@ -141,7 +141,7 @@ def make_member(coordinator: FakeCoordinator, listener: Any = None, *, auto_comm
     consumer = AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="consumer",
                              enable_auto_commit=auto_commit, **config)
     consumer.subscribe([TOPIC], listener=listener)
-    member = consumer._group
+    member = consumer._coordinator.member
     assert isinstance(member, ConsumerGroupMember)
     commits: list[Any] = []
     conn = FakeConnection(coordinator)
@@ -166,12 +166,12 @@ def make_member(coordinator: FakeCoordinator, listener: Any = None, *, auto_comm
     member._refresh_topic_ids = refresh_topic_ids  # type: ignore[method-assign]
     member.coordinator_dead = lambda why: None  # type: ignore[method-assign]
     consumer.committed = committed  # type: ignore[method-assign]
-    consumer._commit = commit  # type: ignore[method-assign]
+    consumer._coordinator.commit = commit  # type: ignore[method-assign]
     return consumer, member, commits
 
 
 def owned(consumer: AsyncConsumer) -> set[TopicPartition]:
-    return set(consumer._states)
+    return set(consumer._subscriptions.states)
 
 
 # Configuration ------------------------------------------------------------------------------------
@@ -181,8 +181,8 @@ def test_consumer_protocol_selects_the_kip848_member_and_rejects_classic_only_se
     consumer = AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="consumer",
                              group_remote_assignor="uniform")
     consumer.subscribe(["t"])
-    assert isinstance(consumer._group, ConsumerGroupMember)
-    assert consumer._group.server_assignor == "uniform"
+    assert isinstance(consumer._coordinator.member, ConsumerGroupMember)
+    assert consumer._coordinator.member.server_assignor == "uniform"
     assert consumer._assignors == []
     for name, value in (("partition_assignment_strategy", ["range"]), ("session_timeout_ms", 10000),
                         ("heartbeat_interval_ms", 1000)):
@@ -237,7 +237,7 @@ def test_pattern_subscriptions_send_the_regex_from_v1() -> None:
     async def main() -> None:
         consumer = AsyncConsumer(bootstrap_servers="localhost:1", group_id="g", group_protocol="consumer")
         consumer.subscribe(pattern="ord.*")
-        member = consumer._group
+        member = consumer._coordinator.member
         assert isinstance(member, ConsumerGroupMember)
         body = await member._heartbeat_body(0, 1)
         assert body["subscribed_topic_regex"] == "ord.*" and body["subscribed_topic_names"] == []
@@ -260,8 +260,8 @@ def test_assignment_is_added_with_committed_offsets_or_reset_and_then_acknowledg
         await member.poll()
         assert owned(consumer) == {tp(0), tp(1), tp(2)}
         assert listener.events == [("assigned", [tp(0), tp(1), tp(2)])]
-        assert consumer._states[tp(1)].position == 42
-        assert consumer._states[tp(0)].reset == "latest" and consumer._states[tp(2)].reset == "latest"
+        assert consumer._subscriptions.states[tp(1)].position == 42
+        assert consumer._subscriptions.states[tp(0)].reset == "latest" and consumer._subscriptions.states[tp(2)].reset == "latest"
         assert member.stable
         assert member._hb_wake.is_set()  # the next heartbeat goes at once, reporting what is owned
         body = await member._heartbeat_body(member.member_epoch, 1)
@@ -294,7 +294,7 @@ def test_revocation_commits_calls_the_listener_then_reports_the_smaller_assignme
         body = await member._heartbeat_body(member.member_epoch, 1)
         assert body["topic_partitions"] == [{"topic_id": TOPIC_ID, "partitions": [0, 2]}]
         # Kept partitions keep their positions: an incremental, not an eager, rebalance.
-        assert consumer._states[tp(0)].position == 10 and consumer._states[tp(2)].position == 12
+        assert consumer._subscriptions.states[tp(0)].position == 10 and consumer._subscriptions.states[tp(2)].position == 12
         # A mixed change revokes before it adds.
         await member.handle_response(response(member_id="m", epoch=3, assignment={TOPIC_ID: [2, 3]}))
         await member.reconcile()

@@ -365,14 +365,14 @@ def test_commit_async_callbacks_interceptors_and_fenced_commits(josef_broker):
             assert metadata.group_id == "g" and metadata.generation_id >= 1 and metadata.member_id
 
             # A member fenced out of its generation cannot commit.
-            c._group.generation = metadata.generation_id + 100
+            c._coordinator.member.generation = metadata.generation_id + 100
             with pytest.raises(CommitFailedError):
                 await c.commit({tp: 1})
             assert (await c.committed([tp]))[tp].offset == 3
             assert c.group_metadata().generation_id == -1
             # ... and the next polls rejoin, after which commits work again.
             deadline = time.monotonic() + DEADLINE_S
-            while c.group_metadata().generation_id < 0 or not c._group.stable:
+            while c.group_metadata().generation_id < 0 or not c._coordinator.member.stable:
                 assert time.monotonic() < deadline
                 await c.poll(timeout_ms=100)
             await c.commit({tp: 2})

@@ -140,8 +140,13 @@ class Cluster:
     # Metadata ------------------------------------------------------------------------
 
     @property
+    def refresh_due_at(self) -> float:
+        """The ``time.monotonic()`` after which metadata is older than ``metadata.max.age.ms``."""
+        return self._refreshed_at + self.config["metadata.max.age.ms"] / 1000
+
+    @property
     def stale(self) -> bool:
-        return time.monotonic() - self._refreshed_at > self.config["metadata.max.age.ms"] / 1000
+        return time.monotonic() > self.refresh_due_at
 
     async def refresh(self, topics: Iterable[str] | None = None, *, auto_create: bool = False) -> None:
         """Fetch metadata for ``topics`` (None: all) and merge it; concurrent callers share one request."""

@@ -1,7 +1,8 @@
 """Consumer group membership with Kafka's classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
 :class:`ClassicGroupMember` is what :meth:`AsyncConsumer.subscribe` plugs in
-below the consumer's assignment (see the consumer's class docstring). It
+below the consumer's assignment (see
+:class:`~josef_client.subscription_state.SubscriptionState`). It
 works as the Java client's ConsumerCoordinator does:
 
 - Rebalances happen inside ``poll()``, never behind the application's back:
@@ -48,7 +49,7 @@ import inspect
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -63,6 +64,8 @@ from josef_client.cluster import MAX_VERSIONS
 
 if TYPE_CHECKING:
     from josef_client.consumer import AsyncConsumer
+    from josef_client.consumer_coordinator import ConsumerCoordinator
+    from josef_client.subscription_state import SubscriptionState
 
 __all__ = ["ClassicGroupMember", "CommitFailedError", "ConsumerGroupMetadata", "RebalanceListener"]
 
@@ -146,12 +149,22 @@ async def invoke(callback: Any, partitions: list[TopicPartition]) -> None:
 
 
 class ClassicGroupMember:
-    """One consumer's membership of its group (see the module docstring)."""
+    """One consumer's membership of its group (see the module docstring).
 
-    def __init__(self, consumer: AsyncConsumer, assignors: list[Any], *, topics: Iterable[str] = (),
-                 pattern: re.Pattern[str] | None = None, listener: Any = None) -> None:
+    It works on the consumer's parts: ``subscriptions`` (the assignment it
+    hands over), ``consumer_coordinator`` (commits and the coordinator's
+    address) and ``wake_poll`` (to have a waiting ``poll()`` go on with a
+    rebalance); the consumer itself for its public methods.
+    """
+
+    def __init__(self, consumer: AsyncConsumer, subscriptions: SubscriptionState,
+                 consumer_coordinator: ConsumerCoordinator, wake_poll: Callable[[], None], assignors: list[Any], *,
+                 topics: Iterable[str] = (), pattern: re.Pattern[str] | None = None, listener: Any = None) -> None:
         config = consumer.config
         self.consumer = consumer
+        self.subscriptions = subscriptions
+        self.consumer_coordinator = consumer_coordinator
+        self._wake_poll = wake_poll
         self.group_id: str = config["group.id"]
         self.instance_id: str | None = config["group.instance.id"]
         self.assignors = {a.name: a for a in assignors}
@@ -235,9 +248,7 @@ class ClassicGroupMember:
         self.request_rejoin(reason)
 
     def _wake(self) -> None:
-        data = self.consumer._data
-        if data is not None:
-            data.set()
+        self._wake_poll()
 
     def subscribed_topics(self) -> tuple[str, ...]:
         return self.topics
@@ -271,7 +282,7 @@ class ClassicGroupMember:
     async def poll(self) -> None:
         """Do the group's part of a poll: start or finish a rebalance, look up positions; never waits for a rebalance.
 
-        The join runs in a task whose end wakes ``poll()`` (as ``_data`` does),
+        The join runs in a task whose end wakes ``poll()`` (as fetched data does),
         so a cooperative member goes on consuming what it owns meanwhile.
         """
         self._last_poll = time.monotonic()
@@ -336,34 +347,34 @@ class ClassicGroupMember:
 
     async def _commit_positions(self, partitions: Iterable[TopicPartition], why: str) -> None:
         """Commit the positions of ``partitions`` if auto commit is on; failures are logged (as Kafka does)."""
-        if not self.consumer._auto_commit:
+        if not self.consumer_coordinator.auto_commit:
             return
-        offsets = self.consumer._positions(partitions)
+        offsets = self.consumer_coordinator.positions(partitions)
         if not offsets:
             return
         try:
-            await self.consumer._commit(offsets, self._request_timeout_s * 1000)
+            await self.consumer_coordinator.commit(offsets, self._request_timeout_s * 1000)
         except KafkaError as exc:
             log.warning("group %s: committing offsets %s failed: %s", self.group_id, why, exc)
 
     async def _on_join_prepare(self) -> None:
-        owned = set(self.consumer._states)
+        owned = set(self.subscriptions.states)
         if self.generation >= 0 and self.member_id and self.state == "stable":
             await self._commit_positions(owned, "before rebalancing")
         if self.generation < 0 or not self.member_id:
             if owned:
                 log.info("group %s: partitions lost (the member was fenced): %s", self.group_id, sorted(owned))
                 await self._invoke("on_partitions_lost", owned)
-                self.consumer._set_assignment([], reset=False)
+                self.subscriptions.set_assignment([], reset=False)
         elif not self.cooperative:
             await self._invoke("on_partitions_revoked", owned)
-            self.consumer._set_assignment([], reset=False)
+            self.subscriptions.set_assignment([], reset=False)
         else:
             gone = {tp for tp in owned if tp.topic not in self.topics}
             if gone:
                 await self._invoke("on_partitions_revoked", gone)
-                self.consumer._set_assignment(owned - gone, reset=False)
-        self.pending_positions &= set(self.consumer._states)
+                self.subscriptions.set_assignment(owned - gone, reset=False)
+        self.pending_positions &= set(self.subscriptions.states)
 
     async def _on_join_complete(self, joined: _Joined) -> None:
         self._needs_join_prepare = True
@@ -385,7 +396,7 @@ class ClassicGroupMember:
                 assignor.on_assignment(sorted(assigned), joined.generation)
             except Exception:  # noqa: BLE001 - a third-party assignor's bug must not stop the rebalance
                 log.exception("assignor %s failed in on_assignment", joined.protocol)
-        owned = set(self.consumer._states)
+        owned = set(self.subscriptions.states)
         revoked, added = owned - assigned, assigned - owned
         log.info("group %s: member %s joined generation %s (%s, %s): assigned %s", self.group_id, self.member_id,
                  joined.generation, joined.protocol, "cooperative" if self.cooperative else "eager",
@@ -395,14 +406,14 @@ class ClassicGroupMember:
             await self._invoke("on_partitions_revoked", revoked)
             if self.cooperative:
                 self.request_rejoin("partitions were revoked; rejoining so they can be reassigned")
-        self.consumer._set_assignment(assigned, reset=False)
+        self.subscriptions.set_assignment(assigned, reset=False)
         self.pending_positions = (self.pending_positions & assigned) | added
         await self.init_positions()
         await self._invoke("on_partitions_assigned", added)
 
     async def init_positions(self) -> None:
         """Seek assigned partitions without a position to their committed offsets, or request a reset."""
-        states = self.consumer._states
+        states = self.subscriptions.states
         wanted = sorted(tp for tp in self.pending_positions if tp in states and states[tp].position is None
                         and states[tp].reset is None and states[tp].error is None)
         self.pending_positions = set(wanted)
@@ -422,14 +433,14 @@ class ClassicGroupMember:
             if found is not None:
                 self.consumer.seek(tp, found.offset)
             else:
-                self.consumer._request_reset(tp, state)
+                self.subscriptions.request_reset(tp, state)
 
     # The coordinator ------------------------------------------------------------------------
 
     async def _ensure_coordinator(self) -> Connection:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        host, port = await self.consumer._find_coordinator(self.group_id)
+        host, port = await self.consumer_coordinator.coordinator_address()
         config = self.consumer.config
         self._conn = await Connection.open(host, port, client_id=config["client.id"],
                                            request_timeout_ms=config["request.timeout.ms"],
@@ -445,7 +456,7 @@ class ClassicGroupMember:
         conn, self._conn, self._coordinator = self._conn, None, None
         if conn is not None and not conn.closed:
             asyncio.get_running_loop().create_task(conn.close())
-        self.consumer._forget_coordinator()
+        self.consumer_coordinator.forget_coordinator()
 
     async def _request(self, conn: Connection, api_key: int, body: Mapping[str, Any], timeout_s: float,
                        max_version: int | None = None) -> Any:
@@ -483,7 +494,7 @@ class ClassicGroupMember:
         raise _Rejoin(f"{what}: {code.name}", backoff=True)
 
     def _protocols(self, topics: tuple[str, ...]) -> list[dict[str, Any]]:
-        owned = tuple(sorted(self.consumer._states))
+        owned = tuple(sorted(self.subscriptions.states))
         rack = self.consumer.config["client.rack"]
         protocols = []
         for name in self._assignor_order:
@@ -746,7 +757,7 @@ class ClassicGroupMember:
             # LeaveGroup goes on a new connection.
             await self._conn.close()
             self._conn = None
-        owned = set(self.consumer._states)
+        owned = set(self.subscriptions.states)
         if self.generation >= 0 and self.member_id and not rebalancing:
             await self._commit_positions(owned, "before leaving")
         if owned:
@@ -754,7 +765,7 @@ class ClassicGroupMember:
                 await self._invoke("on_partitions_lost", owned)
             else:
                 await self._invoke("on_partitions_revoked", owned)
-        self.consumer._set_assignment([], reset=False)
+        self.subscriptions.set_assignment([], reset=False)
         self.pending_positions.clear()
         await self.leave(reason)
 

@@ -36,7 +36,7 @@ import logging
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -47,6 +47,8 @@ from josef_client.group import COORDINATOR_MOVED, ClassicGroupMember, CommitFail
 
 if TYPE_CHECKING:
     from josef_client.consumer import AsyncConsumer
+    from josef_client.consumer_coordinator import ConsumerCoordinator
+    from josef_client.subscription_state import SubscriptionState
 
 __all__ = ["ConsumerGroupMember"]
 
@@ -98,9 +100,11 @@ class _Wakeup:
 class ConsumerGroupMember(ClassicGroupMember):
     """One consumer's membership of a KIP-848 consumer group (see the module docstring)."""
 
-    def __init__(self, consumer: AsyncConsumer, *, topics: Iterable[str] = (),
-                 pattern: re.Pattern[str] | None = None, listener: Any = None) -> None:
-        super().__init__(consumer, [], topics=topics, pattern=pattern, listener=listener)
+    def __init__(self, consumer: AsyncConsumer, subscriptions: SubscriptionState,
+                 consumer_coordinator: ConsumerCoordinator, wake_poll: Callable[[], None], *,
+                 topics: Iterable[str] = (), pattern: re.Pattern[str] | None = None, listener: Any = None) -> None:
+        super().__init__(consumer, subscriptions, consumer_coordinator, wake_poll, [], topics=topics, pattern=pattern,
+                         listener=listener)
         self.server_assignor: str | None = consumer.config.get("group.remote.assignor")
         #: v1+: the client chooses its member id, and keeps it for the consumer's lifetime.
         self._client_member_id = str(uuid.uuid4())
@@ -166,11 +170,11 @@ class ConsumerGroupMember(ClassicGroupMember):
                 await self._refresh_metadata()
             self._maybe_refresh_metadata()
         if self._fenced:
-            owned = set(self.consumer._states)
+            owned = set(self.subscriptions.states)
             if owned:
                 log.info("group %s: partitions lost: %s", self.group_id, sorted(owned))
                 await self._invoke("on_partitions_lost", owned)
-                self.consumer._set_assignment([], reset=False)
+                self.subscriptions.set_assignment([], reset=False)
             self.pending_positions.clear()
             self._fenced = False
             self.member_epoch = JOIN_EPOCH
@@ -188,7 +192,7 @@ class ConsumerGroupMember(ClassicGroupMember):
         if self.target is None or self._fenced:
             return
         target = set(self.target)
-        owned = set(self.consumer._states)
+        owned = set(self.subscriptions.states)
         revoked, added = owned - target, target - owned
         if not revoked and not added:
             if self.state == "reconciling":
@@ -202,12 +206,12 @@ class ConsumerGroupMember(ClassicGroupMember):
         if revoked:
             await self._commit_positions(revoked, "of revoked partitions")
             await self._invoke("on_partitions_revoked", revoked)
-            self.consumer._set_assignment(owned - revoked, reset=False)
+            self.subscriptions.set_assignment(owned - revoked, reset=False)
             self.pending_positions -= revoked
         if self._fenced or self.target is None:
             return  # fenced meanwhile: the next poll() reports lost
         if added:
-            self.consumer._set_assignment((owned - revoked) | added, reset=False)
+            self.subscriptions.set_assignment((owned - revoked) | added, reset=False)
             self.pending_positions |= added
             await self.init_positions()
         self.state = "stable"
@@ -228,7 +232,7 @@ class ConsumerGroupMember(ClassicGroupMember):
 
     async def _owned_by_id(self) -> list[dict[str, Any]]:
         owned: dict[str, list[int]] = {}
-        for tp in sorted(self.consumer._states):
+        for tp in sorted(self.subscriptions.states):
             owned.setdefault(tp.topic, []).append(tp.partition)
         if any(t not in self._topic_ids for t in owned):
             await self._refresh_topic_ids()
@@ -372,13 +376,13 @@ class ConsumerGroupMember(ClassicGroupMember):
 
     async def unsubscribe(self, reason: str = "the consumer unsubscribed") -> None:
         await self._cancel_tasks()
-        owned = set(self.consumer._states)
+        owned = set(self.subscriptions.states)
         if owned:
             if self._fenced:
                 await self._invoke("on_partitions_lost", owned)
             else:
                 await self._commit_positions(owned, "before leaving")
                 await self._invoke("on_partitions_revoked", owned)
-        self.consumer._set_assignment([], reset=False)
+        self.subscriptions.set_assignment([], reset=False)
         self.pending_positions.clear()
         await self.leave(reason)

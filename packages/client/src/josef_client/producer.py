@@ -302,10 +302,10 @@ class AsyncProducer:
                    on_delivery: DeliveryCallback | None = None) -> RecordFuture:
         """Queue a record; returns a future of its :class:`RecordMetadata`. Waits only for metadata or buffer space."""
         if topic not in self._partition_counts:
-            await self._learn_topic(topic)
+            await self.learn_topic(topic)
         while self._buffered >= self.config["buffer.memory"]:
             await self._wait_for_space_async()
-        future, wake = self._append(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+        future, wake = self.append(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         if wake:
             self._wakeup.set()  # type: ignore[union-attr]
         return future
@@ -315,7 +315,8 @@ class AsyncProducer:
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await future
 
-    async def _learn_topic(self, topic: str) -> None:
+    async def learn_topic(self, topic: str) -> None:
+        """Wait (up to ``max.block.ms``) until the partitions of ``topic`` are known."""
         partitions = await self.cluster.partitions_for(topic, timeout_s=self.config["max.block.ms"] / 1000)
         self._partition_counts[topic] = len(partitions)
 
@@ -327,7 +328,15 @@ class AsyncProducer:
         except asyncio.TimeoutError:
             raise KafkaTimeoutError(f"buffer.memory ({self.config['buffer.memory']} bytes) stayed full for max.block.ms") from None
 
-    def _append(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
+    def wait_for_space(self) -> None:
+        """Block a thread other than the loop's while ``buffer.memory`` is full, up to ``max.block.ms``."""
+        limit = self.config["buffer.memory"]
+        if self._buffered >= limit:
+            with self._space:
+                if not self._space.wait_for(lambda: self._buffered < limit, self.config["max.block.ms"] / 1000):
+                    raise KafkaTimeoutError(f"buffer.memory ({limit} bytes) stayed full for max.block.ms")
+
+    def append(self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None,
                 headers: Headers | None, on_delivery: DeliveryCallback | None) -> tuple[RecordFuture, bool]:
         """Encode a record into its partition's open batch; thread-safe. Returns the future and whether to wake the sender.
 
@@ -681,23 +690,22 @@ class Producer:
              timestamp_ms: int | None = None, headers: Headers | None = None,
              on_delivery: DeliveryCallback | None = None) -> RecordFuture:
         producer = self._producer
-        if topic not in producer._partition_counts:
-            self._thread.run(producer._learn_topic(topic))
-        if producer._buffered >= producer.config["buffer.memory"]:
-            with producer._space:
-                if not producer._space.wait_for(lambda: producer._buffered < producer.config["buffer.memory"],
-                                                producer.config["max.block.ms"] / 1000):
-                    raise KafkaTimeoutError("buffer.memory stayed full for max.block.ms")
-        future, _ = producer._append(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+        if producer.partitions_for(topic) is None:
+            self._thread.run(producer.learn_topic(topic))
+        producer.wait_for_space()
+        future, _ = producer.append(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
         self._thread.run(self._producer.flush(), timeout)
 
     def partitions_for(self, topic: str) -> int:
-        if topic not in self._producer._partition_counts:
-            self._thread.run(self._producer._learn_topic(topic))
-        return self._producer._partition_counts[topic]
+        known = self._producer.partitions_for(topic)
+        if known is None:
+            self._thread.run(self._producer.learn_topic(topic))
+            known = self._producer.partitions_for(topic)
+        assert known is not None
+        return known
 
     def close(self, timeout: float | None = None) -> None:
         try:

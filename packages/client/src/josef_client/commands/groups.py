@@ -32,6 +32,7 @@ from josef_client.commands.common import (
 )
 
 if TYPE_CHECKING:
+    from josef.protocol.connection import Connection
     from josef.protocol.topic_partition import TopicPartition
     from josef_client.consumer import AsyncConsumer
 
@@ -86,8 +87,15 @@ async def list_groups(consumer: AsyncConsumer) -> dict[str, tuple[str, str]]:
     return found
 
 
+async def coordinator(consumer: AsyncConsumer, group: str) -> Connection:
+    """The consumer's connection to ``group``'s coordinator (looked up by FindCoordinator each time)."""
+    from josef_client.coordinator_requests import find_coordinator
+
+    return await consumer.cluster.connection(await find_coordinator(consumer.cluster, group))
+
+
 async def describe_group(consumer: AsyncConsumer, group: str) -> Any:
-    conn = await consumer._coordinator(group)
+    conn = await coordinator(consumer, group)
     response = await conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
     [described] = [g for g in response.groups if g.group_id == group]
     _check(described.error_code, f"DescribeGroups for group {group!r}")
@@ -96,7 +104,9 @@ async def describe_group(consumer: AsyncConsumer, group: str) -> Any:
 
 async def fetch_offsets(consumer: AsyncConsumer, group: str) -> dict[TopicPartition, int]:
     """Every committed offset of the group (OffsetFetch for all topics)."""
-    committed = await consumer._offset_fetch(group, None)
+    from josef_client.coordinator_requests import offset_fetch
+
+    committed = await offset_fetch(await coordinator(consumer, group), group, None)
     return {tp: entry.offset for tp, entry in committed.items() if entry is not None}
 
 
@@ -247,7 +257,7 @@ def delete(bootstrap_server: str, command_config: Path | None, group: tuple[str,
             names = list(dict.fromkeys(group)) or sorted(await list_groups(consumer))
             failed: dict[str, str] = {}
             for name in names:
-                conn = await consumer._coordinator(name)
+                conn = await coordinator(consumer, name)
                 response = await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [name]})
                 [result] = [r for r in response.results if r.group_id == name]
                 if result.error_code == ErrorCode.non_empty_group:
