@@ -255,12 +255,15 @@ class ClassicGroupMember:
 
     def set_subscription(self, topics: Iterable[str] = (), pattern: re.Pattern[str] | None = None,
                          listener: Any = None) -> None:
+        self._store_subscription(topics, pattern, listener)
+        if (self._joined_topics is not None and self._joined_topics != self.topics) or pattern is not None:
+            self.request_rejoin("the subscription changed")
+
+    def _store_subscription(self, topics: Iterable[str], pattern: re.Pattern[str] | None, listener: Any) -> None:
         self.topics = tuple(sorted(set(topics)))
         self.pattern = pattern
         self._pattern_resolved = pattern is None
         self.listener = listener
-        if (self._joined_topics is not None and self._joined_topics != self.topics) or pattern is not None:
-            self.request_rejoin("the subscription changed")
 
     # poll() ----------------------------------------------------------------------------------
 

@@ -154,10 +154,7 @@ class ConsumerGroupMember(ClassicGroupMember):
 
     def set_subscription(self, topics: Iterable[str] = (), pattern: re.Pattern[str] | None = None,
                          listener: Any = None) -> None:
-        self.topics = tuple(sorted(set(topics)))
-        self.pattern = pattern
-        self._pattern_resolved = pattern is None
-        self.listener = listener
+        self._store_subscription(topics, pattern, listener)
         self._hb_wake.set()
 
     # poll(): reconciliation ------------------------------------------------------------------
