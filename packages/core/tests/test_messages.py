@@ -5,7 +5,6 @@ from kio.serial import entity_reader
 from josef.protocol.messages import (
     build,
     encode_response,
-    first_flexible_version,
     is_flexible,
     parse_header,
     response_type,
@@ -33,8 +32,8 @@ def test_request_header_v1_and_v2():
 
 
 def test_flexible_versions_from_kio():
-    assert first_flexible_version(0) == 9
-    assert first_flexible_version(18) == 3
+    assert [is_flexible(0, v) for v in (3, 8, 9, 13)] == [False, False, True, True]
+    assert [is_flexible(18, v) for v in (0, 2, 3, 4)] == [False, False, True, True]
     assert is_flexible(18, 99)  # KIP-511: unknown newer ApiVersions is parsed as flexible
 
 

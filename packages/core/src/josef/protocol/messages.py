@@ -102,16 +102,22 @@ def _writer(cls: type) -> Callable[..., Any]:
     return entity_writer(cls)  # type: ignore[arg-type]
 
 
-@cache
-def first_flexible_version(api_key: int) -> int:
-    """The first version of an API whose messages use tagged fields (header v2/v1)."""
-    versions = schema_name_map[api_key_map[api_key]]
-    flexible = [v for v in versions if request_type(api_key, v).__flexible__]
-    return min(flexible) if flexible else 1 << 15
-
-
 def is_flexible(api_key: int, version: int) -> bool:
-    return api_key in api_key_map and version >= first_flexible_version(api_key)
+    """Whether ``version`` of an API uses tagged fields (request header v2, response header v1).
+
+    Asks only the schema of that version (clamped to the versions kio
+    knows), never every version of the API: a process's first request of an
+    API pays one schema import, not twenty.
+    """
+    if api_key not in api_key_map:
+        return False
+    versions = schema_name_map[api_key_map[api_key]]
+    return _version_is_flexible(api_key, min(max(version, min(versions)), max(versions)))
+
+
+@cache
+def _version_is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_type(api_key, version).__flexible__)
 
 
 def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
