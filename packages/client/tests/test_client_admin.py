@@ -109,7 +109,7 @@ def test_create_with_replica_assignments(admin):
     admin.create_topics([NewTopic("placed", replica_assignments={0: [1], 1: [1]})])
     partitions = admin.describe_topics(["placed"])["placed"].partitions
     assert [(p.partition, p.replicas) for p in partitions] == [(0, (1,)), (1, (1,))]
-    expect_error(ErrorCode.broker_not_available, admin.create_topics,
+    expect_error(ErrorCode.invalid_replica_assignment, admin.create_topics,
                  [NewTopic("nowhere", replica_assignments={0: [7]})])
     expect_error(ErrorCode.invalid_request, admin.create_topics,
                  [NewTopic("both", 2, replica_assignments={0: [1], 1: [1]})])

@@ -65,7 +65,7 @@ def test_create_topic_defaults_and_configs():
         ({"name": "t", "configs": {"retention.ms": "soon"}}, ErrorCode.invalid_config),
         ({"name": "t", "configs": {"no.such.key": "1"}}, ErrorCode.invalid_config),
         ({"name": "t", "assignments": {0: [1], 2: [1]}}, ErrorCode.invalid_replica_assignment),
-        ({"name": "t", "assignments": {0: [7]}}, ErrorCode.broker_not_available),
+        ({"name": "t", "assignments": {0: [7]}}, ErrorCode.invalid_replica_assignment),
     ],
 )
 def test_create_topic_errors(kwargs, code):

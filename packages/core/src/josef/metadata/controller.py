@@ -168,8 +168,10 @@ class Controller:
             if len(sizes) != 1 or 0 in sizes or any(len(set(r)) != len(r) for r in result):
                 raise ControllerError(ErrorCode.invalid_replica_assignment, "every partition needs the same number of distinct replicas")
             unknown = {b for r in result for b in r} - set(live)
-            if unknown:
-                raise ControllerError(ErrorCode.broker_not_available, f"brokers {sorted(unknown)} are not registered")
+            if unknown:  # as Kafka's ReplicationControlManager: an assignment error, not an unavailable broker
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"the manual partition assignment includes brokers {sorted(unknown)}, "
+                                      "which are not registered or are fenced")
             return result
         partitions = self._config["num.partitions"] if num_partitions == -1 else num_partitions
         factor = self._config["default.replication.factor"] if replication_factor == -1 else replication_factor
