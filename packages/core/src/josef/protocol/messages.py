@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
 from josef.protocol.api_keys import ApiKey
+from josef.protocol.bounds import MAX_TAGGED_FIELDS, BoundsError, check_bounds
 
 #: The ``authorized_operations`` of a response to a request that did not ask for them (INT32_MIN).
 OPERATIONS_OMITTED = -(2**31)
@@ -75,6 +76,8 @@ def parse_header(frame: bytes | memoryview, flexible: Callable[[int, int], bool]
         pos += client_len
     if flexible(api_key, api_version):
         count, pos = _read_uvarint(frame, pos)
+        if count > MAX_TAGGED_FIELDS:
+            raise MalformedRequestError(f"request header with {count} tagged fields (the limit is {MAX_TAGGED_FIELDS:,})")
         for _ in range(count):
             _, pos = _read_uvarint(frame, pos)
             size, pos = _read_uvarint(frame, pos)
@@ -121,8 +124,14 @@ def _version_is_flexible(api_key: int, version: int) -> bool:
 
 
 def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
+    """The request body, after :mod:`josef.protocol.bounds` checked it claims nothing it may not."""
+    cls = request_type(api_key, version)
     try:
-        body, _ = _reader(request_type(api_key, version))(frame, offset)
+        check_bounds(cls, frame, offset)
+    except BoundsError as exc:
+        raise MalformedRequestError(f"api {api_key} v{version} request refused before parsing: {exc}") from None
+    try:
+        body, _ = _reader(cls)(frame, offset)
     except Exception as exc:  # kio raises a variety of errors on bad input
         raise MalformedRequestError(f"cannot parse api {api_key} v{version} body: {exc}") from exc
     return body
