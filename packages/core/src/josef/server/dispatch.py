@@ -5,6 +5,13 @@ functions. They read the kio request object of whatever version arrived and
 return the response as a dict, which :func:`josef.protocol.messages.build`
 turns into that version's response type, so one handler serves every version
 in its range. ``None`` means no response (acks=0 produce).
+
+A handler that raises fails its request, not its connection: the request
+is answered with UNKNOWN_SERVER_ERROR in every error code of its response
+(:func:`josef.protocol.error_responses.error_response`) and the connection
+serves the next one, as Kafka's ``KafkaApis`` does. Only a request no error
+response can answer (acks=0 produce) closes the connection, as do frames
+that cannot be parsed.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
 from josef.protocol.api_keys import ApiKey
+from josef.protocol.error_responses import error_response
 from josef.protocol.messages import (
     MalformedRequestError,
     build,
@@ -35,6 +43,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | None"]]
+
+#: What a client is told of an unexpected failure (Kafka's text for UNKNOWN_SERVER_ERROR);
+#: the exception itself goes to the broker's log, not to clients.
+UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
+
+
+class UnanswerableRequestError(Exception):
+    """A handler failed on a request that no error response can answer: its connection is closed."""
 
 
 @attrs.frozen
@@ -84,10 +100,21 @@ class Dispatcher:
         request = parse_body(header.api_key, version, frame, header.body_offset)
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
                              header.client_id, conn.client_host, conn.listener_name)
-        body = await api.handler(ctx, request)
-        if body is None:
-            return None
-        return self._encode(header.correlation_id, header.api_key, version, body)
+        try:
+            body = await api.handler(ctx, request)
+            if body is None:
+                return None
+            return self._encode(header.correlation_id, header.api_key, version, body)
+        except Exception:
+            response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
+                                      UNKNOWN_SERVER_ERROR_MESSAGE)
+            name = api_key_map[header.api_key]
+            log.exception("%s v%d request from client %r failed; %s", name, version, header.client_id,
+                          "closing the connection: no error response can answer it" if response is None
+                          else "answering UNKNOWN_SERVER_ERROR")
+            if response is None:
+                raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
+            return encode_response(header.correlation_id, response, has_flexible_response_header(header.api_key, version))
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
         response = build(response_type(key, version), body)

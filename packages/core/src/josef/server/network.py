@@ -4,7 +4,9 @@ As in Kafka, a connection handles one request at a time: the next frame is
 read only after the previous response is written, which keeps responses in
 request order while clients pipeline (their requests wait in the socket
 buffer). acks=0 produce requests get no response. Anything malformed closes
-that connection with a log line; it never reaches the rest of the broker.
+that connection with a log line; it never reaches the rest of the broker. A
+request whose handler fails is answered with an error by the dispatcher and
+the connection goes on, unless no error response can answer it.
 """
 
 from __future__ import annotations
@@ -12,16 +14,13 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 from anyio.streams.stapled import MultiListener
 
 from josef.protocol.messages import MalformedRequestError
-
-if TYPE_CHECKING:
-    from josef.server.dispatch import Dispatcher
+from josef.server.dispatch import Dispatcher, UnanswerableRequestError
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class Connection:
                 response = await self.dispatcher.handle(self, frame)
                 if response is not None:
                     await self.stream.send(response)
-        except (MalformedRequestError, FrameTooLargeError) as exc:
+        except (MalformedRequestError, FrameTooLargeError, UnanswerableRequestError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
             log.debug("connection %s broke: %s", self.peer, exc)

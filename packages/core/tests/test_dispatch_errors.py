@@ -1,0 +1,69 @@
+"""A handler that raises fails its request, not its connection (over a real socket)."""
+
+import logging
+
+import attrs
+import pytest
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient
+
+
+async def broken(ctx, request):
+    raise RuntimeError("handler bug")
+
+
+@pytest.fixture
+def broken_api(josef_broker, monkeypatch):
+    """Make one core API's handler raise, on the running broker's dispatcher."""
+
+    def breaking(key: int) -> None:
+        apis = josef_broker.broker.dispatcher.apis
+        monkeypatch.setitem(apis, key, attrs.evolve(apis[key], handler=broken))
+
+    return breaking
+
+
+def test_failed_request_is_answered_and_the_connection_goes_on(josef_broker, broken_api, caplog):
+    broken_api(ApiKey.CREATE_TOPICS)
+    client = RawClient(josef_broker.port)
+    try:
+        topics = [{"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+                  for name in ("a", "b")]
+        with caplog.at_level(logging.ERROR, logger="josef.server.dispatch"):
+            response = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": topics, "timeout": 1000, "validate_only": False})
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            ("a", ErrorCode.unknown_server_error), ("b", ErrorCode.unknown_server_error)]
+        assert "handler bug" not in (response.topics[0].error_message or ""), "the exception stays in the log"
+
+        versions = client.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert versions.error_code == ErrorCode.none
+        metadata = client.call(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False})
+        assert [b.port for b in metadata.brokers] == [josef_broker.port]
+    finally:
+        client.close()
+    [record] = [r for r in caplog.records if r.name == "josef.server.dispatch"]
+    assert record.getMessage() == "create_topics v7 request from client 'raw' failed; answering UNKNOWN_SERVER_ERROR"
+    assert record.exc_info is not None and "handler bug" in str(record.exc_info[1])
+
+
+def test_failed_acks_0_produce_closes_the_connection(josef_broker, broken_api, caplog):
+    """acks=0 gets no response, so the connection is closed to tell the producer (as Kafka does)."""
+    broken_api(ApiKey.PRODUCE)
+    client = RawClient(josef_broker.port)
+    try:
+        with caplog.at_level(logging.WARNING, logger="josef.server"):
+            client.call(ApiKey.PRODUCE, 9, {"acks": 0, "timeout": 1000, "topic_data": []})
+            assert client.sock.recv(1) == b"", "the broker closed the connection"
+    finally:
+        client.close()
+    messages = [r.getMessage() for r in caplog.records]
+    assert "produce v9 request from client 'raw' failed; closing the connection: no error response can answer it" in messages
+    assert any(m.startswith("closing connection from") and "cannot be answered" in m for m in messages)
+    other = RawClient(josef_broker.port)
+    try:
+        assert other.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == ErrorCode.none
+    finally:
+        other.close()
