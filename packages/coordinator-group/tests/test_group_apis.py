@@ -7,11 +7,13 @@ responses, so each version's fields are exercised as a client sends them.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from josef.metadata.records import uuid_from_text
 from josef.protocol.consumer_protocol import Subscription, encode_assignment, encode_subscription
 from josef.protocol.topic_partition import TopicPartition
 from josef.testing import RawClient
@@ -40,7 +42,8 @@ def sync_body(group: str, generation: int, member: str, assignments: dict[str, b
 
 
 def commit_body(group: str, generation: int, member: str, offsets: dict[tuple[str, int], int],
-                metadata: str = "") -> dict[str, Any]:
+                metadata: str = "", ids: dict[str, uuid.UUID] | None = None) -> dict[str, Any]:
+    """An OffsetCommit of any version; v10+ name topics by id, taken from ``ids`` (name -> id)."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in offsets.items():
         topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
@@ -48,11 +51,14 @@ def commit_body(group: str, generation: int, member: str, offsets: dict[tuple[st
                                              "commit_timestamp": -1})
     return {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
             "group_instance_id": None, "retention_time": -1,
-            "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+            "topics": [{"name": t, "topic_id": (ids or {}).get(t), "partitions": p} for t, p in topics.items()]}
 
 
-def fetch_body(group: str, topics: dict[str, list[int]] | None) -> dict[str, Any]:
-    wanted = None if topics is None else [{"name": t, "partition_indexes": p} for t, p in topics.items()]
+def fetch_body(group: str, topics: dict[str, list[int]] | None,
+               ids: dict[str, uuid.UUID] | None = None) -> dict[str, Any]:
+    """An OffsetFetch of any version; v10+ name topics by id, taken from ``ids`` (name -> id)."""
+    wanted = None if topics is None else [{"name": t, "topic_id": (ids or {}).get(t), "partition_indexes": p}
+                                          for t, p in topics.items()]
     return {"group_id": group, "topics": wanted, "require_stable": True,
             "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted}]}
 
@@ -62,6 +68,11 @@ def create_topic(client: RawClient, name: str = "orders", partitions: int = 2) -
                                             "assignments": [], "configs": []}], "timeout": 5000,
                                  "validate_only": False})
     assert answer.topics[0].error_code in (E.none, E.topic_already_exists)
+
+
+def topic_ids(josef_broker: Any) -> dict[str, uuid.UUID]:
+    """Every topic's id, as the broker's metadata image has it (Kafka's base64 text there)."""
+    return {name: uuid_from_text(topic.topic_id) for name, topic in josef_broker.broker.image.topics.items()}
 
 
 def join_alone(client: RawClient, group: str = "g", **kwargs: Any) -> Any:
@@ -109,8 +120,9 @@ def test_every_group_api_at_every_version(josef_broker):
     dispatcher = josef_broker.broker.dispatcher
     ranges = {key: (dispatcher.apis[key].min_version, dispatcher.apis[key].max_version)
               for key in (JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, OFFSET_DELETE, LIST, DESCRIBE, DELETE)}
-    assert ranges == {JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5), COMMIT: (2, 9), FETCH: (1, 9),
-                      OFFSET_DELETE: (0, 0), LIST: (0, 5), DESCRIBE: (0, 5), DELETE: (0, 2)}
+    assert ranges == {JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5), COMMIT: (2, 10),
+                      FETCH: (1, 10), OFFSET_DELETE: (0, 0), LIST: (0, 5), DESCRIBE: (0, 6), DELETE: (0, 2)}
+    ids = topic_ids(josef_broker)
     for version in range(0, 10):
         body = join_body(f"join-v{version}")
         answer = client.call(JOIN, version, body)
@@ -128,21 +140,26 @@ def test_every_group_api_at_every_version(josef_broker):
         answer = client.call(HEARTBEAT, version, {"group_id": "sweep", "generation_id": generation,
                                                   "member_id": member, "group_instance_id": None})
         assert answer.error_code == E.none
-    for version in range(2, 10):
-        answer = client.call(COMMIT, version, commit_body("sweep", generation, member, {("orders", 0): version}))
+    for version in range(2, 11):
+        answer = client.call(COMMIT, version, commit_body("sweep", generation, member, {("orders", 0): version},
+                                                          ids=ids))
         assert answer.topics[0].partitions[0].error_code == E.none, version
-    for version in range(1, 10):
-        answer = client.call(FETCH, version, fetch_body("sweep", {"orders": [0, 1]}))
-        partitions = answer.groups[0].topics[0].partitions if version >= 8 else answer.topics[0].partitions
-        assert [(p.partition_index, p.committed_offset, p.error_code) for p in partitions] == [
-            (0, 9, E.none), (1, -1, E.none)], version
+    for version in range(1, 11):
+        answer = client.call(FETCH, version, fetch_body("sweep", {"orders": [0, 1]}, ids))
+        topic = answer.groups[0].topics[0] if version >= 8 else answer.topics[0]
+        assert (topic.topic_id if version >= 10 else topic.name) == (ids["orders"] if version >= 10 else "orders")
+        assert [(p.partition_index, p.committed_offset, p.error_code) for p in topic.partitions] == [
+            (0, 10, E.none), (1, -1, E.none)], version
     for version in range(0, 6):
         answer = client.call(LIST, version, {"states_filter": [], "types_filter": []})
         assert answer.error_code == E.none and "sweep" in {g.group_id for g in answer.groups}
+    for version in range(0, 7):
         answer = client.call(DESCRIBE, version, {"groups": ["sweep"], "include_authorized_operations": True})
         described = answer.groups[0]
         assert (described.error_code, described.group_state, described.protocol_data) == (E.none, "Stable", "range")
         assert described.members[0].member_metadata == SUB
+        if version >= 6:
+            assert described.error_message is None
     answer = client.call(OFFSET_DELETE, 0, {"group_id": "sweep", "topics": [
         {"name": "orders", "partitions": [{"partition_index": 0}]}]})
     assert answer.error_code == E.none

@@ -1,4 +1,12 @@
-"""ListGroups (v0-v5), DescribeGroups (v0-v5) and DeleteGroups (v0-v2): what operators and admin clients ask."""
+"""ListGroups (v0-v5), DescribeGroups (v0-v6) and DeleteGroups (v0-v2): what operators and admin clients ask.
+
+DescribeGroups describes classic groups only, as Kafka's GroupMetadataManager
+does: a KIP-848 consumer group is "not a classic group" there (clients
+describe those with ConsumerGroupDescribe; Kafka's admin client falls back
+to DescribeGroups on GROUP_ID_NOT_FOUND, not the other way round). A group
+that is missing (or of the other type) is answered as Dead with no error up
+to v5, and from v6 on (KIP-1043) with GROUP_ID_NOT_FOUND and a message.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
 from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import group_operations, with_shard
-from josef_coordinator_group.group import ClassicGroup, GroupError, GroupState
+from josef_coordinator_group.group import GroupError, GroupState
 from josef_coordinator_group.records import GroupKey, OffsetKey, encode_key
 
 if TYPE_CHECKING:
@@ -24,10 +32,25 @@ if TYPE_CHECKING:
 CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE = "classic", "consumer"
 
 
-def _describe(group: ClassicGroup | None, group_id: str) -> dict[str, Any]:
+#: The first DescribeGroups version that reports a missing group as GROUP_ID_NOT_FOUND (KIP-1043).
+DESCRIBE_NOT_FOUND_VERSION = 6
+
+
+def _not_found(shard: GroupShard, group_id: str, version: int) -> dict[str, Any]:
+    """A group this shard has no classic group for: Dead, and from v6 on GROUP_ID_NOT_FOUND with Kafka's message."""
+    answer = {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+              "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "", "members": []}
+    if version >= DESCRIBE_NOT_FOUND_VERSION:
+        message = f"Group {group_id} is not a classic group." if group_id in shard.consumer_groups \
+            else f"Group {group_id} not found."
+        answer.update(error_code=ErrorCode.group_id_not_found, error_message=message)
+    return answer
+
+
+def _describe(shard: GroupShard, group_id: str, version: int) -> dict[str, Any]:
+    group = shard.groups.get(group_id)
     if group is None or group.state is GroupState.DEAD:
-        return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value,
-                "protocol_type": "", "protocol_data": "", "members": []}
+        return _not_found(shard, group_id, version)
     stable = group.state is GroupState.STABLE
     members = [{
         "member_id": m.member_id,
@@ -76,10 +99,10 @@ class GroupAdminApis:
                 context, shard = await self.coordinator.shard_for(group_id)
                 if not context.active:
                     raise CoordinatorError(ErrorCode.not_coordinator, "moved")
-                answer = _describe(shard.groups.get(group_id), group_id)
+                answer = _describe(shard, group_id, ctx.api_version)
             except CoordinatorError as exc:
-                answer = {"error_code": exc.code, "group_id": group_id, "group_state": "", "protocol_type": "",
-                          "protocol_data": "", "members": []}
+                answer = {"error_code": exc.code, "error_message": exc.message, "group_id": group_id,
+                          "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
             answer["authorized_operations"] = group_operations(ctx, group_id) if include_operations \
                 else OPERATIONS_OMITTED
             described.append(answer)

@@ -1,4 +1,4 @@
-"""OffsetCommit (v2-v9), OffsetFetch (v1-v9) and OffsetDelete (v0): a group's committed positions.
+"""OffsetCommit (v2-v10), OffsetFetch (v1-v10) and OffsetDelete (v0): a group's committed positions.
 
 Who may commit follows Kafka: members of the current generation (member id
 and generation checked), or anyone while the group is empty or does not
@@ -6,11 +6,20 @@ exist when the request carries generation -1 (the admin client, consumers
 that assign partitions themselves), which creates a "simple" group. Offsets
 are written as records and answered only once committed to the partition.
 (kio, which parses requests, knows no OffsetCommit v0-v1 nor OffsetFetch v0:
-those versions, dropped by Kafka 4.0 too, are not advertised.)
+those versions, dropped by Kafka 4.0 too (KIP-896), are not advertised.)
+
+From v10 on, OffsetCommit and OffsetFetch name topics by topic id (KIP-848),
+as the new consumer does everywhere. Offsets stay stored by topic name, as
+Kafka's are: ids are resolved through the metadata image when the request
+arrives, an id the image does not know is answered UNKNOWN_TOPIC_ID, and
+answers carry the ids back (a fetch of all offsets leaves out topics that no
+longer exist, since they have no id left to name them by).
 """
 
 from __future__ import annotations
 
+import functools
+import uuid
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +31,7 @@ from josef.metadata.image import MetadataImage
 from josef.server.dispatch import RequestContext
 from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import ms, with_shard
+from josef_coordinator_group.api_consumer import cluster_topics
 from josef_coordinator_group.group import GroupError
 from josef_coordinator_group.records import OffsetKey, OffsetValue, encode_key, encode_offset
 
@@ -32,6 +42,27 @@ if TYPE_CHECKING:
 #: (topic, [(partition, offset, leader epoch, metadata)]) as requested.
 CommitTopics = list[tuple[str, list[tuple[int, int, int, str | None]]]]
 PartitionErrors = dict[tuple[str, int], ErrorCode]
+#: The first OffsetCommit and OffsetFetch version that names topics by id.
+TOPIC_ID_VERSION = 10
+
+
+class TopicIds:
+    """Topic names and ids of one metadata image, both ways; built on first use, so only v10+ requests pay."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._image = image
+
+    @functools.cached_property
+    def ids(self) -> dict[str, uuid.UUID]:
+        return {name: uuid.UUID(topic_id) for name, (topic_id, _) in cluster_topics(self._image).items()}
+
+    @functools.cached_property
+    def names(self) -> dict[uuid.UUID, str]:
+        return {topic_id: name for name, topic_id in self.ids.items()}
+
+    def name_of(self, topic: Any, version: int) -> str | None:
+        """A request topic's name: its own before v10, its id's from v10 on (None: an unknown id)."""
+        return self.names.get(topic.topic_id) if version >= TOPIC_ID_VERSION else topic.name
 
 
 @attrs.frozen
@@ -92,13 +123,20 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
     return errors
 
 
-def _commit_response(request: Any, errors: PartitionErrors | None, error: ErrorCode) -> dict[str, Any]:
+def _commit_response(request: Any, names: list[str | None], errors: PartitionErrors | None,
+                     error: ErrorCode) -> dict[str, Any]:
+    """Each requested partition's error; ``names`` are the request topics' (None: an unknown topic id)."""
+
+    def code(name: str | None, partition: int) -> ErrorCode:
+        if name is None:
+            return ErrorCode.unknown_topic_id
+        return errors.get((name, partition), error) if errors is not None else error
+
     return {"throttle_time": 0, "topics": [
-        {"name": topic.name, "partitions": [
-            {"partition_index": p.partition_index,
-             "error_code": errors.get((topic.name, p.partition_index), error) if errors is not None else error}
+        {"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": [
+            {"partition_index": p.partition_index, "error_code": code(name, p.partition_index)}
             for p in topic.partitions]}
-        for topic in request.topics]}
+        for topic, name in zip(request.topics, names)]}
 
 
 def _fetch_partition(shard: GroupShard | None, group_id: str, topic: str, partition: int,
@@ -111,24 +149,44 @@ def _fetch_partition(shard: GroupShard | None, group_id: str, topic: str, partit
             "committed_leader_epoch": value.leader_epoch, "metadata": value.metadata, "error_code": error}
 
 
+def _subscribed_topics(shard: GroupShard, group_id: str, image: MetadataImage) -> set[str]:
+    """The topics whose offsets OffsetDelete must keep (GROUP_SUBSCRIBED_TO_TOPIC), once the group may delete any.
+
+    A KIP-848 consumer group may delete offsets in any state, of topics no
+    member subscribes to (Kafka's ConsumerGroup.validateOffsetDelete accepts
+    all); a classic group only while empty or using the consumer protocol.
+    """
+    consumer_group = shard.consumer_groups.get(group_id)
+    if consumer_group is not None:
+        return consumer_group.subscribed_topics(image.topics)
+    group = shard.groups.get(group_id)
+    if group is None:
+        raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
+    group.validate_offset_delete()
+    return {topic for topic in image.topics if group.is_subscribed_to(topic)}
+
+
 class OffsetApis:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
+        topic_ids = TopicIds(ctx.broker.image)
+        names = [topic_ids.name_of(t, version) for t in request.topics]
         commit = CommitRequest(
             group_id=request.group_id,
             generation_id=getattr(request, "generation_id_or_member_epoch", -1),
             member_id=getattr(request, "member_id", ""),
             group_instance_id=getattr(request, "group_instance_id", None),
             retention_ms=ms(getattr(request, "retention_time", None)),
-            topics=[(t.name, [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                               p.committed_metadata) for p in t.partitions]) for t in request.topics],
+            topics=[(name, [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                             p.committed_metadata) for p in t.partitions])
+                    for t, name in zip(request.topics, names) if name is not None],
             api_version=version,
         )
         if not commit.group_id:
-            return _commit_response(request, None, ErrorCode.invalid_group_id)
+            return _commit_response(request, names, None, ErrorCode.invalid_group_id)
 
         async def operation(shard: GroupShard) -> PartitionErrors:
             return await commit_offsets(shard, ctx.broker.image, commit)
@@ -136,43 +194,49 @@ class OffsetApis:
         try:
             errors = await with_shard(self.coordinator, commit.group_id, operation)
         except CoordinatorError as exc:
-            return _commit_response(request, None, exc.code)
-        return _commit_response(request, errors, ErrorCode.none)
+            return _commit_response(request, names, None, exc.code)
+        return _commit_response(request, names, errors, ErrorCode.none)
 
-    async def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                           version: int) -> tuple[ErrorCode, list[dict[str, Any]]]:
-        """One group's offsets: the requested partitions (-1 when none is committed), or all it has."""
+    async def _fetch_group(self, group_id: str, requested: Any, version: int,
+                           topic_ids: TopicIds) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        """One group's offsets: the requested topics' partitions (-1 when none is committed), or all it has."""
         try:
             context, shard = await self.coordinator.shard_for(group_id)
             if not context.active:
                 raise CoordinatorError(ErrorCode.not_coordinator, "moved")
         except CoordinatorError as exc:
-            if topics is None or version >= 2:
+            if requested is None or version >= 2:
                 return exc.code, []
-            return exc.code, [{"name": topic, "partitions": [_fetch_partition(None, group_id, topic, p, exc.code)
-                                                            for p in partitions]} for topic, partitions in topics]
-        if topics is None:
+            return exc.code, [{"name": t.name, "partitions": [_fetch_partition(None, group_id, t.name, p, exc.code)
+                                                             for p in t.partition_indexes]} for t in requested]
+        if requested is None:
             by_topic: dict[str, list[int]] = defaultdict(list)
             for topic, partition in sorted(shard.offsets.of_group(group_id)):
                 by_topic[topic].append(partition)
-            topics = list(by_topic.items())
-        return ErrorCode.none, [{"name": topic, "partitions": [_fetch_partition(shard, group_id, topic, p)
-                                                              for p in partitions]}
-                                for topic, partitions in topics]
+            return ErrorCode.none, [
+                {"name": topic, "topic_id": topic_ids.ids[topic] if version >= TOPIC_ID_VERSION else None,
+                 "partitions": [_fetch_partition(shard, group_id, topic, p) for p in partitions]}
+                for topic, partitions in by_topic.items()
+                if version < TOPIC_ID_VERSION or topic in topic_ids.ids]
+        topics = []
+        for t in requested:
+            name = topic_ids.name_of(t, version)
+            topics.append({"name": name, "topic_id": getattr(t, "topic_id", None), "partitions": [
+                _fetch_partition(shard, group_id, name, p) if name is not None
+                else _fetch_partition(None, group_id, "", p, ErrorCode.unknown_topic_id)
+                for p in t.partition_indexes]})
+        return ErrorCode.none, topics
 
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
-
-        def wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
-            return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-
+        topic_ids = TopicIds(ctx.broker.image)
         if version >= 8:
             groups = []
             for group in request.groups:
-                error, topics = await self._fetch_group(group.group_id, wanted(group.topics), version)
+                error, topics = await self._fetch_group(group.group_id, group.topics, version, topic_ids)
                 groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
             return {"throttle_time": 0, "groups": groups}
-        error, topics = await self._fetch_group(request.group_id, wanted(request.topics), version)
+        error, topics = await self._fetch_group(request.group_id, request.topics, version, topic_ids)
         return {"throttle_time": 0, "topics": topics, "error_code": error}
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -181,10 +245,7 @@ class OffsetApis:
         requested = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
 
         async def operation(shard: GroupShard) -> PartitionErrors:
-            group = shard.groups.get(group_id)
-            if group is None:
-                raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
-            group.validate_offset_delete()
+            subscribed = _subscribed_topics(shard, group_id, image)
             errors: PartitionErrors = {}
             records: list[tuple[bytes, bytes | None]] = []
             for topic, partitions in requested:
@@ -192,7 +253,7 @@ class OffsetApis:
                 for index in partitions:
                     if topic_image is None or index not in topic_image.partitions:
                         errors[(topic, index)] = ErrorCode.unknown_topic_or_partition
-                    elif group.is_subscribed_to(topic):
+                    elif topic in subscribed:
                         errors[(topic, index)] = ErrorCode.group_subscribed_to_topic
                     else:
                         errors[(topic, index)] = ErrorCode.none

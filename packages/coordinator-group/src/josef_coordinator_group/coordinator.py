@@ -55,18 +55,22 @@ class GroupCoordinator:
         }
 
     def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
-        """The classic group APIs with the versions Kafka 4.0 answers (the dispatcher caps them at what kio parses)."""
+        """The group APIs with the versions Kafka 4.x answers (OffsetCommit v10 and OffsetFetch v10 since 4.1).
+
+        Kafka 4.0 removed OffsetCommit v0-v1 and OffsetFetch v0 (KIP-896); kio
+        parses none of them either.
+        """
         m, o, a = self._membership, self._offsets, self._admin
         return (
             (ApiKey.JOIN_GROUP, m.join_group, 0, 9),
             (ApiKey.SYNC_GROUP, m.sync_group, 0, 5),
             (ApiKey.HEARTBEAT, m.heartbeat, 0, 4),
             (ApiKey.LEAVE_GROUP, m.leave_group, 0, 5),
-            (ApiKey.OFFSET_COMMIT, o.offset_commit, 0, 9),
-            (ApiKey.OFFSET_FETCH, o.offset_fetch, 0, 9),
+            (ApiKey.OFFSET_COMMIT, o.offset_commit, 2, 10),
+            (ApiKey.OFFSET_FETCH, o.offset_fetch, 1, 10),
             (ApiKey.OFFSET_DELETE, o.offset_delete, 0, 0),
             (ApiKey.LIST_GROUPS, a.list_groups, 0, 5),
-            (ApiKey.DESCRIBE_GROUPS, a.describe_groups, 0, 5),
+            (ApiKey.DESCRIBE_GROUPS, a.describe_groups, 0, 6),
             (ApiKey.DELETE_GROUPS, a.delete_groups, 0, 2),
             (ApiKey.CONSUMER_GROUP_HEARTBEAT, self._consumer.heartbeat, 0, 1),
             (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),

@@ -1,4 +1,8 @@
-"""FindCoordinator: which broker coordinates a group id or transactional id (v4+: several at once)."""
+"""FindCoordinator (v0-v6): which broker coordinates a group id or transactional id (v4+: several at once).
+
+v5 only allows TRANSACTION_ABORTABLE for transactional keys and v6 only adds
+key type 2, share groups (KIP-932): both answer groups as v4 does.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,27 @@ from kio.schema.errors import ErrorCode
 from josef.coordinator.runtime import CoordinatorError
 from josef.server.dispatch import RequestContext
 
+#: FindCoordinator key type of share groups (KIP-932), only valid from v6 on.
+SHARE_KEY_TYPE = 2
+SHARE_MIN_VERSION = 6
+
+
+def _missing_coordinator(key_type: int, api_version: int) -> tuple[ErrorCode, str]:
+    """The error for a key type no installed coordinator answers, as Kafka's ``KafkaApis.getCoordinator`` picks it.
+
+    Share keys (KIP-932) exist from v6 on: before, Kafka answers them
+    INVALID_REQUEST like any key type it does not know. From v6 on a share key
+    is a valid question this broker cannot answer yet: Kafka answers
+    COORDINATOR_NOT_AVAILABLE when its share coordinator is not running, and
+    so does josef, which has none. That error is retriable, so a share client
+    keeps looking until its timeout instead of failing on a request it was
+    right to send. (A plugin coordinator installed for key type 2 would be
+    found at any version: only the answer for a missing one depends on it.)
+    """
+    if key_type == SHARE_KEY_TYPE and api_version >= SHARE_MIN_VERSION:
+        return ErrorCode.coordinator_not_available, "share groups have no coordinator on this broker"
+    return ErrorCode.invalid_request, f"no coordinator for key type {key_type} is installed"
+
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
@@ -16,7 +41,8 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     runtime = ctx.broker.coordinators
     coordinator = runtime.by_key_type(key_type)
     if coordinator is None:
-        answer.update(error_code=ErrorCode.invalid_request, error_message=f"no coordinator for key type {key_type} is installed")
+        code, message = _missing_coordinator(key_type, ctx.api_version)
+        answer.update(error_code=code, error_message=message)
         return answer
     try:
         await runtime.ensure_topic(coordinator)
