@@ -45,12 +45,22 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         44: {"resources": [{"resource_type": 2, "resource_name": topic, "configs": [
             {"name": "retention.ms", "config_operation": 0, "value": "100000"}]}], "validate_only": True},
         60: {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False},
+        61: {"topics": [{"name": topic, "partition_indexes": [0]}]},
+        75: {"topics": [{"name": topic}], "response_partition_limit": 10, "cursor": None},
+        48: {"components": [{"entity_type": "user", "match_type": 2, "match": None}], "strict": False},
+        49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": "sweep"}],
+                          "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
+             "validate_only": True},
+        71: {"client_instance_id": uuid.UUID(int=0)},
+        72: {"client_instance_id": uuid.UUID(int=1), "subscription_id": 0, "terminating": True,
+             "compression_type": 0, "metrics": b""},
     }
 
 
 EXPECTED_ERRORS = {
     20: ErrorCode.unknown_topic_or_partition,  # deleting a topic that does not exist
     37: ErrorCode.invalid_partitions,  # asking for fewer partitions than the topic has
+    72: ErrorCode.unknown_subscription_id,  # no telemetry receiver is installed: no client may push
 }
 
 

@@ -21,6 +21,7 @@ import pluggy
 
 from josef import meta_properties
 from josef.authorizer import Authorizer
+from josef.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.log import LogStorage
@@ -36,6 +37,7 @@ from josef.server import network
 from josef.server.apis import register_core_apis
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
+from josef.telemetry import ClientTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def parse_listener(text: str) -> Listener:
 
 class Broker:
     def __init__(self, config: Config, pm: pluggy.PluginManager | None = None, *, auto_format: bool = False) -> None:
+        check_listeners(config)
         self.pm = pm or get_plugin_manager()
         self.static_config = config
         self.config = config
@@ -83,7 +86,7 @@ class Broker:
             for key, handler, low, high in coordinator.apis():
                 self.dispatcher.register(key, handler, low, high)
         if self.coordinators.coordinators:
-            self.dispatcher.register(ApiKey.FIND_COORDINATOR, find_coordinator, 0, 4)
+            self.dispatcher.register(ApiKey.FIND_COORDINATOR, find_coordinator, 0, 6)
         self._listeners: list[Any] = []
         self.storage: LogStorage
         self.quorum: MetadataQuorum
@@ -94,6 +97,7 @@ class Broker:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
             config["authorizer.class.name"])(config)
+        self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
 
     @property
     def cluster_id(self) -> str:

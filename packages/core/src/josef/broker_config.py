@@ -6,7 +6,9 @@ broker-level default (``log.retention.ms``), exactly as Kafka documents them.
 
 from __future__ import annotations
 
-from josef.config import INT32_MAX, INT64_MAX, ConfigError, ConfigKey, ConfigType, at_least, one_of
+from typing import Iterator
+
+from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, one_of
 
 B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
 
@@ -21,6 +23,57 @@ def _listeners(value: list[str]) -> None:
         port = rest.rsplit(":", 1)[1]
         if not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"listener {item!r} has no valid port")
+
+
+#: Kafka's security protocols, and the ones josef's listeners implement.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+def _security_protocol_map(value: list[str]) -> None:
+    names = set()
+    for item in value:
+        name, sep, protocol = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"entry {item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"entry {item!r} names no security protocol ({', '.join(SECURITY_PROTOCOLS)})")
+        if name.strip().upper() in names:
+            raise ConfigError(f"listener {name.strip()} appears twice")
+        names.add(name.strip().upper())
+
+
+def listener_security_protocols(config: Config) -> Iterator[tuple[str, str, str]]:
+    """``(listener name, listener, security protocol)`` of each of ``listeners``.
+
+    The protocol is the listener name's in ``listener.security.protocol.map``;
+    names are compared upper-cased, as Kafka normalises them. A name the map
+    lacks is a :class:`ConfigError` (Kafka: "No security protocol defined for
+    listener").
+    """
+    protocols = {}
+    for item in config["listener.security.protocol.map"]:
+        name, _, protocol = item.partition(":")
+        protocols[name.strip().upper()] = protocol.strip().upper()
+    for listener in config["listeners"]:
+        name = listener.partition("://")[0]
+        if name.upper() not in protocols:
+            raise ConfigError(f"listener {name} ({listener}): no security protocol defined for listener {name} "
+                              "in listener.security.protocol.map")
+        yield name, listener, protocols[name.upper()]
+
+
+def check_listeners(config: Config) -> None:
+    """Refuse to start with a listener whose security protocol josef does not implement.
+
+    Serving such a listener in plaintext would leave clients configured for
+    TLS or SASL unable to connect, with nothing in the broker's log saying
+    why, and would expose data the operator meant to protect.
+    """
+    for name, listener, protocol in listener_security_protocols(config):
+        if protocol not in SERVED_SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener {name} ({listener}): security protocol {protocol} is not supported yet; "
+                              f"josef serves {', '.join(SERVED_SECURITY_PROTOCOLS)} only")
 
 
 def _process_roles(value: list[str]) -> None:
@@ -38,6 +91,14 @@ CORE_KEYS = (
     ConfigKey("authorizer.class.name", S, "allow-all", "Name of the authorizer that decides every request."),
     # Network
     ConfigKey("listeners", LST, ["PLAINTEXT://localhost:9092"], "Addresses the broker listens on, NAME://HOST:PORT (port 0 picks a free one).", _listeners),
+    ConfigKey("listener.security.protocol.map", LST,
+              ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+              "Map between listener names and security protocols. This must be defined for the same security protocol "
+              "to be usable in more than one port or IP. For example, internal and external traffic can be separated "
+              "even if SSL is required for both. Concretely, the user could define listeners with names INTERNAL and "
+              "EXTERNAL and this property as: INTERNAL:SSL,EXTERNAL:SSL. As shown, key and value are separated by a "
+              "colon and map entries are separated by commas. Each listener name should only appear once in the map.",
+              _security_protocol_map),
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),
@@ -61,6 +122,7 @@ CORE_KEYS = (
     ConfigKey("log.flush.interval.messages", L, INT64_MAX, "Flush a log after this many messages.", at_least(1), topic_name="flush.messages", dynamic=True),
     ConfigKey("log.flush.interval.ms", L, INT64_MAX, "Flush a log when its oldest unflushed data is this old.", at_least(0), topic_name="flush.ms", dynamic=True),
     ConfigKey("log.index.interval.bytes", I, 4096, "Bytes of log between offset index entries.", at_least(0), topic_name="index.interval.bytes", dynamic=True),
+    ConfigKey("telemetry.max.bytes", I, 1048576, "Largest client metrics push (KIP-714) the broker accepts.", at_least(1)),
     ConfigKey("message.max.bytes", I, 1048588, "Largest record batch the broker accepts.", at_least(0), topic_name="max.message.bytes", dynamic=True),
     ConfigKey("log.message.timestamp.type", S, "CreateTime", "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.", one_of("CreateTime", "LogAppendTime"), topic_name="message.timestamp.type", dynamic=True),
     ConfigKey("min.insync.replicas", I, 1, "Replicas that must have a write before acks=all succeeds.", at_least(1), topic_name="min.insync.replicas", dynamic=True),

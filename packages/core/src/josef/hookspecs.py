@@ -139,6 +139,20 @@ def register_remote_storage(register: Register) -> None:
 
 
 @hookspec
+def register_client_telemetry(register: Register) -> None:
+    """Offer receivers of client metrics (KIP-714), as Kafka's metrics reporters implementing ClientTelemetry.
+
+    Called when a broker is assembled. Call ``register(name, factory)``;
+    ``factory()`` returns a :class:`josef.telemetry.ClientTelemetryReceiver`.
+    Every registered receiver is active: clients are asked for the union of
+    their ``requested_metrics`` at the shortest ``push_interval_ms``, and
+    each push is handed to every receiver on the event loop (``receive`` must
+    not block). With none installed, clients are asked for no metrics and
+    never push. Returns nothing.
+    """
+
+
+@hookspec
 def register_configs(register: Register) -> None:
     """Declare configuration keys.
 

@@ -85,8 +85,8 @@ class BrokerThread:
         self._stack = contextlib.ExitStack()
         self._portal = self._stack.enter_context(
             anyio.from_thread.start_blocking_portal("asyncio", backend_options()))
-        self.broker = self._portal.call(lambda: Broker(config, self.pm, auto_format=True))
         try:
+            self.broker = self._portal.call(lambda: Broker(config, self.pm, auto_format=True))
             self._task, _ = self._portal.start_task(self.broker.run, name="josef-broker")
         except BaseException:
             self._stack.close()

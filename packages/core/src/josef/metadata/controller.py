@@ -16,10 +16,12 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from josef.config import AlterOp, Config, ConfigError
+from josef.metadata import client_quotas
 from josef.metadata.image import MetadataImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import (
+    ClientQuotaRecord,
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
     ConfigRecord,
@@ -87,6 +89,40 @@ class Controller:
     async def _commit(self, records: Sequence[MetadataRecord]) -> None:
         if records:
             await self._quorum.append(records)
+
+    # Client quotas ---------------------------------------------------------
+
+    async def alter_client_quotas(
+        self, entries: Sequence[tuple[Sequence[tuple[str, str | None]], Sequence[tuple[str, float, bool]]]],
+        validate_only: bool,
+    ) -> list[str | None]:
+        """Apply each entry's ``(key, value, remove)`` ops to its entity; the error message of each entry, or None.
+
+        Entries are validated one by one, as Kafka does: a bad entry fails
+        alone and the others are applied.
+        """
+        results: list[str | None] = []
+        records: list[MetadataRecord] = []
+        async with self._lock:
+            for pairs, ops in entries:
+                try:
+                    entity = client_quotas.check_entity(pairs)
+                    keys = [key for key, _, _ in ops]
+                    if len(set(keys)) != len(keys):
+                        raise client_quotas.QuotaError(f"duplicate quota key in {keys}")
+                    for key, value, remove in ops:
+                        if not remove:
+                            client_quotas.check_value(entity, key, value)
+                        elif key not in client_quotas.CLIENT_KEYS and key not in client_quotas.IP_KEYS:
+                            raise client_quotas.QuotaError(f"{key!r} is not a quota key")
+                except client_quotas.QuotaError as exc:
+                    results.append(str(exc))
+                    continue
+                records += [ClientQuotaRecord(entity, key, 0.0 if remove else value, remove) for key, value, remove in ops]
+                results.append(None)
+            if not validate_only:
+                await self._commit(records)
+        return results
 
     # Brokers ---------------------------------------------------------------
 

@@ -13,11 +13,13 @@ from typing import Iterable, Mapping
 import attrs
 
 from josef.metadata.records import (
+    ClientQuotaRecord,
     ConfigRecord,
     Endpoint,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    QuotaEntity,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -78,6 +80,8 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = attrs.field(factory=dict)
     #: The first producer id of the next block the controller hands out (ProducerIdsRecord).
     next_producer_id: int = 0
+    #: Client quotas by entity (ClientQuotaRecord): {entity: {quota key: value}}.
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = attrs.field(factory=dict)
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -98,6 +102,7 @@ class MetadataImage:
         changed_configs: list[tuple[int, str]] = []
         changed_brokers: list[int] = []
         next_producer_id = self.next_producer_id
+        quotas = dict(self.client_quotas)
         for record in records:
             if isinstance(record, RegisterBrokerRecord):
                 brokers[record.broker_id] = BrokerImage(record.broker_id, record.endpoints, record.rack, record.fenced)
@@ -132,7 +137,15 @@ class MetadataImage:
             elif isinstance(record, ProducerIdsRecord):
                 # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
                 next_producer_id = max(next_producer_id, record.next_producer_id)
-        image = MetadataImage(offset, brokers, topics, names, configs, next_producer_id)
+            elif isinstance(record, ClientQuotaRecord):
+                values = {k: v for k, v in quotas.get(record.entity, {}).items() if k != record.key}
+                if not record.remove:
+                    values[record.key] = record.value
+                if values:
+                    quotas[record.entity] = values
+                else:
+                    quotas.pop(record.entity, None)
+        image = MetadataImage(offset, brokers, topics, names, configs, next_producer_id, quotas)
         delta = MetadataDelta(tuple(created.values()), tuple(deleted), tuple(changed_partitions),
                               tuple(dict.fromkeys(changed_configs)), tuple(dict.fromkeys(changed_brokers)))
         return image, delta

@@ -105,13 +105,33 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+#: A client-quota entity: sorted ``(entity type, name)`` pairs; a None name is the type's default entity.
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
+
+def _entity(value: Any) -> QuotaEntity:
+    return tuple(sorted((str(t), n) for t, n in value))
+
+
+@attrs.frozen
+class ClientQuotaRecord:
+    """Sets, or removes (``remove``), one quota of a client entity (Kafka's ClientQuotaRecord)."""
+
+    entity: QuotaEntity = attrs.field(converter=_entity)
+    key: str
+    value: float
+    remove: bool = False
+
+
 MetadataRecord = Union[
-    RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord
+    RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
+    ClientQuotaRecord,
 ]
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord)
+    for cls in (RegisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
+                ClientQuotaRecord)
 }
 _VERSION = 0
 

@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
+from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
     admin,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     fetch,
     offsets,
     produce,
     producer,
+    producers,
+    telemetry,
+    topic_partitions,
 )
 from josef.server.dispatch import Dispatcher
 
 #: (API key, handler, lowest version, highest version) the core answers; capped by what kio knows.
 CORE_APIS = (
-    (0, produce.produce, 3, 13),
-    (1, fetch.fetch, 4, 18),
-    (2, offsets.list_offsets, 1, 11),
-    (3, cluster.metadata, 0, 13),
-    (18, api_versions.api_versions, 0, 4),
-    (19, admin.create_topics, 2, 7),
-    (20, admin.delete_topics, 1, 6),
-    (21, offsets.delete_records, 0, 2),
-    (22, producer.init_producer_id, 0, 5),
-    (23, offsets.offset_for_leader_epoch, 2, 4),
-    (32, configs.describe_configs, 1, 4),
-    (33, configs.alter_configs, 0, 2),
-    (37, admin.create_partitions, 0, 3),
-    (44, configs.incremental_alter_configs, 0, 1),
-    (60, cluster.describe_cluster, 0, 2),
+    (ApiKey.PRODUCE, produce.produce, 3, 13),
+    (ApiKey.FETCH, fetch.fetch, 4, 18),
+    (ApiKey.LIST_OFFSETS, offsets.list_offsets, 1, 11),
+    (ApiKey.METADATA, cluster.metadata, 0, 13),
+    (ApiKey.API_VERSIONS, api_versions.api_versions, 0, 4),
+    (ApiKey.CREATE_TOPICS, admin.create_topics, 2, 7),
+    (ApiKey.DELETE_TOPICS, admin.delete_topics, 1, 6),
+    (ApiKey.DELETE_RECORDS, offsets.delete_records, 0, 2),
+    (ApiKey.INIT_PRODUCER_ID, producer.init_producer_id, 0, 5),
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, offsets.offset_for_leader_epoch, 2, 4),
+    (ApiKey.DESCRIBE_CONFIGS, configs.describe_configs, 1, 4),
+    (ApiKey.ALTER_CONFIGS, configs.alter_configs, 0, 2),
+    (ApiKey.CREATE_PARTITIONS, admin.create_partitions, 0, 3),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs, 0, 1),
+    (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
+    (ApiKey.DESCRIBE_PRODUCERS, producers.describe_producers, 0, 0),
+    (ApiKey.DESCRIBE_TOPIC_PARTITIONS, topic_partitions.describe_topic_partitions, 0, 0),
+    (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
+    (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
+    (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, telemetry.get_telemetry_subscriptions, 0, 0),
+    (ApiKey.PUSH_TELEMETRY, telemetry.push_telemetry, 0, 0),
 )
 
 

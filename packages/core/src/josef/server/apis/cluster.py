@@ -1,19 +1,30 @@
-"""Metadata and DescribeCluster: what clients learn about brokers, topics and leaders."""
+"""Metadata and DescribeCluster: what clients learn about brokers, controllers, topics and leaders."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
 from josef.metadata.controller import ControllerError
-from josef.metadata.image import MetadataImage, TopicImage
-from josef.metadata.records import uuid_to_text
+from josef.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
+from josef.metadata.records import Endpoint, uuid_to_text
 from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
 
 log = logging.getLogger(__name__)
+
+
+#: DescribeCluster's endpoint types (KIP-919): which nodes a client asks for, and what a listener serves.
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2
+_ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"}
+
+
+def _node(broker: BrokerImage, endpoint: Endpoint) -> dict[str, Any]:
+    """One node as Metadata and DescribeCluster list it; each response keeps the id field its version has."""
+    return {"node_id": broker.broker_id, "broker_id": broker.broker_id, "host": endpoint.host,
+            "port": endpoint.port, "rack": broker.rack, "is_fenced": broker.fenced}
 
 
 def _brokers(image: MetadataImage, listener: str, include_fenced: bool = False) -> list[dict[str, Any]]:
@@ -22,28 +33,39 @@ def _brokers(image: MetadataImage, listener: str, include_fenced: bool = False) 
         endpoint = broker.endpoint(listener)
         if endpoint is None or (broker.fenced and not include_fenced):
             continue
-        result.append({"node_id": broker.broker_id, "broker_id": broker.broker_id, "host": endpoint.host,
-                       "port": endpoint.port, "rack": broker.rack, "is_fenced": broker.fenced})
+        result.append(_node(broker, endpoint))
     return result
 
 
-def _missing(code: ErrorCode, name: str | None, topic_id: Any = None) -> dict[str, Any]:
+def is_internal(name: str) -> bool:
+    """Whether clients should treat the topic as the broker's own (offsets, transactions, metadata)."""
+    return name.startswith("__")
+
+
+def missing_topic(code: ErrorCode, name: str | None, topic_id: Any = None) -> dict[str, Any]:
+    """A requested topic that cannot be described, in the shape Metadata and DescribeTopicPartitions share."""
     return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
             "topic_authorized_operations": OPERATIONS_OMITTED}
 
 
-def _topic(topic: TopicImage) -> dict[str, Any]:
+def _partition(index: int, p: PartitionImage) -> dict[str, Any]:
+    # Eligible leader replicas (KIP-966) only exist with several replicas; DescribeTopicPartitions
+    # answers them empty, Metadata has no such fields.
+    return {"error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+            "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+            "replica_nodes": p.replicas, "isr_nodes": p.isr, "offline_replicas": (),
+            "eligible_leader_replicas": (), "last_known_elr": ()}
+
+
+def topic_metadata(topic: TopicImage, indexes: Iterable[int] | None = None) -> dict[str, Any]:
+    """A topic and its partitions at ``indexes`` (all of them by default), as Metadata and DescribeTopicPartitions answer it."""
+    chosen = sorted(topic.partitions) if indexes is None else [i for i in indexes if i in topic.partitions]
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": topic.name.startswith("__"),
-        "partitions": [
-            {"error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
-             "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
-             "replica_nodes": p.replicas, "isr_nodes": p.isr, "offline_replicas": ()}
-            for index, p in sorted(topic.partitions.items())
-        ],
+        "is_internal": is_internal(topic.name),
+        "partitions": [_partition(index, topic.partitions[index]) for index in chosen],
         "topic_authorized_operations": OPERATIONS_OMITTED,
     }
 
@@ -52,7 +74,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_topic(t) for t in broker.image.topics.values()]
+        topics = [topic_metadata(t) for t in broker.image.topics.values()]
     else:
         topics = []
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
@@ -60,19 +82,19 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             name = entry.name
             if name is None and getattr(entry, "topic_id", None) is not None:
                 found = broker.image.topic_by_id(uuid_to_text(entry.topic_id))
-                topics.append(_topic(found) if found else _missing(ErrorCode.unknown_topic_id, None, entry.topic_id))
+                topics.append(topic_metadata(found) if found else missing_topic(ErrorCode.unknown_topic_id, None, entry.topic_id))
                 continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_create:
                 error = await _auto_create(ctx, name)
                 topic = broker.image.topics.get(name)
                 if topic is None:
-                    topics.append(_missing(error, name))
+                    topics.append(missing_topic(error, name))
                     continue
             if topic is None:
-                topics.append(_missing(ErrorCode.unknown_topic_or_partition, name))
+                topics.append(missing_topic(ErrorCode.unknown_topic_or_partition, name))
             else:
-                topics.append(_topic(topic))
+                topics.append(topic_metadata(topic))
     return {
         "throttle_time": 0,
         "brokers": _brokers(broker.image, ctx.listener_name),
@@ -94,20 +116,53 @@ async def _auto_create(ctx: RequestContext, name: str) -> ErrorCode:
     return ErrorCode.none
 
 
+def _served_endpoint_type(ctx: RequestContext) -> int:
+    """What the listener a request came in on serves: Kafka answers DescribeCluster for controllers only on a
+    controller listener (``controller.listener.names`` of a node with the controller role), for brokers only
+    on the others, so a client bootstrapped to one kind of endpoint never mistakes it for the other."""
+    config = ctx.broker.config
+    # The key belongs to the quorum backend (KRaft declares it); without it no listener is a controller's.
+    names = config["controller.listener.names"] if "controller.listener.names" in config.definition else ()
+    if "controller" in config["process.roles"] and ctx.listener_name in names:
+        return CONTROLLER_ENDPOINTS
+    return BROKER_ENDPOINTS
+
+
+def _controllers(ctx: RequestContext) -> list[dict[str, Any]]:
+    """The controllers' endpoints on the request's listener: a single-voter quorum has only this node."""
+    own = ctx.broker.image.brokers.get(ctx.broker.node_id)
+    endpoint = own.endpoint(ctx.listener_name) if own is not None else None
+    if own is None or endpoint is None:
+        return []
+    # A controller is never fenced: fencing is what the controller does to brokers.
+    return [{**_node(own, endpoint), "is_fenced": False}]
+
+
 async def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
-    endpoint_type = getattr(request, "endpoint_type", 1)
-    if endpoint_type not in (1, 2):
-        return {"error_code": ErrorCode.unsupported_endpoint_type, "error_message": f"unknown endpoint type {endpoint_type}",
-                "endpoint_type": endpoint_type, "cluster_id": broker.cluster_id, "controller_id": -1, "brokers": (),
-                "throttle_time": 0}
+    requested = getattr(request, "endpoint_type", BROKER_ENDPOINTS)
+    served = _served_endpoint_type(ctx)
+    if requested != served:
+        # v0 has no endpoint type, so neither of KIP-919's error codes: Kafka answers INVALID_REQUEST there.
+        if requested not in _ENDPOINT_NAMES:
+            code, message = ErrorCode.unsupported_endpoint_type, f"Unsupported endpoint type {requested}"
+        else:
+            code = ErrorCode.mismatched_endpoint_type
+            message = (f"The request was sent to an endpoint of type {_ENDPOINT_NAMES[served]}, "
+                       f"but we wanted an endpoint of type {_ENDPOINT_NAMES[requested]}")
+        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request if ctx.api_version == 0 else code,
+                "error_message": message, "cluster_id": broker.cluster_id, "brokers": ()}
+    if served == CONTROLLER_ENDPOINTS:
+        nodes = _controllers(ctx)
+    else:
+        nodes = _brokers(broker.image, ctx.listener_name, getattr(request, "include_fenced_brokers", False))
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
-        "endpoint_type": endpoint_type,
+        "endpoint_type": served,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.quorum.controller_id,
-        "brokers": _brokers(broker.image, ctx.listener_name, getattr(request, "include_fenced_brokers", False)),
+        "brokers": nodes,
         "cluster_authorized_operations": OPERATIONS_OMITTED,
     }

@@ -1,0 +1,52 @@
+"""DescribeProducers (KIP-664): the idempotent producers a partition remembers, for finding hanging producers.
+
+Answered from each hosted partition's producer state, as Kafka's
+``ReplicaManager.activeProducerState`` does: any replica with the log can
+answer, so there is no leader check, only the partition's existence here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from josef.partition import PartitionError
+from josef.producer_state import ProducerEntry
+from josef.server.apis.common import partition_for
+from josef.server.dispatch import RequestContext
+
+#: What Kafka reports where a field has no value: no timestamp yet, no transaction coordinator, no open transaction.
+_NONE = -1
+
+
+def _producer(entry: ProducerEntry) -> dict[str, Any]:
+    return {
+        "producer_id": entry.producer_id,
+        "producer_epoch": entry.epoch,
+        "last_sequence": entry.last_seq,
+        "last_timestamp": entry.batches[-1].max_timestamp if entry.batches else _NONE,
+        # Only transactions (markers, a coordinator) set these: idempotent producers never have them.
+        "coordinator_epoch": _NONE,
+        "current_txn_start_offset": _NONE,
+    }
+
+
+def _partition(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
+    try:
+        partition = partition_for(ctx, topic, index)
+    except PartitionError as exc:
+        return {"partition_index": index, "error_code": exc.code, "error_message": exc.message,
+                "active_producers": ()}
+    # A snapshot is immutable, so appends going on meanwhile cannot change what is answered halfway.
+    producers = sorted(partition.producers.snapshot(), key=lambda e: e.producer_id)
+    return {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
+            "active_producers": [_producer(e) for e in producers]}
+
+
+async def describe_producers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": topic.name, "partitions": [_partition(ctx, topic.name, i) for i in topic.partition_indexes]}
+                   for topic in request.topics],
+    }
