@@ -14,6 +14,11 @@ appends and reads go to the page cache; fsync and file deletion belong in
 which the broker runs in worker threads. Those may overlap with appends and
 reads of the same log from the event loop, so a backend must make them safe
 (a per-log lock held briefly is enough); calls from the loop never overlap.
+
+A storage may spread logs over several directories (``log.dirs``, often one
+per disk). DescribeLogDirs reports them (:meth:`LogStorage.log_dirs`,
+:meth:`LogStorage.dir_of`) and AlterReplicaLogDirs moves a log between them
+(:meth:`LogStorage.move`), which also runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -68,6 +73,24 @@ class OffsetOutOfRangeError(Exception):
 
 class LogDirError(Exception):
     """The disk under a log failed (full, read-only, gone): KAFKA_STORAGE_ERROR to clients."""
+
+
+class LogDirNotFoundError(Exception):
+    """A path that is not one of the storage's log directories: LOG_DIR_NOT_FOUND to clients."""
+
+
+@attrs.frozen
+class LogDirInfo:
+    """One log directory as DescribeLogDirs reports it: where, how big its volume is, whether it works.
+
+    Sizes are of the volume (what an operator balancing disks needs), -1
+    when unknown; ``error`` says why an offline directory cannot be used.
+    """
+
+    path: str
+    total_bytes: int = -1
+    usable_bytes: int = -1
+    error: str | None = None
 
 
 @runtime_checkable
@@ -205,6 +228,26 @@ class LogStorage(Protocol):
 
     def delete(self, tp: TopicPartition) -> None:
         """Close and remove ``tp``'s log and its files."""
+
+    def log_dirs(self) -> list[LogDirInfo]:
+        """Every log directory, in configured order, with its volume's sizes or why it is offline."""
+
+    def dir_of(self, tp: TopicPartition) -> str:
+        """The path (as in :meth:`log_dirs`) of the directory holding ``tp``'s log; KeyError if not stored."""
+
+    def move(self, tp: TopicPartition, log_dir: str) -> None:
+        """Move ``tp``'s log into ``log_dir`` while the broker runs (AlterReplicaLogDirs); blocking, so run in a worker thread.
+
+        Every record, offset, index, epoch and producer snapshot survives, in
+        order. An open log stays the same object and stays usable: appends
+        and reads issued during the move wait for it (briefly) and never
+        fail or land in the old place. A crash at any point leaves exactly
+        one copy at the next start, the old or the new. Moving to the
+        directory the log is in does nothing. Raises
+        :class:`LogDirNotFoundError` for a path not in :meth:`log_dirs`,
+        KeyError when ``tp`` has no log, :class:`LogDirError` when the disk
+        fails (the log then stays where it was).
+        """
 
     def close(self) -> None:
         """Close every open log and mark the shutdown clean, so the next start skips recovery."""

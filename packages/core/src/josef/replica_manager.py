@@ -111,6 +111,18 @@ class ReplicaManager:
         """Wake fetchers of ``tp`` after an append moved its end or high watermark."""
         self.purgatory.notify(tp)
 
+    # Log directories ----------------------------------------------------------
+
+    async def move_log(self, partition: Partition, log_dir: str) -> None:
+        """Move a hosted partition's log into ``log_dir`` (AlterReplicaLogDirs), copying in a worker thread.
+
+        The partition keeps its :class:`josef.log.Log`: the storage switches
+        it to the new directory under the log's own lock (the contract of
+        :meth:`josef.log.LogStorage.move`), so appends and fetches from the
+        event loop wait for the switch and never reach the old directory.
+        """
+        await anyio.to_thread.run_sync(self.storage.move, partition.tp, log_dir)
+
     # Housekeeping -------------------------------------------------------------
 
     async def run_housekeeping(self) -> None:

@@ -515,6 +515,11 @@ class LocalLog:
     def close(self) -> None:
         if self.closed:
             return
+        self._close_files()
+        self.closed = True
+
+    def _close_files(self) -> None:
+        """What :meth:`close` does to the files, without marking the log closed (:meth:`relocate` reopens it)."""
         try:
             self._write_producer_snapshot()
             self._segments[-1].seal()
@@ -523,7 +528,28 @@ class LocalLog:
                 segment.close()
         except OSError as exc:
             raise dir_error(exc, "closing the log in", self.dir) from exc
-        self.closed = True
+
+    @_locked
+    def relocate(self, finish: Callable[[], tuple[Path, LogDir]]) -> None:
+        """Close the files, let ``finish`` complete the copy and return the new place, then reopen there.
+
+        The lock is held throughout, so appends and reads from the event loop
+        wait for the switch instead of failing on closed files or landing in
+        the old directory; the log is never marked closed, so the storage
+        does not open a second copy meanwhile. When ``finish`` fails the log
+        reopens where it was. Producer state and callers' references survive:
+        this object stays the log.
+        """
+        if self.closed:
+            raise LogDirError(f"{self.tp}: the log was closed (deleted?) during its move")
+        self._close_files()
+        try:
+            self.dir, self._log_dir = finish()
+        finally:
+            try:
+                self._load(recover=False)
+            except OSError as exc:
+                raise dir_error(exc, "reopening the log in", self.dir) from exc
 
     @_locked
     def release(self) -> None:

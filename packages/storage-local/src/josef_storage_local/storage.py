@@ -9,11 +9,12 @@ import uuid
 from pathlib import Path
 
 from josef.config import Config
-from josef.log import LogConfig
+from josef.log import LogConfig, LogDirError, LogDirInfo, LogDirNotFoundError
 from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
+from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
 
 
 class LocalLogStorage:
@@ -30,12 +31,28 @@ class LocalLogStorage:
         self._clock = clock
         self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
         self._logs: dict[TopicPartition, LocalLog] = {}
+        self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
         self._dirs = []
-        for path in paths:
+        # Absolute, as DescribeLogDirs reports them and AlterReplicaLogDirs names them.
+        absolute = [Path(os.path.abspath(path)) for path in paths]
+        try:
+            settled = finish_interrupted_moves(absolute)
+        except OSError as exc:
+            raise dir_error(exc, "finishing interrupted moves in", paths) from exc
+        for path in absolute:
             try:
-                self._dirs.append(LogDir(Path(path), interval, clock))
+                self._dirs.append(LogDir(path, interval, clock))
             except OSError as exc:
                 raise dir_error(exc, "opening log directory", path) from exc
+        for log_dir in self._dirs:
+            stale = [tp for tp in settled if not log_dir.holds(tp)]
+            for tp in stale:
+                log_dir.forget(tp)  # the checkpoint entry of the copy that lost
+            if stale:
+                try:
+                    log_dir.checkpoint()
+                except OSError as exc:
+                    raise dir_error(exc, "checkpointing", log_dir.path) from exc
 
     @property
     def dirs(self) -> list[Path]:
@@ -43,6 +60,79 @@ class LocalLogStorage:
 
     def _dir_of(self, tp: TopicPartition) -> LogDir:
         return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), self._dirs[0])
+
+    def _holding(self, tp: TopicPartition) -> LogDir:
+        found = next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+        if found is None:
+            raise KeyError(tp)
+        return found
+
+    def log_dirs(self) -> list[LogDirInfo]:
+        infos = []
+        for log_dir in self._dirs:
+            try:
+                usage = shutil.disk_usage(log_dir.path)
+            except OSError as exc:
+                infos.append(LogDirInfo(str(log_dir.path), error=str(dir_error(exc, "statting", log_dir.path))))
+            else:
+                infos.append(LogDirInfo(str(log_dir.path), usage.total, usage.free))
+        return infos
+
+    def dir_of(self, tp: TopicPartition) -> str:
+        return str(self._holding(tp).path)
+
+    def move(self, tp: TopicPartition, log_dir: str) -> None:
+        """Copy into a future dir of the target, catch up under the log's lock, commit by renames (:mod:`josef_storage_local.move`)."""
+        target = next((d for d in self._dirs if d.path == Path(os.path.abspath(log_dir))), None)
+        if target is None:
+            raise LogDirNotFoundError(f"{log_dir} is not one of the log directories {[str(p) for p in self.dirs]}")
+        with self._move_lock:
+            source = self._holding(tp)
+            if source is target:
+                return
+            with self._lock:
+                log = self._logs.get(tp)
+            current, final = source.path / str(tp), target.path / str(tp)
+            name = f"{tp}.{uuid.uuid4().hex}"
+            future = target.path / f"{name}{FUTURE_SUFFIX}"
+            doomed = source.path / f"{name}{DELETE_SUFFIX}"
+            try:
+                copied = sync(current, future, {}, None)
+
+                def finish() -> tuple[Path, LogDir]:
+                    active_base = max(int(p.stem) for p in current.glob("*.log") if p.stem.isdigit())
+                    sync(current, future, copied, active_base)
+                    fsync_tree(future)
+                    fsync_dir(target.path)
+                    target.update(tp, recovery_point=source.recovery_point(tp),
+                                  log_start_offset=source.log_start_offset(tp))
+                    target.checkpoint()
+                    os.rename(current, doomed)  # the commit point, durable before the new copy is named
+                    fsync_dir(source.path)
+                    try:
+                        os.rename(future, final)
+                    except OSError:
+                        os.rename(doomed, current)
+                        raise
+                    fsync_dir(target.path)
+                    source.forget(tp)
+                    source.checkpoint()
+                    return final, target
+
+                if log is None:
+                    finish()
+                else:
+                    log.relocate(finish)
+            except LogDirError:
+                self._abandon(tp, target, future)
+                raise
+            except OSError as exc:
+                self._abandon(tp, target, future)
+                raise dir_error(exc, f"moving {tp} to", target.path) from exc
+            try:
+                shutil.rmtree(doomed)
+            except OSError as exc:
+                raise dir_error(exc, "removing the old copy", doomed) from exc
 
     def open(self, tp: TopicPartition, config: LogConfig) -> LocalLog:
         """The open log of ``tp`` (its config updated), else loaded from disk or created."""
@@ -90,6 +180,13 @@ class LocalLogStorage:
                 shutil.rmtree(doomed)
         except OSError as exc:
             raise dir_error(exc, "deleting", path) from exc
+
+    @staticmethod
+    def _abandon(tp: TopicPartition, target: LogDir, future: Path) -> None:
+        """Undo a move that failed before its commit: the log stayed in its old directory."""
+        if not target.holds(tp):
+            shutil.rmtree(future, ignore_errors=True)
+            target.forget(tp)
 
     def close(self) -> None:
         """Close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""

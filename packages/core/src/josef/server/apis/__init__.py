@@ -10,6 +10,7 @@ from josef.server.apis import (
     cluster,
     configs,
     fetch,
+    log_dirs,
     offsets,
     produce,
     producer,
@@ -42,6 +43,8 @@ CORE_APIS = (
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
     (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, telemetry.get_telemetry_subscriptions, 0, 0),
     (ApiKey.PUSH_TELEMETRY, telemetry.push_telemetry, 0, 0),
+    (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
+    (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
 )
 
 
