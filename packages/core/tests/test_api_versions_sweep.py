@@ -51,11 +51,8 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": "sweep"}],
                           "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
              "validate_only": True},
-        71: {"client_instance_id": uuid.UUID(int=0)},
         35: {"topics": None},
         34: {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]},
-        72: {"client_instance_id": uuid.UUID(int=1), "subscription_id": 0, "terminating": True,
-             "compression_type": 0, "metrics": b""},
     }
 
 
@@ -63,7 +60,6 @@ EXPECTED_ERRORS = {
     20: ErrorCode.unknown_topic_or_partition,  # deleting a topic that does not exist
     37: ErrorCode.invalid_partitions,  # asking for fewer partitions than the topic has
     34: ErrorCode.log_dir_not_found,  # a directory that is not one of log.dirs
-    72: ErrorCode.unknown_subscription_id,  # no telemetry receiver is installed: no client may push
 }
 
 

@@ -3,6 +3,7 @@
 import threading
 import uuid
 
+import pytest
 import zstandard
 from kio.schema.errors import ErrorCode
 
@@ -11,7 +12,7 @@ from josef.plugins import get_plugin_manager
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.codecs import Compression
 from josef.runner import BrokerThread
-from josef.telemetry import DEFAULT_PUSH_INTERVAL_MS, ClientTelemetry
+from josef.telemetry import DEFAULT_PUSH_INTERVAL_MS, ClientTelemetry, TelemetryError
 from josef.testing import RawClient, broker_overrides
 
 ZERO = uuid.UUID(int=0)
@@ -54,15 +55,21 @@ def test_the_subscription_is_the_union_of_the_receivers():
     assert telemetry.instance_id(mine) == mine
 
 
-def test_without_a_receiver_clients_are_asked_for_nothing(josef_broker):
-    client = RawClient(josef_broker.port)
-    answer = client.call(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, {"client_instance_id": ZERO})
-    assert answer.error_code == ErrorCode.none
-    assert answer.requested_metrics == () and answer.client_instance_id != ZERO
-    pushed = client.call(ApiKey.PUSH_TELEMETRY, 0, {"client_instance_id": answer.client_instance_id,
-                                                    "subscription_id": answer.subscription_id, "terminating": False,
-                                                    "compression_type": 0, "metrics": b"x"})
-    assert pushed.error_code == ErrorCode.unknown_subscription_id
+def test_without_a_receiver_the_telemetry_apis_are_not_advertised(josef_broker):
+    """As Kafka's brokers: clients of a broker that would discard their metrics never collect or push them."""
+    versions = RawClient(josef_broker.port).call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                                          "client_software_version": "1"})
+    advertised = {k.api_key for k in versions.api_keys}
+    assert ApiKey.GET_TELEMETRY_SUBSCRIPTIONS not in advertised and ApiKey.PUSH_TELEMETRY not in advertised
+    assert ApiKey.GET_TELEMETRY_SUBSCRIPTIONS not in josef_broker.broker.dispatcher.apis
+
+
+def test_a_receiver_alone_with_no_metrics_wanted_gets_no_pushes():
+    telemetry = ClientTelemetry([Receiver(())], 1 << 20)
+    assert telemetry.subscription.requested_metrics == ()
+    with pytest.raises(TelemetryError) as refused:
+        telemetry.push(uuid.uuid4(), telemetry.subscription.subscription_id, 0, b"x", False)
+    assert refused.value.code == ErrorCode.unknown_subscription_id
 
 
 def test_pushes_reach_the_receiver_and_bad_ones_are_refused(tmp_path):

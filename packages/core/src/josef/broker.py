@@ -79,7 +79,8 @@ class Broker:
         self.bound: list[Listener] = []
         self.ready = anyio.Event()
         self.dispatcher = Dispatcher(self)
-        register_core_apis(self.dispatcher)
+        self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
+        register_core_apis(self.dispatcher, telemetry_receivers=bool(self.telemetry.receivers))
         factories = collect(self.pm, "register_coordinators", "coordinator")
         self.coordinators = CoordinatorRuntime(self, {name: factory(self) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
@@ -97,7 +98,6 @@ class Broker:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
             config["authorizer.class.name"])(config)
-        self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
 
     @property
     def cluster_id(self) -> str:

@@ -147,8 +147,8 @@ def register_client_telemetry(register: Register) -> None:
     Every registered receiver is active: clients are asked for the union of
     their ``requested_metrics`` at the shortest ``push_interval_ms``, and
     each push is handed to every receiver on the event loop (``receive`` must
-    not block). With none installed, clients are asked for no metrics and
-    never push. Returns nothing.
+    not block). With none installed, the broker does not advertise the
+    telemetry APIs, as Kafka's does not, so clients never ask. Returns nothing.
     """
 
 

@@ -1,11 +1,12 @@
 """Client metrics (KIP-714): the subscription a broker hands clients, and the receivers their pushes go to.
 
-librdkafka and the Java client ask every broker for a telemetry subscription
-(GetTelemetrySubscriptions) and push metrics (PushTelemetry) at the interval
-it names. Without a receiver installed, the subscription requests no metrics
-and clients never push; a plugin that wants them registers a
+librdkafka and the Java client ask a broker that advertises these APIs for a
+telemetry subscription (GetTelemetrySubscriptions) and push metrics
+(PushTelemetry) at the interval it names. As in Kafka, a broker advertises
+them only when something receives the metrics: a plugin registers a
 :class:`ClientTelemetryReceiver` through ``register_client_telemetry``, like
-Kafka's metrics reporters that implement ClientTelemetry.
+Kafka's metrics reporters that implement ClientTelemetry. Without one,
+clients never ask and never push.
 """
 
 from __future__ import annotations

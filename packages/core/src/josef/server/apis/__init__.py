@@ -41,13 +41,18 @@ CORE_APIS = (
     (ApiKey.DESCRIBE_TOPIC_PARTITIONS, topic_partitions.describe_topic_partitions, 0, 0),
     (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
-    (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, telemetry.get_telemetry_subscriptions, 0, 0),
-    (ApiKey.PUSH_TELEMETRY, telemetry.push_telemetry, 0, 0),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
 )
 
+#: Client telemetry (KIP-714): advertised, as Kafka does, only when a receiver is installed, so
+#: clients of a broker that would discard their metrics never collect or push them.
+TELEMETRY_APIS = (
+    (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, telemetry.get_telemetry_subscriptions, 0, 0),
+    (ApiKey.PUSH_TELEMETRY, telemetry.push_telemetry, 0, 0),
+)
 
-def register_core_apis(dispatcher: Dispatcher) -> None:
-    for key, handler, low, high in CORE_APIS:
+
+def register_core_apis(dispatcher: Dispatcher, *, telemetry_receivers: bool) -> None:
+    for key, handler, low, high in CORE_APIS + (TELEMETRY_APIS if telemetry_receivers else ()):
         dispatcher.register(key, handler, low, high)
