@@ -37,6 +37,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.port = -1
         self.log: list[str] = []
+        self._logged = threading.Condition()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -57,12 +58,19 @@ class BrokerProcess:
     def _pump(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            self.log.append(line)
+            with self._logged:
+                self.log.append(line)
+                self._logged.notify_all()
             match = READY.search(line)
             if match and not ready.is_set():
                 self.port = int(match.group(2))
                 ready.set()
         ready.set()  # the process ended: let start() fail with the log
+
+    def wait_for_log(self, text: str, timeout: float = 10) -> bool:
+        """Whether a line containing ``text`` is logged within ``timeout`` seconds (lines are read by a thread)."""
+        with self._logged:
+            return self._logged.wait_for(lambda: any(text in line for line in self.log), timeout)
 
     def stop(self) -> int:
         """SIGTERM and wait: a clean shutdown. Returns the exit code."""

@@ -227,7 +227,7 @@ def test_init_producer_id_hands_out_distinct_ids_at_every_version(broker):
 def test_transactional_ids_wait_for_the_transaction_plugin(broker):
     answer = Raw(broker.port).init_producer_id(transactional_id="txn-1")
     assert (answer.error_code, answer.producer_id) == (ErrorCode.coordinator_not_available, -1)
-    assert any("transaction coordinator plugin" in line for line in broker.log)
+    assert broker.wait_for_log("transaction coordinator plugin")
 
 
 def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(broker):
