@@ -18,7 +18,6 @@ longer exist, since they have no id left to name them by).
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
@@ -28,10 +27,10 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.image import MetadataImage
+from josef.metadata.records import uuid_from_text, uuid_to_text
 from josef.server.dispatch import RequestContext
 from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import ms, with_shard
-from josef_coordinator_group.api_consumer import cluster_topics
 from josef_coordinator_group.group import GroupError
 from josef_coordinator_group.records import OffsetKey, OffsetValue, encode_key, encode_offset
 
@@ -46,23 +45,18 @@ PartitionErrors = dict[tuple[str, int], ErrorCode]
 TOPIC_ID_VERSION = 10
 
 
-class TopicIds:
-    """Topic names and ids of one metadata image, both ways; built on first use, so only v10+ requests pay."""
+def topic_name(image: MetadataImage, topic: Any, version: int) -> str | None:
+    """A request topic's name: its own before v10, its id's from v10 on (None: an unknown id)."""
+    if version < TOPIC_ID_VERSION:
+        return topic.name
+    found = image.topic_by_id(uuid_to_text(topic.topic_id)) if topic.topic_id is not None else None
+    return found.name if found is not None else None
 
-    def __init__(self, image: MetadataImage) -> None:
-        self._image = image
 
-    @functools.cached_property
-    def ids(self) -> dict[str, uuid.UUID]:
-        return {name: uuid.UUID(topic_id) for name, (topic_id, _) in cluster_topics(self._image).items()}
-
-    @functools.cached_property
-    def names(self) -> dict[uuid.UUID, str]:
-        return {topic_id: name for name, topic_id in self.ids.items()}
-
-    def name_of(self, topic: Any, version: int) -> str | None:
-        """A request topic's name: its own before v10, its id's from v10 on (None: an unknown id)."""
-        return self.names.get(topic.topic_id) if version >= TOPIC_ID_VERSION else topic.name
+def topic_id(image: MetadataImage, name: str) -> uuid.UUID | None:
+    """The id of topic ``name``; None once it no longer exists."""
+    topic = image.topics.get(name)
+    return uuid_from_text(topic.topic_id) if topic is not None else None
 
 
 @attrs.frozen
@@ -172,8 +166,7 @@ class OffsetApis:
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
-        topic_ids = TopicIds(ctx.broker.image)
-        names = [topic_ids.name_of(t, version) for t in request.topics]
+        names = [topic_name(ctx.broker.image, t, version) for t in request.topics]
         commit = CommitRequest(
             group_id=request.group_id,
             generation_id=getattr(request, "generation_id_or_member_epoch", -1),
@@ -198,7 +191,7 @@ class OffsetApis:
         return _commit_response(request, names, errors, ErrorCode.none)
 
     async def _fetch_group(self, group_id: str, requested: Any, version: int,
-                           topic_ids: TopicIds) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                           image: MetadataImage) -> tuple[ErrorCode, list[dict[str, Any]]]:
         """One group's offsets: the requested topics' partitions (-1 when none is committed), or all it has."""
         try:
             context, shard = await self.coordinator.shard_for(group_id)
@@ -213,14 +206,15 @@ class OffsetApis:
             by_topic: dict[str, list[int]] = defaultdict(list)
             for topic, partition in sorted(shard.offsets.of_group(group_id)):
                 by_topic[topic].append(partition)
+            ids = {topic: topic_id(image, topic) for topic in by_topic} if version >= TOPIC_ID_VERSION else {}
             return ErrorCode.none, [
-                {"name": topic, "topic_id": topic_ids.ids[topic] if version >= TOPIC_ID_VERSION else None,
+                {"name": topic, "topic_id": ids.get(topic),
                  "partitions": [_fetch_partition(shard, group_id, topic, p) for p in partitions]}
                 for topic, partitions in by_topic.items()
-                if version < TOPIC_ID_VERSION or topic in topic_ids.ids]
+                if version < TOPIC_ID_VERSION or ids[topic] is not None]
         topics = []
         for t in requested:
-            name = topic_ids.name_of(t, version)
+            name = topic_name(image, t, version)
             topics.append({"name": name, "topic_id": getattr(t, "topic_id", None), "partitions": [
                 _fetch_partition(shard, group_id, name, p) if name is not None
                 else _fetch_partition(None, group_id, "", p, ErrorCode.unknown_topic_id)
@@ -229,14 +223,14 @@ class OffsetApis:
 
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
-        topic_ids = TopicIds(ctx.broker.image)
+        image = ctx.broker.image
         if version >= 8:
             groups = []
             for group in request.groups:
-                error, topics = await self._fetch_group(group.group_id, group.topics, version, topic_ids)
+                error, topics = await self._fetch_group(group.group_id, group.topics, version, image)
                 groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
             return {"throttle_time": 0, "groups": groups}
-        error, topics = await self._fetch_group(request.group_id, request.topics, version, topic_ids)
+        error, topics = await self._fetch_group(request.group_id, request.topics, version, image)
         return {"throttle_time": 0, "topics": topics, "error_code": error}
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
