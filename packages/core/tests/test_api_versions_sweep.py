@@ -9,6 +9,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from josef.metadata.records import uuid_from_text
+from josef.protocol.error_responses import error_codes
 from josef.protocol.records import build_batch
 from josef.server.apis import CORE_APIS
 from josef.testing import RawClient
@@ -63,20 +64,6 @@ EXPECTED_ERRORS = {
 }
 
 
-def errors_in(obj):
-    """Every error_code anywhere in a response."""
-    if hasattr(obj, "__dataclass_fields__"):
-        for name in obj.__dataclass_fields__:
-            value = getattr(obj, name)
-            if name == "error_code":
-                yield value
-            else:
-                yield from errors_in(value)
-    elif isinstance(obj, tuple):
-        for item in obj:
-            yield from errors_in(item)
-
-
 def test_every_api_and_version(josef_broker):
     client = RawClient(josef_broker.port)
     client.call(3, 12, bodies(uuid.UUID(int=0), b"")[3])  # auto-creates the topic
@@ -90,7 +77,7 @@ def test_every_api_and_version(josef_broker):
             if key == 19:
                 body["topics"][0]["name"] = f"created-{version}"
             response = client.call(key, version, body)
-            codes = set(errors_in(response)) - {ErrorCode.none}
+            codes = set(error_codes(response)) - {ErrorCode.none}
             assert codes <= {EXPECTED_ERRORS.get(key)} - {None}, (key, version, codes, response)
             answered += 1
     assert answered > 60

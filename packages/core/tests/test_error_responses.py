@@ -12,7 +12,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.error_responses import error_response
-from josef.protocol.messages import build, decode_response, encode_response, has_flexible_response_header, request_type
+from josef.protocol.messages import build, decode_response, encode_response, request_type
 
 ERROR = ErrorCode.unknown_server_error
 MESSAGE = "it broke"
@@ -63,7 +63,7 @@ def errors_and_messages(entity: Any) -> Iterator[tuple[str, Any]]:
 
 def round_trip(key: int, version: int, response: Any) -> Any:
     """The response as a client reads it after the broker's response writer framed it."""
-    frame = encode_response(42, response, has_flexible_response_header(key, version))
+    frame = encode_response(key, version, 42, response)
     correlation_id, decoded = decode_response(key, version, memoryview(frame)[4:])
     assert correlation_id == 42
     return decoded

@@ -38,10 +38,14 @@ def test_flexible_versions_from_kio():
 
 
 def test_encode_response_header_versions():
+    # ApiVersions answers with header v0 even at a flexible version: no tagged-fields byte after the id.
     response = build(response_type(18, 3), {"error_code": 0, "api_keys": [], "throttle_time": 0})
-    frame = encode_response(5, response, flexible_header=False)
+    frame = encode_response(18, 3, 5, response)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert frame[4:8] == b"\x00\x00\x00\x05"
     parsed, _ = entity_reader(type(response))(frame, 8)
     assert parsed == response
-    assert encode_response(5, response, flexible_header=True)[8:9] == b"\x00"
+    # Any other flexible version has header v1: an empty tagged-fields byte before the body.
+    delete = build(response_type(42, 2), {"throttle_time": 0, "results": []})
+    assert encode_response(42, 2, 5, delete)[8:9] == b"\x00"
+    assert entity_reader(type(delete))(encode_response(42, 2, 5, delete), 9)[0] == delete

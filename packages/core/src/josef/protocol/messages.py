@@ -173,8 +173,9 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
     return _INT32.unpack_from(frame, 0)[0], response
 
 
-def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:
-    """The full response frame: size, header (v0, or v1 with empty tagged fields), body."""
+def encode_response(api_key: int, version: int, correlation_id: int, response: Any) -> bytes:
+    """The full response frame: size, header (v0, or v1 with empty tagged fields where the version has them), body."""
+    flexible_header = has_flexible_response_header(api_key, version)
     return _frame(_INT32.pack(correlation_id) + (b"\x00" if flexible_header else b""), response)
 
 

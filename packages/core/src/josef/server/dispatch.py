@@ -29,7 +29,6 @@ from josef.protocol.messages import (
     MalformedRequestError,
     build,
     encode_response,
-    has_flexible_response_header,
     is_flexible,
     parse_body,
     parse_header,
@@ -114,11 +113,11 @@ class Dispatcher:
                           else "answering UNKNOWN_SERVER_ERROR")
             if response is None:
                 raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
-            return encode_response(header.correlation_id, response, has_flexible_response_header(header.api_key, version))
+            return encode_response(header.api_key, version, header.correlation_id, response)
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
         response = build(response_type(key, version), body)
-        return encode_response(correlation_id, response, has_flexible_response_header(key, version))
+        return encode_response(key, version, correlation_id, response)
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
         return {
