@@ -10,7 +10,13 @@ import uuid
 import pytest
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
 
 from josef.protocol.bounds import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS, BoundsError, check_bounds
 from josef.protocol.messages import MalformedRequestError, parse_body, request_type
@@ -104,3 +110,14 @@ def test_the_broker_refuses_a_hostile_frame_and_keeps_serving(josef_broker, capl
     assert any("over the limit of 1,000,000" in r.getMessage() for r in caplog.records)
     answer = RawClient(josef_broker.port).call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
     assert answer.api_keys
+
+
+def test_request_header_tagged_fields_are_bounded_too():
+    from josef.protocol.messages import is_flexible, parse_header
+
+    fixed = struct.pack(">hhih", 3, 12, 1, -1)
+    assert parse_header(fixed + uvarint(1) + uvarint(0) + uvarint(2) + b"ab" + b"body", is_flexible).body_offset == 15
+    with pytest.raises(MalformedRequestError, match="10,000"):
+        parse_header(fixed + uvarint(MAX_TAGGED_FIELDS + 1), is_flexible)
+    with pytest.raises(MalformedRequestError, match="bytes claimed"):
+        parse_header(fixed + uvarint(1) + uvarint(0) + uvarint(50) + b"short", is_flexible)

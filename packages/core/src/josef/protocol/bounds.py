@@ -109,7 +109,7 @@ class _Walk:
             self.where = f"{cls.__qualname__}.{field.name}"
             self.field(field, plan.flexible)
         if plan.flexible:
-            self.tagged(plan, cls)
+            self.tagged(plan.tagged, f"{cls.__qualname__} tagged fields")
 
     def field(self, field: _Field, flexible: bool) -> None:
         if field.is_array:
@@ -139,8 +139,9 @@ class _Walk:
         else:
             raise BoundsError(f"{self.where}: unknown field type {kafka_type!r}")
 
-    def tagged(self, plan: _Plan, cls: type) -> None:
-        self.where = f"{cls.__qualname__} tagged fields"
+    def tagged(self, known: dict[int, _Field], where: str) -> None:
+        """A tagged-field section: fields kio will parse (``known``) are walked, the others skipped by size."""
+        self.where = where
         n = self.uvarint()
         if n > MAX_TAGGED_FIELDS:
             raise BoundsError(f"{self.where}: {n} tagged fields is over the limit of {MAX_TAGGED_FIELDS:,}")
@@ -148,11 +149,18 @@ class _Walk:
             tag = self.uvarint()
             size = self.uvarint()
             start = self.take(size)
-            field = plan.tagged.get(tag)
+            field = known.get(tag)
             if field is not None:  # a tagged field kio will parse: its contents are bounded too
                 inner = _Walk(self.buf, start, start + size)
-                inner.where = f"{cls.__qualname__}.{field.name}"
+                inner.where = f"{where}: {field.name}"
                 inner.field(field, True)
+
+
+def skip_tagged_fields(buf: bytes | memoryview, offset: int, where: str = "request header") -> int:
+    """Where a tagged-field section at ``buf[offset:]`` that holds no field josef reads ends (a request header's)."""
+    walk = _Walk(buf, offset, len(buf))
+    walk.tagged({}, where)
+    return walk.pos
 
 
 def check_bounds(cls: type, buf: bytes | memoryview, offset: int) -> int:

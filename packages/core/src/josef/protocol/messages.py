@@ -24,7 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.bounds import MAX_TAGGED_FIELDS, BoundsError, check_bounds
+from josef.protocol.bounds import BoundsError, check_bounds, skip_tagged_fields
 
 #: The ``authorized_operations`` of a response to a request that did not ask for them (INT32_MIN).
 OPERATIONS_OMITTED = -(2**31)
@@ -47,21 +47,6 @@ class RequestHeader:
     body_offset: int
 
 
-def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedRequestError("truncated varint in request header")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise MalformedRequestError("varint too long in request header")
-
-
 def parse_header(frame: bytes | memoryview, flexible: Callable[[int, int], bool]) -> RequestHeader:
     """Parse a request header (v1, or v2 with tagged fields when the API version is flexible)."""
     if len(frame) < _HEADER_FIXED.size:
@@ -75,13 +60,10 @@ def parse_header(frame: bytes | memoryview, flexible: Callable[[int, int], bool]
         client_id = bytes(frame[pos : pos + client_len]).decode("utf-8", "replace")
         pos += client_len
     if flexible(api_key, api_version):
-        count, pos = _read_uvarint(frame, pos)
-        if count > MAX_TAGGED_FIELDS:
-            raise MalformedRequestError(f"request header with {count} tagged fields (the limit is {MAX_TAGGED_FIELDS:,})")
-        for _ in range(count):
-            _, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
+        try:
+            pos = skip_tagged_fields(frame, pos)
+        except BoundsError as exc:
+            raise MalformedRequestError(str(exc)) from None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
