@@ -30,17 +30,20 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
 
 
-def _security_protocol_map(value: list[str]) -> None:
-    names = set()
-    for item in value:
-        name, sep, protocol = item.partition(":")
-        if not sep or not name.strip():
+def security_protocol_map(entries: list[str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` as {LISTENER NAME: PROTOCOL}, upper-cased as Kafka normalises them."""
+    protocols: dict[str, str] = {}
+    for item in entries:
+        given, sep, protocol = item.partition(":")
+        name, protocol = given.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
             raise ConfigError(f"entry {item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
-        if protocol.strip().upper() not in SECURITY_PROTOCOLS:
+        if protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(f"entry {item!r} names no security protocol ({', '.join(SECURITY_PROTOCOLS)})")
-        if name.strip().upper() in names:
-            raise ConfigError(f"listener {name.strip()} appears twice")
-        names.add(name.strip().upper())
+        if name in protocols:
+            raise ConfigError(f"listener {given.strip()} appears twice")
+        protocols[name] = protocol
+    return protocols
 
 
 def listener_security_protocols(config: Config) -> Iterator[tuple[str, str, str]]:
@@ -51,10 +54,7 @@ def listener_security_protocols(config: Config) -> Iterator[tuple[str, str, str]
     lacks is a :class:`ConfigError` (Kafka: "No security protocol defined for
     listener").
     """
-    protocols = {}
-    for item in config["listener.security.protocol.map"]:
-        name, _, protocol = item.partition(":")
-        protocols[name.strip().upper()] = protocol.strip().upper()
+    protocols = security_protocol_map(config["listener.security.protocol.map"])
     for listener in config["listeners"]:
         name = listener.partition("://")[0]
         if name.upper() not in protocols:
@@ -98,7 +98,7 @@ CORE_KEYS = (
               "even if SSL is required for both. Concretely, the user could define listeners with names INTERNAL and "
               "EXTERNAL and this property as: INTERNAL:SSL,EXTERNAL:SSL. As shown, key and value are separated by a "
               "colon and map entries are separated by commas. Each listener name should only appear once in the map.",
-              _security_protocol_map),
+              security_protocol_map),
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),

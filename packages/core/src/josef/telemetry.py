@@ -19,6 +19,7 @@ from typing import Any, Iterable, Protocol
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.plugins import collect
 from josef.protocol.codecs import Compression, decompress
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class ClientTelemetryReceiver(Protocol):
 
 
 @attrs.frozen
-class Subscription:
+class TelemetrySubscription:
     """The subscription every client gets from this broker (the union of the receivers' wishes)."""
 
     subscription_id: int
@@ -73,12 +74,10 @@ class ClientTelemetry:
             metrics = ("",)
         # Stable across restarts and brokers for the same set: a client that moves brokers keeps pushing.
         subscription_id = zlib.crc32(repr((metrics, interval)).encode()) & 0x7FFFFFFF
-        self.subscription = Subscription(subscription_id, metrics, interval)
+        self.subscription = TelemetrySubscription(subscription_id, metrics, interval)
 
     @classmethod
     def from_plugins(cls, pm: Any, max_bytes: int) -> ClientTelemetry:
-        from josef.plugins import collect
-
         registry = collect(pm, "register_client_telemetry", "client telemetry receiver")
         return cls([factory() for _, factory in registry.items()], max_bytes)
 
