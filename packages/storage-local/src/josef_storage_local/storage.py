@@ -59,10 +59,15 @@ class LocalLogStorage:
         return [log_dir.path for log_dir in self._dirs]
 
     def _dir_of(self, tp: TopicPartition) -> LogDir:
-        return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), self._dirs[0])
+        """Where ``tp``'s log is, or goes when it has none yet (the first directory)."""
+        return self._holding(tp) or self._dirs[0]
 
-    def _holding(self, tp: TopicPartition) -> LogDir:
-        found = next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+    def _holding(self, tp: TopicPartition) -> LogDir | None:
+        return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+
+    def _stored_in(self, tp: TopicPartition) -> LogDir:
+        """The directory holding ``tp``'s log; KeyError (the contract's) when there is none."""
+        found = self._holding(tp)
         if found is None:
             raise KeyError(tp)
         return found
@@ -79,7 +84,7 @@ class LocalLogStorage:
         return infos
 
     def dir_of(self, tp: TopicPartition) -> str:
-        return str(self._holding(tp).path)
+        return str(self._stored_in(tp).path)
 
     def move(self, tp: TopicPartition, log_dir: str) -> None:
         """Copy into a future dir of the target, catch up under the log's lock, commit by renames (:mod:`josef_storage_local.move`)."""
@@ -87,7 +92,7 @@ class LocalLogStorage:
         if target is None:
             raise LogDirNotFoundError(f"{log_dir} is not one of the log directories {[str(p) for p in self.dirs]}")
         with self._move_lock:
-            source = self._holding(tp)
+            source = self._stored_in(tp)
             if source is target:
                 return
             with self._lock:
