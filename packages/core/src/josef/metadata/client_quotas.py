@@ -53,12 +53,12 @@ def check_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     return entity
 
 
-def check_value(entity: QuotaEntity, key: str, value: float) -> None:
-    """:class:`QuotaError` unless ``key`` applies to ``entity`` and ``value`` fits it."""
+def check_op(entity: QuotaEntity, key: str, value: float, remove: bool) -> None:
+    """:class:`QuotaError` unless ``key`` applies to ``entity`` and, when setting it, ``value`` fits it."""
     keys = IP_KEYS if entity[0][0] == IP else CLIENT_KEYS
     if key not in keys:
         raise QuotaError(f"{key!r} is not a quota key of {'ip' if keys is IP_KEYS else 'user/client-id'} entities")
-    if keys[key] and abs(value - round(value)) > 1e-6:
+    if not remove and keys[key] and abs(value - round(value)) > 1e-6:
         raise QuotaError(f"{key} must be a whole number, got {value}")
 
 

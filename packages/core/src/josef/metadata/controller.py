@@ -111,10 +111,7 @@ class Controller:
                     if len(set(keys)) != len(keys):
                         raise client_quotas.QuotaError(f"duplicate quota key in {keys}")
                     for key, value, remove in ops:
-                        if not remove:
-                            client_quotas.check_value(entity, key, value)
-                        elif key not in client_quotas.CLIENT_KEYS and key not in client_quotas.IP_KEYS:
-                            raise client_quotas.QuotaError(f"{key!r} is not a quota key")
+                        client_quotas.check_op(entity, key, value, remove)
                 except client_quotas.QuotaError as exc:
                     results.append(str(exc))
                     continue
