@@ -54,6 +54,8 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
              "validate_only": True},
         35: {"topics": None},
         34: {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]},
+        57: {"timeout": 5000, "validate_only": True, "feature_updates": [
+            {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
     }
 
 

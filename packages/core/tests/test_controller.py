@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError
 from josef.metadata.image import MetadataImage
 from josef.metadata.placement import assign_replicas
-from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode
+from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode, random_uuid
 from josef.plugins import get_plugin_manager
 from josef.server_properties import load_config
 
@@ -27,6 +27,9 @@ class MemoryQuorum:
         return len(self.records) - 1
 
 
+INCARNATION = random_uuid()
+
+
 def make(brokers=(1,), **overrides):
     config = load_config(None, overrides, get_plugin_manager(autoload=False))
     quorum = MemoryQuorum()
@@ -34,7 +37,7 @@ def make(brokers=(1,), **overrides):
 
     async def register():
         for b in brokers:
-            await controller.register_broker(b, "x", [Endpoint("PLAINTEXT", "h", 9000 + b)], None)
+            await controller.register_broker(b, random_uuid(), [Endpoint("PLAINTEXT", "h", 9000 + b)], None, {})
 
     anyio.run(register)
     return controller, quorum
@@ -151,9 +154,9 @@ def test_broker_dynamic_config():
 def test_register_broker_is_idempotent():
     controller, quorum = make()
     count = len(quorum.records)
-    run(controller.register_broker, 1, "y", [Endpoint("PLAINTEXT", "h", 9001)], None)
+    run(controller.register_broker, 1, INCARNATION, [Endpoint("PLAINTEXT", "h", 9001)], None, {})
     assert len(quorum.records) == count
-    run(controller.register_broker, 1, "y", [Endpoint("PLAINTEXT", "h", 9999)], None)
+    run(controller.register_broker, 1, INCARNATION, [Endpoint("PLAINTEXT", "h", 9999)], None, {})
     assert quorum.image.brokers[1].endpoints[0].port == 9999
 
 

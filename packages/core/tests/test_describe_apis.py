@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.metadata.records import Endpoint, RegisterBrokerRecord, uuid_from_text
+from josef.metadata.image import BrokerImage
+from josef.metadata.records import Endpoint, random_uuid, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.testing import RawClient
@@ -67,7 +68,7 @@ def test_describe_cluster_unknown_endpoint_type(josef_broker, version, endpoint_
 
 
 def test_describe_cluster_v2_lists_fenced_brokers_only_when_asked(josef_broker):
-    fenced = RegisterBrokerRecord(2, "AAAAAAAAAAAAAAAAAAAAAA", (Endpoint("PLAINTEXT", "elsewhere", 9092),), "r2", True)
+    fenced = BrokerImage(2, (Endpoint("PLAINTEXT", "elsewhere", 9092),), "r2", True, 7, random_uuid()).to_record()
     josef_broker.call(josef_broker.broker.quorum.append, [fenced])
     listed = describe_cluster(josef_broker.port, 2, include_fenced=True).brokers
     assert [(b.broker_id, b.is_fenced, b.rack) for b in listed] == [(1, False, None), (2, True, "r2")]

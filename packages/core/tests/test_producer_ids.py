@@ -47,13 +47,13 @@ def test_blocks_follow_each_other_and_are_recorded():
 
 
 def test_the_image_never_moves_backwards():
-    image, _ = MetadataImage().apply(0, [ProducerIdsRecord(1, -1, 5000)])
-    image, delta = image.apply(1, [ProducerIdsRecord(1, -1, 2000)])
+    image, _ = MetadataImage().apply(0, [ProducerIdsRecord(broker_id=1, broker_epoch=-1, next_producer_id=5000)])
+    image, delta = image.apply(1, [ProducerIdsRecord(broker_id=1, broker_epoch=-1, next_producer_id=2000)])
     assert image.next_producer_id == 5000 and delta.empty
 
 
 def test_an_exhausted_id_space_is_an_error():
-    quorum = MemoryQuorum(MetadataImage().apply(0, [ProducerIdsRecord(1, -1, 2**63 - 10)])[0])
+    quorum = MemoryQuorum(MetadataImage().apply(0, [ProducerIdsRecord(broker_id=1, broker_epoch=-1, next_producer_id=2**63 - 10)])[0])
     with pytest.raises(ControllerError):
         anyio.run(controller_on(quorum).allocate_producer_ids, 1)
 

@@ -5,7 +5,7 @@ from click.testing import CliRunner
 from josef.cli import build_cli
 from josef.config import ConfigError
 from josef.meta_properties import NotFormattedError, check, read
-from josef.metadata.records import ConfigRecord, TopicRecord, random_uuid
+from josef.metadata.records import ConfigRecord, TopicRecord, random_uuid, uuid_from_text
 from josef.plugins import collect, get_plugin_manager
 from josef.server_properties import load_config
 from josef_metadata_kraft.quorum import SingleVoterQuorum
@@ -64,8 +64,10 @@ def test_records_replayed_after_restart(tmp_path):
         storage.close()
         return seen
 
-    topic_id = random_uuid()
-    first = [[TopicRecord("t", topic_id)], [ConfigRecord(2, "t", "retention.ms", "5"), ConfigRecord(4, "", "x", None)]]
+    topic_id = uuid_from_text(random_uuid())
+    first = [[TopicRecord(name="t", topic_id=topic_id)],
+             [ConfigRecord(resource_type=2, resource_name="t", name="retention.ms", value="5"),
+              ConfigRecord(resource_type=4, resource_name="", name="x", value=None)]]
     seen = anyio.run(session, first)
     assert [offset for offset, _ in seen] == [0, 2]
     replayed = anyio.run(session, [])

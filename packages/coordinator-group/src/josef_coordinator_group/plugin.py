@@ -31,3 +31,11 @@ def register_assignors(register: Register) -> None:
 
     for assignor in BUILTIN:
         register(SERVER_PREFIX + assignor.name, assignor)
+
+
+@josef.hookimpl
+def register_features(register: Register) -> None:
+    """``group.version`` 1: the consumer group protocol of KIP-848 is on; josef cannot turn it off."""
+    from josef.metadata.features import SupportedFeature
+
+    register("group.version", SupportedFeature(1, 1, 1))

@@ -25,7 +25,9 @@ from josef.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.log import LogStorage
+from josef.metadata import bootstrap
 from josef.metadata.controller import Controller
+from josef.metadata.features import SupportedFeature
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
@@ -96,6 +98,8 @@ class Broker:
         self.producer_ids: ProducerIdManager
         if config.unknown:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
+        #: The feature levels this node supports (KIP-584), from the ``register_features`` hook.
+        self.features: dict[str, SupportedFeature] = dict(collect(self.pm, "register_features", "feature").items())
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
             config["authorizer.class.name"])(config)
 
@@ -132,8 +136,9 @@ class Broker:
             loaded = True
             async with anyio.create_task_group() as tg:
                 await self._listen(tg)
-                await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(),
-                                                      None)
+                await self.controller.bootstrap(bootstrap.levels(self.config, self.features))
+                await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(), None,
+                                                      self.features)
                 tg.start_soon(self.replicas.run_housekeeping)
                 await tg.start(self.coordinators.run)
                 self.coordinators.on_metadata(MetadataDelta(), self.image)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from josef.authorizer import AllowAll
 from josef.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
+from josef.metadata.features import LATEST_METADATA_VERSION, METADATA_VERSION, METADATA_VERSIONS, SupportedFeature
 
 
 @hookimpl
@@ -16,3 +17,9 @@ def register_configs(register: Register) -> None:
 @hookimpl
 def register_authorizers(register: Register) -> None:
     register("allow-all", AllowAll)
+
+
+@hookimpl
+def register_features(register: Register) -> None:
+    register(METADATA_VERSION, SupportedFeature(min(METADATA_VERSIONS.values()), LATEST_METADATA_VERSION,
+                                                LATEST_METADATA_VERSION))

@@ -153,6 +153,22 @@ def register_client_telemetry(register: Register) -> None:
 
 
 @hookspec
+def register_features(register: Register) -> None:
+    """Declare the feature flags (KIP-584) this plugin implements, with the levels it supports.
+
+    Called when a broker or the ``josef storage`` command is assembled. Call
+    ``register(name, feature)`` with a Kafka feature name
+    (``metadata.version``, ``group.version``, ...) and a
+    :class:`josef.metadata.features.SupportedFeature`: the lowest and highest
+    level this node can run at, and the level a new cluster is formatted
+    with. The broker advertises them in ApiVersions and its registration; the
+    controller refuses an UpdateFeatures level some broker does not support.
+    A feature registered twice is an error naming both plugins. Returns
+    nothing.
+    """
+
+
+@hookspec
 def register_configs(register: Register) -> None:
     """Declare configuration keys.
 

@@ -8,6 +8,9 @@ import click
 
 from josef.config import ConfigError
 from josef.meta_properties import format_dirs, log_dirs, read
+from josef.metadata import bootstrap
+from josef.metadata.features import METADATA_VERSION, FeatureError, release_level
+from josef.plugins import collect, get_plugin_manager
 from josef.metadata.records import random_uuid, uuid_from_text
 from josef.server_properties import load_config
 
@@ -28,8 +31,11 @@ def random_uuid_command() -> None:
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a key of the file.")
 @click.option("-g", "--ignore-formatted", is_flag=True, help="Skip directories that are already formatted.")
-def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...], ignore_formatted: bool) -> None:
-    """Write meta.properties with CLUSTER_ID into every log directory."""
+@click.option("-r", "--release-version", help="The metadata.version to start at, as 4.0 or 4.0-IV3 (default: the latest).")
+@click.option("-f", "--feature", "features", multiple=True, metavar="NAME=LEVEL", help="A feature level to start at.")
+def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...], ignore_formatted: bool,
+                   release_version: str | None, features: tuple[str, ...]) -> None:
+    """Write meta.properties with CLUSTER_ID into every log directory, and the cluster's starting feature levels."""
     try:
         uuid_from_text(cluster_id)
         if len(cluster_id) != 22:
@@ -38,13 +44,33 @@ def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...
         raise click.ClickException(f"cluster id {cluster_id!r} is not a 22-character base64 UUID (josef storage random-uuid)") from None
     try:
         config = load_config(config_path, overrides)
+        levels = _levels(release_version, features)
         written = format_dirs(config, cluster_id, ignore_formatted=ignore_formatted)
-    except ConfigError as exc:
+        if written and levels:
+            bootstrap.write(config, levels)
+    except (ConfigError, FeatureError) as exc:
         raise click.ClickException(str(exc)) from None
     for directory in written:
         click.echo(f"Formatting {directory} with cluster.id {cluster_id}")
     if not written:
         click.echo("All of the log directories are already formatted.")
+
+
+def _levels(release_version: str | None, features: tuple[str, ...]) -> dict[str, int]:
+    """The feature levels asked for, checked against what the installed plugins support."""
+    supported = dict(collect(get_plugin_manager(), "register_features", "feature").items())
+    levels = {name: f.default_level for name, f in supported.items()} if release_version or features else {}
+    if release_version:
+        levels[METADATA_VERSION] = release_level(release_version)
+    for item in features:
+        name, sep, level = item.partition("=")
+        if not sep or not level.strip().lstrip("-").isdigit():
+            raise ConfigError(f"--feature {item!r} is not NAME=LEVEL")
+        if name.strip() == METADATA_VERSION and release_version:
+            raise ConfigError("give metadata.version either with --release-version or with --feature, not both")
+        levels[name.strip()] = int(level)
+    bootstrap.check_levels(levels, supported)
+    return levels
 
 
 @storage.command("info")

@@ -23,8 +23,8 @@ from josef.config import Config, ConfigError
 from josef.log import Log, LogConfig, LogStorage
 from josef.meta_properties import log_dirs, read
 from josef.metadata.quorum import CommitListener, NotControllerError
-from josef.metadata.records import MetadataRecord, decode, encode
-from josef.protocol.records import build_batch, iter_batches, iter_records, validate_and_assign
+from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
+from josef.protocol.records import ConsumerRecord, build_batch, iter_batches, iter_records, validate_and_assign
 from josef.protocol.topic_partition import TopicPartition
 
 METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
@@ -42,6 +42,17 @@ def parse_voters(items: list[str]) -> dict[int, str]:
             raise ConfigError(f"invalid value {item!r} for configuration controller.quorum.voters: not ID@HOST:PORT")
         voters[int(node)] = address
     return voters
+
+
+def _decode(log: Log, record: ConsumerRecord) -> MetadataRecord:
+    try:
+        return decode(record.value or b"")
+    except UnknownRecordError as exc:
+        hint = ""
+        if (record.value or b"").startswith(b"{"):
+            hint = ("; it is a JSON record of a josef release older than Kafka's record format, which this release "
+                    "cannot read: format the log directories again")
+        raise ConfigError(f"metadata log {log.dir}, offset {record.offset}: {exc}{hint}") from None
 
 
 class SingleVoterQuorum:
@@ -89,7 +100,7 @@ class SingleVoterQuorum:
             for pos, header in iter_batches(chunk):
                 if header.last_offset < offset:
                     continue
-                records = [decode(r.value or b"") for r in iter_records(memoryview(chunk)[pos : pos + header.size])]
+                records = [_decode(log, r) for r in iter_records(memoryview(chunk)[pos : pos + header.size])]
                 listener(header.last_offset, records)
                 offset = header.last_offset + 1
 

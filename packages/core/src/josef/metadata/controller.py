@@ -9,6 +9,7 @@ previous one.
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Callable, Mapping, Sequence
 
 import anyio
@@ -20,19 +21,23 @@ from josef.metadata import client_quotas
 from josef.metadata.image import MetadataImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum
+from josef.metadata.features import FeatureError, SupportedFeature, UpgradeType, check_update
+from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
-    ClientQuotaRecord,
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    ClientQuotaRecord,
     ConfigRecord,
+    EntityData,
     Endpoint,
+    FeatureLevelRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
-    RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
     random_uuid,
+    uuid_from_text,
 )
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -67,6 +72,12 @@ class CreatedTopic:
     topic: TopicImage
     replication_factor: int
     configs: Mapping[str, str]
+
+
+def _new_partition(topic_id: uuid.UUID, partition: int, replicas: Sequence[int]) -> PartitionRecord:
+    """A new partition: every replica in sync, the first one leading, epochs at 0 as Kafka starts them."""
+    return PartitionRecord(partition_id=partition, topic_id=topic_id, replicas=tuple(replicas), isr=tuple(replicas),
+                           leader=replicas[0], leader_epoch=0, partition_epoch=0)
 
 
 def validate_topic_name(name: str) -> None:
@@ -115,7 +126,9 @@ class Controller:
                 except client_quotas.QuotaError as exc:
                     results.append(str(exc))
                     continue
-                records += [ClientQuotaRecord(entity, key, 0.0 if remove else value, remove) for key, value, remove in ops]
+                data = tuple(EntityData(entity_type=t, entity_name=n) for t, n in entity)
+                records += [ClientQuotaRecord(entity=data, key=key, value=0.0 if remove else value, remove=remove)
+                            for key, value, remove in ops]
                 results.append(None)
             if not validate_only:
                 await self._commit(records)
@@ -123,12 +136,59 @@ class Controller:
 
     # Brokers ---------------------------------------------------------------
 
-    async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint], rack: str | None) -> None:
-        record = RegisterBrokerRecord(broker_id, incarnation_id, tuple(endpoints), rack, False)
+    async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint],
+                              rack: str | None, features: Mapping[str, SupportedFeature]) -> None:
+        """Record a broker's registration, with the feature levels it supports.
+
+        The broker epoch is above every earlier one (the image's offset plus
+        one), so a fence or unfence naming an older registration is ignored.
+        """
         async with self._lock:
-            current = self._image().brokers.get(broker_id)
-            if current is None or (current.endpoints, current.rack, current.fenced) != (record.endpoints, rack, False):
-                await self._commit([record])
+            image = self._image()
+            current = image.brokers.get(broker_id)
+            supported = {name: (f.min_level, f.max_level) for name, f in features.items()}
+            wanted = (tuple(endpoints), rack, False, supported)
+            if current is not None and (current.endpoints, current.rack, current.fenced, dict(current.features)) == wanted:
+                return
+            for name, level in image.features.items():
+                low, high = supported.get(name, (0, 0))
+                if not low <= level <= high:
+                    raise ControllerError(ErrorCode.unsupported_version,
+                                          f"broker {broker_id} supports {name} {low}-{high}, but the cluster "
+                                          f"has finalized level {level}")
+            broker = BrokerImage(broker_id, tuple(endpoints), rack, False, image.offset + 1, incarnation_id, supported)
+            await self._commit([broker.to_record()])
+
+    # Features --------------------------------------------------------------
+
+    async def bootstrap(self, levels: Mapping[str, int]) -> None:
+        """Finalize the features of a new cluster: Kafka's bootstrap records, written once, before anything else."""
+        async with self._lock:
+            if not self._image().features:
+                await self._commit([FeatureLevelRecord(name=n, feature_level=v) for n, v in sorted(levels.items()) if v > 0])
+
+    async def update_features(self, updates: Sequence[tuple[str, int, UpgradeType]],
+                              supported: Mapping[str, SupportedFeature], validate_only: bool) -> None:
+        """Kafka's UpdateFeatures: every update is checked first, and all are applied or none.
+
+        Raises :class:`ControllerError` (INVALID_UPDATE_VERSION, or
+        INVALID_REQUEST for a feature named twice) with Kafka's message.
+        """
+        names = [name for name, _, _ in updates]
+        if len(set(names)) != len(names):
+            raise ControllerError(ErrorCode.invalid_request, "The request contains multiple updates for the same feature.")
+        async with self._lock:
+            image = self._image()
+            brokers = {b: info.features for b, info in image.brokers.items() if not info.fenced}
+            records: list[MetadataRecord] = []
+            for name, level, upgrade_type in updates:
+                try:
+                    check_update(name, level, upgrade_type, image.features.get(name, 0), supported, brokers)
+                except FeatureError as exc:
+                    raise ControllerError(ErrorCode.invalid_update_version, str(exc)) from None
+                records.append(FeatureLevelRecord(name=name, feature_level=max(level, 0)))
+            if not validate_only:
+                await self._commit(records)
 
     # Producer ids ----------------------------------------------------------
 
@@ -145,7 +205,8 @@ class Controller:
             first = self._image().next_producer_id
             if first > INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
                 raise ControllerError(ErrorCode.unknown_server_error, "the producer id space is exhausted")
-            await self._commit([ProducerIdsRecord(broker_id, broker_epoch, first + PRODUCER_ID_BLOCK_SIZE)])
+            await self._commit([ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch,
+                                                  next_producer_id=first + PRODUCER_ID_BLOCK_SIZE)])
             return ProducerIdBlock(broker_id, first, PRODUCER_ID_BLOCK_SIZE)
 
     # Topics ----------------------------------------------------------------
@@ -176,10 +237,11 @@ class Controller:
                                           f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide in metric names)")
             live = [b for b, info in image.brokers.items() if not info.fenced]
             replicas = self._place(live, num_partitions, replication_factor, assignments)
-            topic_id = random_uuid()
-            records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
-            records += [PartitionRecord(topic_id, p, r, r, r[0]) for p, r in enumerate(replicas)]
-            records += [ConfigRecord(TOPIC_RESOURCE, name, k, v) for k, v in sorted(configs.items())]
+            topic_id = uuid_from_text(random_uuid())
+            records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
+            records += [_new_partition(topic_id, p, r) for p, r in enumerate(replicas)]
+            records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
+                        for k, v in sorted(configs.items())]
             if not validate_only:
                 await self._commit(records)
                 topic = self._image().topics[name]
@@ -227,7 +289,7 @@ class Controller:
                 if name is None:
                     raise ControllerError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
                 raise ControllerError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-            await self._commit([RemoveTopicRecord(topic.topic_id)])
+            await self._commit([RemoveTopicRecord(topic_id=uuid_from_text(topic.topic_id))])
             return topic
 
     async def create_partitions(self, name: str, count: int, assignments: Sequence[Sequence[int]] | None,
@@ -255,7 +317,8 @@ class Controller:
                 if factor > len(live):
                     raise ControllerError(ErrorCode.invalid_replication_factor, "not enough live brokers")
                 new = assign_replicas(live, count - current, factor, first_partition=current)
-            records = [PartitionRecord(topic.topic_id, current + i, r, r, r[0]) for i, r in enumerate(new)]
+            topic_id = uuid_from_text(topic.topic_id)
+            records = [_new_partition(topic_id, current + i, r) for i, r in enumerate(new)]
             if not validate_only:
                 await self._commit(records)
 
@@ -306,8 +369,10 @@ class Controller:
                         key.parse(wanted[name])
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-            records = [ConfigRecord(resource_type, resource_name, k, v) for k, v in sorted(wanted.items()) if current.get(k) != v]
-            records += [ConfigRecord(resource_type, resource_name, k, None) for k in sorted(current) if k not in wanted]
+            records = [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
+                       for k, v in sorted(wanted.items()) if current.get(k) != v]
+            records += [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=None)
+                        for k in sorted(current) if k not in wanted]
             if not validate_only:
                 await self._commit(records)
 

@@ -8,22 +8,38 @@ ZooKeeper) produced the records.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import attrs
 
 from josef.metadata.records import (
+    NO_LEADER_CHANGE,
+    SECURITY_PROTOCOLS,
+    TOPIC_RESOURCE,
+    BrokerEndpoint,
+    BrokerFeature,
+    BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    EntityData,
     Endpoint,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     QuotaEntity,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+    uuid_from_text,
+    uuid_to_text,
 )
+
+_PROTOCOL_NAMES = {v: k for k, v in SECURITY_PROTOCOLS.items()}
 
 
 @attrs.frozen
@@ -32,9 +48,33 @@ class BrokerImage:
     endpoints: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool
+    #: Assigned by the controller at registration; fences and unfences name it.
+    epoch: int = -1
+    incarnation_id: str = ""
+    #: ``(min, max)`` levels of each feature the broker supports, from its registration.
+    features: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+    in_controlled_shutdown: bool = False
 
     def endpoint(self, listener: str) -> Endpoint | None:
         return next((e for e in self.endpoints if e.name == listener), None)
+
+    @classmethod
+    def from_record(cls, record: RegisterBrokerRecord) -> BrokerImage:
+        endpoints = tuple(Endpoint(e.name, e.host, e.port, _PROTOCOL_NAMES.get(e.security_protocol, "PLAINTEXT"))
+                          for e in record.end_points)
+        features = {f.name: (f.min_supported_version, f.max_supported_version) for f in record.features}
+        return cls(record.broker_id, endpoints, record.rack, record.fenced, record.broker_epoch,
+                   uuid_to_text(record.incarnation_id), features, record.in_controlled_shutdown)
+
+    def to_record(self) -> RegisterBrokerRecord:
+        return RegisterBrokerRecord(
+            broker_id=self.broker_id, incarnation_id=uuid_from_text(self.incarnation_id), broker_epoch=self.epoch,
+            end_points=tuple(BrokerEndpoint(name=e.name, host=e.host, port=e.port,
+                                            security_protocol=SECURITY_PROTOCOLS[e.security_protocol])
+                             for e in self.endpoints),
+            features=tuple(BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                           for n, (lo, hi) in sorted(self.features.items())),
+            rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown)
 
 
 @attrs.frozen
@@ -44,6 +84,16 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int
+
+    def merge(self, change: PartitionChangeRecord) -> PartitionImage:
+        """This partition after ``change``: Kafka's PartitionRegistration.merge for the fields josef keeps."""
+        leader, leader_epoch = self.leader, self.leader_epoch
+        if change.leader != NO_LEADER_CHANGE:
+            leader, leader_epoch = change.leader, leader_epoch + 1
+        return PartitionImage(
+            self.replicas if change.replicas is None else change.replicas,
+            self.isr if change.isr is None else change.isr,
+            leader, leader_epoch, self.partition_epoch + 1)
 
 
 @attrs.frozen
@@ -64,11 +114,13 @@ class MetadataDelta:
     #: (resource type, resource name) of configs that changed.
     changed_configs: tuple[tuple[int, str], ...] = ()
     changed_brokers: tuple[int, ...] = ()
+    #: Names of features whose finalized level changed.
+    changed_features: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions
-                    or self.changed_configs or self.changed_brokers)
+                    or self.changed_configs or self.changed_brokers or self.changed_features)
 
 
 @attrs.frozen
@@ -82,6 +134,8 @@ class MetadataImage:
     next_producer_id: int = 0
     #: Client quotas by entity (ClientQuotaRecord): {entity: {quota key: value}}.
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = attrs.field(factory=dict)
+    #: Finalized feature levels above 0 (FeatureLevelRecord), ``metadata.version`` among them.
+    features: Mapping[str, int] = attrs.field(factory=dict)
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -91,61 +145,149 @@ class MetadataImage:
         return self.configs.get((resource_type, name), {})
 
     def apply(self, offset: int, records: Iterable[MetadataRecord]) -> tuple[MetadataImage, MetadataDelta]:
-        """The image after ``records`` (committed at ``offset``), and what changed."""
-        brokers = dict(self.brokers)
-        topics = dict(self.topics)
-        names = dict(self.topic_names)
-        configs = dict(self.configs)
-        created: dict[str, TopicImage] = {}
-        deleted: list[TopicImage] = []
-        changed_partitions: list[tuple[str, int]] = []
-        changed_configs: list[tuple[int, str]] = []
-        changed_brokers: list[int] = []
-        next_producer_id = self.next_producer_id
-        quotas = dict(self.client_quotas)
+        """The image after ``records`` (committed at ``offset``), and what changed.
+
+        Only what the records touch is copied: a commit that changes one
+        partition copies that topic's partition map once, however many
+        partitions the cluster has.
+        """
+        builder = _Builder(self)
         for record in records:
-            if isinstance(record, RegisterBrokerRecord):
-                brokers[record.broker_id] = BrokerImage(record.broker_id, record.endpoints, record.rack, record.fenced)
-                changed_brokers.append(record.broker_id)
-            elif isinstance(record, TopicRecord):
-                topics[record.name] = TopicImage(record.name, record.topic_id, {})
-                names[record.topic_id] = record.name
-                created[record.name] = topics[record.name]
-            elif isinstance(record, PartitionRecord):
-                topic = topics[names[record.topic_id]]
-                partition = PartitionImage(record.replicas, record.isr, record.leader,
-                                           record.leader_epoch, record.partition_epoch)
-                topics[topic.name] = topic = attrs.evolve(
-                    topic, partitions={**topic.partitions, record.partition_id: partition})
-                if topic.name in created:
-                    created[topic.name] = topic
-                changed_partitions.append((topic.name, record.partition_id))
-            elif isinstance(record, RemoveTopicRecord):
-                name = names.pop(record.topic_id)
-                deleted.append(topics.pop(name))
-                created.pop(name, None)
-                configs.pop((2, name), None)
-            elif isinstance(record, ConfigRecord):
-                key = (record.resource_type, record.resource_name)
-                values = dict(configs.get(key, {}))
-                if record.value is None:
-                    values.pop(record.name, None)
-                else:
-                    values[record.name] = record.value
-                configs[key] = values
-                changed_configs.append(key)
-            elif isinstance(record, ProducerIdsRecord):
-                # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
-                next_producer_id = max(next_producer_id, record.next_producer_id)
-            elif isinstance(record, ClientQuotaRecord):
-                values = {k: v for k, v in quotas.get(record.entity, {}).items() if k != record.key}
-                if not record.remove:
-                    values[record.key] = record.value
-                if values:
-                    quotas[record.entity] = values
-                else:
-                    quotas.pop(record.entity, None)
-        image = MetadataImage(offset, brokers, topics, names, configs, next_producer_id, quotas)
-        delta = MetadataDelta(tuple(created.values()), tuple(deleted), tuple(changed_partitions),
-                              tuple(dict.fromkeys(changed_configs)), tuple(dict.fromkeys(changed_brokers)))
+            builder.apply(record)
+        return builder.build(offset)
+
+    def records(self) -> Iterator[MetadataRecord]:
+        """Records that rebuild this image from nothing: what a metadata snapshot holds."""
+        for name, level in sorted(self.features.items()):
+            yield FeatureLevelRecord(name=name, feature_level=level)
+        for broker in self.brokers.values():
+            yield broker.to_record()
+        for topic in self.topics.values():
+            topic_id = uuid_from_text(topic.topic_id)
+            yield TopicRecord(name=topic.name, topic_id=topic_id)
+            for partition_id, p in topic.partitions.items():
+                yield PartitionRecord(partition_id=partition_id, topic_id=topic_id, replicas=p.replicas, isr=p.isr,
+                                      leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch)
+        for (resource_type, resource_name), values in self.configs.items():
+            for name, value in values.items():
+                yield ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=name, value=value)
+        for entity, values in self.client_quotas.items():
+            for key, value in values.items():
+                yield ClientQuotaRecord(entity=tuple(EntityData(entity_type=t, entity_name=n) for t, n in entity),
+                                        key=key, value=value)
+        if self.next_producer_id:
+            yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id)
+
+
+class _Builder:
+    """Applies records to copies of only the parts of an image they change."""
+
+    def __init__(self, base: MetadataImage) -> None:
+        self.base = base
+        self.brokers = dict(base.brokers)
+        self.topics = dict(base.topics)
+        self.names = dict(base.topic_names)
+        self.configs = dict(base.configs)
+        self.quotas = dict(base.client_quotas)
+        self.features = dict(base.features)
+        self.next_producer_id = base.next_producer_id
+        #: Partition maps copied in this commit, by topic name; frozen into topics at the end.
+        self.partitions: dict[str, dict[int, PartitionImage]] = {}
+        self.created: dict[str, None] = {}
+        self.deleted: list[TopicImage] = []
+        self.changed_partitions: list[tuple[str, int]] = []
+        self.changed_configs: dict[tuple[int, str], None] = {}
+        self.changed_brokers: dict[int, None] = {}
+        self.changed_features: dict[str, None] = {}
+
+    def _partitions_of(self, topic_id: str) -> tuple[str, dict[int, PartitionImage]]:
+        name = self.names[topic_id]
+        partitions = self.partitions.get(name)
+        if partitions is None:
+            partitions = self.partitions[name] = dict(self.topics[name].partitions)
+        return name, partitions
+
+    def _broker(self, broker_id: int, epoch: int, **changes: object) -> None:
+        broker = self.brokers.get(broker_id)
+        if broker is not None and (epoch == -1 or broker.epoch == epoch):
+            self.brokers[broker_id] = attrs.evolve(broker, **changes)
+            self.changed_brokers[broker_id] = None
+
+    def apply(self, record: MetadataRecord) -> None:  # noqa: C901 - one branch per record type
+        if isinstance(record, PartitionRecord):
+            name, partitions = self._partitions_of(uuid_to_text(record.topic_id))
+            partitions[record.partition_id] = PartitionImage(record.replicas, record.isr, record.leader,
+                                                             record.leader_epoch, record.partition_epoch)
+            self.changed_partitions.append((name, record.partition_id))
+        elif isinstance(record, PartitionChangeRecord):
+            name, partitions = self._partitions_of(uuid_to_text(record.topic_id))
+            partitions[record.partition_id] = partitions[record.partition_id].merge(record)
+            self.changed_partitions.append((name, record.partition_id))
+        elif isinstance(record, TopicRecord):
+            topic_id = uuid_to_text(record.topic_id)
+            self.topics[record.name] = TopicImage(record.name, topic_id, {})
+            self.names[topic_id] = record.name
+            self.partitions[record.name] = {}
+            self.created[record.name] = None
+        elif isinstance(record, RemoveTopicRecord):
+            name = self.names.pop(uuid_to_text(record.topic_id))
+            self.partitions.pop(name, None)
+            self.deleted.append(self.topics.pop(name))
+            self.created.pop(name, None)
+            self.configs.pop((TOPIC_RESOURCE, name), None)
+        elif isinstance(record, ConfigRecord):
+            key = (record.resource_type, record.resource_name)
+            values = dict(self.configs.get(key, {}))
+            if record.value is None:
+                values.pop(record.name, None)
+            else:
+                values[record.name] = record.value
+            self.configs[key] = values
+            self.changed_configs[key] = None
+        elif isinstance(record, RegisterBrokerRecord):
+            self.brokers[record.broker_id] = BrokerImage.from_record(record)
+            self.changed_brokers[record.broker_id] = None
+        elif isinstance(record, UnregisterBrokerRecord):
+            broker = self.brokers.get(record.broker_id)
+            if broker is not None and broker.epoch == record.broker_epoch:
+                del self.brokers[record.broker_id]
+                self.changed_brokers[record.broker_id] = None
+        elif isinstance(record, FenceBrokerRecord):
+            self._broker(record.id, record.epoch, fenced=True)
+        elif isinstance(record, UnfenceBrokerRecord):
+            self._broker(record.id, record.epoch, fenced=False)
+        elif isinstance(record, BrokerRegistrationChangeRecord):
+            changes: dict[str, object] = {}
+            if record.fenced:
+                changes["fenced"] = record.fenced == 1
+            if record.in_controlled_shutdown:
+                changes["in_controlled_shutdown"] = True
+            self._broker(record.broker_id, record.broker_epoch, **changes)
+        elif isinstance(record, FeatureLevelRecord):
+            if record.feature_level > 0:
+                self.features[record.name] = record.feature_level
+            else:
+                self.features.pop(record.name, None)
+            self.changed_features[record.name] = None
+        elif isinstance(record, ProducerIdsRecord):
+            # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
+            self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+        elif isinstance(record, ClientQuotaRecord):
+            entity: QuotaEntity = tuple(sorted((e.entity_type, e.entity_name) for e in record.entity))
+            values = {k: v for k, v in self.quotas.get(entity, {}).items() if k != record.key}
+            if not record.remove:
+                values[record.key] = record.value
+            if values:
+                self.quotas[entity] = values
+            else:
+                self.quotas.pop(entity, None)
+
+    def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
+        for name, partitions in self.partitions.items():
+            self.topics[name] = attrs.evolve(self.topics[name], partitions=partitions)
+        image = MetadataImage(offset, self.brokers, self.topics, self.names, self.configs, self.next_producer_id,
+                              self.quotas, self.features)
+        delta = MetadataDelta(
+            tuple(self.topics[name] for name in self.created), tuple(self.deleted), tuple(self.changed_partitions),
+            tuple(self.changed_configs), tuple(self.changed_brokers), tuple(self.changed_features))
         return image, delta

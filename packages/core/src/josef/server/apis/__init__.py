@@ -9,6 +9,7 @@ from josef.server.apis import (
     client_quotas,
     cluster,
     configs,
+    features,
     fetch,
     log_dirs,
     offsets,
@@ -43,6 +44,7 @@ CORE_APIS = (
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
+    (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
 )
 
 #: Client telemetry (KIP-714): advertised, as Kafka does, only when a receiver is installed, so

@@ -1,0 +1,108 @@
+"""Feature flags (KIP-584): the levels this node supports and the rules for finalizing them.
+
+A feature's finalized level lives in the metadata log (FeatureLevelRecord);
+``metadata.version`` says which metadata records the cluster writes. josef
+writes the records of Kafka 4.0, so it runs at Kafka's 4.0 metadata versions
+and no lower: claiming an older level would promise records it does not
+write. Plugins declare the features they implement through the
+``register_features`` hook; the controller refuses a level that any
+registered broker does not support, as Kafka's FeatureControlManager does.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Mapping
+
+import attrs
+
+METADATA_VERSION = "metadata.version"
+#: Kafka's MetadataVersion levels josef can run at, by the name Kafka's tools print.
+METADATA_VERSIONS = {"4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25}
+#: Levels whose metadata records changed (Kafka's ``didMetadataChange``): a downgrade across one may lose metadata.
+_METADATA_CHANGED = frozenset({23})
+#: The level ``--release-version 4.0`` and a first start choose: Kafka 4.0's latest.
+LATEST_METADATA_VERSION = 25
+
+
+class UpgradeType(IntEnum):
+    """UpdateFeatures' upgrade types (v1+; v0's AllowDowngrade means SAFE_DOWNGRADE)."""
+
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2
+    UNSAFE_DOWNGRADE = 3
+
+
+@attrs.frozen
+class SupportedFeature:
+    """The levels of one feature this node can run at, and the one a new cluster starts with."""
+
+    min_level: int
+    max_level: int
+    default_level: int
+
+    def __attrs_post_init__(self) -> None:
+        if not self.min_level <= self.default_level <= self.max_level:
+            raise ValueError(f"default level {self.default_level} is outside {self.min_level}-{self.max_level}")
+
+
+class FeatureError(Exception):
+    """An update Kafka would refuse with INVALID_UPDATE_VERSION; the message is Kafka's."""
+
+
+def release_level(release: str) -> int:
+    """The metadata.version level of a release name (``4.0`` or ``4.0-IV3``), as ``--release-version`` takes it."""
+    if release in METADATA_VERSIONS:
+        return METADATA_VERSIONS[release]
+    levels = [level for name, level in METADATA_VERSIONS.items() if name.split("-")[0] == release]
+    if not levels:
+        raise FeatureError(f"unknown metadata.version {release!r}; josef supports {', '.join(METADATA_VERSIONS)}")
+    return max(levels)
+
+
+def release_name(level: int) -> str:
+    return next((name for name, value in METADATA_VERSIONS.items() if value == level), f"level {level}")
+
+
+def check_update(
+    name: str,
+    level: int,
+    upgrade_type: UpgradeType,
+    current: int,
+    supported: Mapping[str, SupportedFeature],
+    brokers: Mapping[int, Mapping[str, tuple[int, int]]],
+) -> None:
+    """Raise :class:`FeatureError` unless ``name`` may move from ``current`` to ``level``.
+
+    ``brokers`` maps each registered broker to the ``(min, max)`` levels it
+    supports by feature. A level below 1 disables the feature.
+    """
+    feature = supported.get(name)
+    if feature is None:
+        raise FeatureError(f"The controller does not support the given {name} feature.")
+    if upgrade_type not in UpgradeType.__members__.values():
+        raise FeatureError(f"Unknown upgrade type {int(upgrade_type)}.")
+    target = max(level, 0)
+    if target != 0 and not feature.min_level <= target <= feature.max_level:
+        raise FeatureError(f"Invalid update version {target} for feature {name}. Local controller supports versions "
+                           f"{feature.min_level}-{feature.max_level}")
+    for broker_id, ranges in sorted(brokers.items()):
+        low, high = ranges.get(name, (0, 0))
+        if target != 0 and not low <= target <= high:
+            raise FeatureError(f"Invalid update version {target} for feature {name}. Broker {broker_id} only supports "
+                               f"versions {low}-{high}")
+    if target < current:
+        if upgrade_type == UpgradeType.UPGRADE:
+            raise FeatureError("Can't downgrade the version of this feature without setting the upgrade type to "
+                               "either safe or unsafe downgrade.")
+        if name == METADATA_VERSION:
+            if target < 1:
+                raise FeatureError("The metadata.version feature cannot be disabled.")
+            if any(target < changed <= current for changed in _METADATA_CHANGED):
+                if upgrade_type == UpgradeType.SAFE_DOWNGRADE:
+                    raise FeatureError(f"Invalid metadata.version {target}. Refusing to perform the requested "
+                                       f"downgrade because it might delete metadata information.")
+                raise FeatureError(f"Invalid metadata.version {target}. Unsafe metadata downgrade is not supported "
+                                   f"in this version.")
+    elif target > current and upgrade_type != UpgradeType.UPGRADE:
+        raise FeatureError("Can't downgrade to a newer version.")
