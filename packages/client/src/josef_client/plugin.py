@@ -37,5 +37,7 @@ def register_assignors(register: Register) -> None:
 def register_commands(cli: click.Group) -> None:
     """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups."""
     from josef_client.commands import register
+    from josef_client.commands.dump_log import dump_log
 
     register(cli)
+    cli.add_command(dump_log)
