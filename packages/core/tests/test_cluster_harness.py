@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import signal
 import socket
-from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode as E
