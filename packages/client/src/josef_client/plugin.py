@@ -38,6 +38,8 @@ def register_commands(cli: click.Group) -> None:
     """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups."""
     from josef_client.commands import register
     from josef_client.commands.dump_log import dump_log
+    from josef_client.commands.metadata_quorum import metadata_quorum
 
     register(cli)
     cli.add_command(dump_log)
+    cli.add_command(metadata_quorum)
