@@ -350,7 +350,12 @@ class NodeProcess:
         """Wait until the node logs that it is ready; on a timeout or an early exit, kill it and raise with its log."""
         if self._wait_for(self._ready_line, self.start_timeout if timeout is None else timeout):
             return self
-        exited = self.proc.poll() if self.proc is not None else None
+        exited = None
+        if self.proc is not None:
+            try:  # output ended: the process is exiting, and its status comes a moment after its pipe closes
+                exited = self.proc.wait(timeout=10) if self._ended else self.proc.poll()
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
         why = f"exited with status {exited}" if exited is not None else "did not become ready in time"
         raise RuntimeError(f"josef node {self.node_id} ({','.join(self.roles)}) {why}; its log ends:\n{self.tail(60)}")
