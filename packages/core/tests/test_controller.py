@@ -15,6 +15,8 @@ from josef.server_properties import load_config
 class MemoryQuorum:
     """Commits at once; the quorum contract without storage."""
 
+    controller_id = 1  # this node leads
+
     def __init__(self):
         self.image = MetadataImage()
         self.records = []
@@ -37,7 +39,8 @@ def make(brokers=(1,), **overrides):
 
     async def register():
         for b in brokers:
-            await controller.register_broker(b, random_uuid(), [Endpoint("PLAINTEXT", "h", 9000 + b)], None, {})
+            epoch = await controller.register_broker(b, random_uuid(), [Endpoint("PLAINTEXT", "h", 9000 + b)], None, {})
+            await controller.broker_heartbeat(b, epoch, quorum.image.offset, False, False)
 
     anyio.run(register)
     return controller, quorum
@@ -151,13 +154,81 @@ def test_broker_dynamic_config():
     assert quorum.image.config(BROKER_RESOURCE, "") == {"log.retention.ms": "99"}
 
 
-def test_register_broker_is_idempotent():
+def test_a_registered_broker_is_fenced_until_it_catches_up():
+    controller, quorum = make(brokers=())
+    epoch = run(controller.register_broker, 1, INCARNATION, [Endpoint("PLAINTEXT", "h", 9001)], None, {})
+    assert quorum.image.brokers[1].fenced and quorum.image.brokers[1].epoch == epoch
+    registered_at = quorum.image.offset
+    # Behind its own registration: stays fenced.
+    assert run(controller.broker_heartbeat, 1, epoch, registered_at - 1, False, False) == (False, True, False)
+    assert run(controller.broker_heartbeat, 1, epoch, registered_at, False, False) == (True, False, False)
+    assert not quorum.image.brokers[1].fenced
+    # Registering again (a restart) is a new, higher epoch; the old one is stale.
+    again = run(controller.register_broker, 1, random_uuid(), [Endpoint("PLAINTEXT", "h", 9999)], None, {})
+    assert again > epoch and quorum.image.brokers[1].endpoints[0].port == 9999
+    with pytest.raises(ControllerError) as stale:
+        run(controller.broker_heartbeat, 1, epoch, quorum.image.offset, False, False)
+    assert stale.value.code == ErrorCode.stale_broker_epoch
+    with pytest.raises(ControllerError) as unknown:
+        run(controller.broker_heartbeat, 7, 1, 0, False, False)
+    assert unknown.value.code == ErrorCode.broker_id_not_registered
+
+
+def test_a_broker_without_the_finalized_features_is_refused():
+    controller, quorum = make(brokers=())
+    run(controller.bootstrap, {"metadata.version": 25})
+    with pytest.raises(ControllerError) as refused:
+        run(controller.register_broker, 1, INCARNATION, [], None, {"metadata.version": (22, 24)})
+    assert refused.value.code == ErrorCode.unsupported_version and "finalized version 25" in refused.value.message
+
+
+def test_silent_brokers_are_fenced_and_lose_leadership_then_take_it_back():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2))
+    controller.heartbeats._clock = lambda: now[0]
+    controller.activate()
+    run(controller.create_topic, "t", assignments={0: [2, 1]})
+    run(controller.create_topic, "u", assignments={0: [2]})
+    now[0] = 5.0
+    run(controller.broker_heartbeat, 1, quorum.image.brokers[1].epoch, quorum.image.offset, False, False)
+    assert run(controller.fence_expired_brokers) == []
+    now[0] = 9.5  # broker 2's session (9 s) ran out; broker 1 heartbeat 4.5 s ago
+    assert run(controller.fence_expired_brokers) == [2]
+    t, u = (quorum.image.topics[name].partitions[0] for name in "tu")
+    assert quorum.image.brokers[2].fenced
+    assert (t.leader, t.isr, t.leader_epoch) == (1, (1,), 1)  # leadership moved to the other in-sync replica
+    assert (u.leader, u.isr, u.leader_epoch) == (-1, (2,), 1)  # the last in-sync replica stays in the ISR
+    epoch = quorum.image.brokers[2].epoch
+    run(controller.broker_heartbeat, 2, epoch, quorum.image.offset, False, False)
+    u = quorum.image.topics["u"].partitions[0]
+    assert not quorum.image.brokers[2].fenced and (u.leader, u.leader_epoch) == (2, 2)
+
+
+def test_a_stalled_controller_renews_sessions_instead_of_fencing_everyone():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2))
+    controller.heartbeats._clock = lambda: now[0]
+    controller.activate()
+    now[0] = 60.0  # no sweep for a minute: the controller's loop was blocked, not the brokers
+    assert run(controller.fence_expired_brokers) == []
+    assert not any(b.fenced for b in quorum.image.brokers.values())
+
+
+def test_controlled_shutdown_moves_leadership_then_lets_the_broker_stop():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    epoch = quorum.image.brokers[1].epoch
+    assert run(controller.broker_heartbeat, 1, epoch, quorum.image.offset, False, True) == (True, True, True)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr) == (2, (2,)) and quorum.image.brokers[1].in_controlled_shutdown
+
+
+def test_only_the_active_controller_decides():
     controller, quorum = make()
-    count = len(quorum.records)
-    run(controller.register_broker, 1, INCARNATION, [Endpoint("PLAINTEXT", "h", 9001)], None, {})
-    assert len(quorum.records) == count
-    run(controller.register_broker, 1, INCARNATION, [Endpoint("PLAINTEXT", "h", 9999)], None, {})
-    assert quorum.image.brokers[1].endpoints[0].port == 9999
+    quorum.controller_id = 2
+    with pytest.raises(ControllerError) as refused:
+        run(controller.create_topic, "t")
+    assert refused.value.code == ErrorCode.not_controller
 
 
 def test_placement_spreads_leaders_and_replicas():

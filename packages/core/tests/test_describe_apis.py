@@ -16,6 +16,12 @@ BROKERS, CONTROLLERS = 1, 2
 TWO_LISTENERS = pytest.mark.josef_config(listeners="PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0")
 
 
+def ports(josef_broker) -> tuple[int, int]:
+    """The PLAINTEXT and CONTROLLER listeners' ports."""
+    bound = {b.name: b.port for b in josef_broker.broker.bound}
+    return bound["PLAINTEXT"], bound["CONTROLLER"]
+
+
 def create_topics(client: RawClient, partitions: dict[str, int]) -> None:
     response = client.call(ApiKey.CREATE_TOPICS, 7, {"timeout": 10000, "validate_only": False, "topics": [
         {"name": name, "num_partitions": count, "replication_factor": 1, "assignments": [], "configs": []}
@@ -35,7 +41,7 @@ def describe_cluster(port: int, version: int, endpoint_type: int = BROKERS, incl
 @TWO_LISTENERS
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_describe_cluster_brokers_on_a_broker_listener(josef_broker, version):
-    broker_port, controller_port = (b.port for b in josef_broker.broker.bound)
+    broker_port, controller_port = ports(josef_broker)
     answer = describe_cluster(broker_port, version)
     assert (answer.error_code, answer.controller_id, answer.cluster_id) == (E.none, 1, josef_broker.broker.cluster_id)
     assert [(b.broker_id, b.host, b.port) for b in answer.brokers] == [(1, "127.0.0.1", broker_port)]
@@ -50,7 +56,7 @@ def test_describe_cluster_brokers_on_a_broker_listener(josef_broker, version):
 @TWO_LISTENERS
 @pytest.mark.parametrize("version", [1, 2])
 def test_describe_cluster_controllers_only_on_a_controller_listener(josef_broker, version):
-    broker_port, controller_port = (b.port for b in josef_broker.broker.bound)
+    broker_port, controller_port = ports(josef_broker)
     answer = describe_cluster(controller_port, version, CONTROLLERS)
     assert (answer.error_code, answer.endpoint_type, answer.controller_id) == (E.none, CONTROLLERS, 1)
     assert [(b.broker_id, b.host, b.port) for b in answer.brokers] == [(1, "127.0.0.1", controller_port)]

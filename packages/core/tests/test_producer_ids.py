@@ -15,6 +15,8 @@ from josef.server_properties import load_config
 class MemoryQuorum:
     """Commits at once, through the records' encoding, as the metadata log would."""
 
+    controller_id = 1  # this node leads
+
     def __init__(self, image=None):
         self.image = image or MetadataImage()
         self.commits = 0

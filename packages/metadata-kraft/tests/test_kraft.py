@@ -57,9 +57,10 @@ def test_records_replayed_after_restart(tmp_path):
         storage = storage_for(config)
         quorum = SingleVoterQuorum(config, storage)
         seen = []
-        await quorum.start(lambda offset, batch: seen.append((offset, list(batch))))
-        for batch in records:
-            await quorum.append(batch)
+        async with anyio.create_task_group() as tg:
+            await quorum.start(lambda offset, batch: seen.append((offset, list(batch))), tg)
+            for batch in records:
+                await quorum.append(batch)
         await quorum.close()
         storage.close()
         return seen

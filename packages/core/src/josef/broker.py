@@ -1,9 +1,17 @@
-"""A josef broker: assembled from plugins, run on one event loop.
+"""A josef node: a broker, a controller or both (``process.roles``), assembled from plugins, on one event loop.
 
 :class:`Broker` wires the selected log storage and metadata quorum to the
 replica manager, the controller and the network listeners. It is what
 ``josef server start`` runs and what the ``josef_broker`` pytest fixture
 starts in a background thread.
+
+Listeners named in ``controller.listener.names`` serve the controller's
+APIs (and the quorum's own, such as Raft's); the others serve clients.
+Every node holds the metadata image the quorum's committed records build.
+The broker part reaches the active controller only through its
+:class:`josef.controller_channel.ControllerChannel` (registration,
+heartbeats, producer ids, forwarded admin requests); the controller part
+decides while its quorum names this node the active controller.
 """
 
 from __future__ import annotations
@@ -18,30 +26,36 @@ import anyio
 import anyio.abc
 import attrs
 import pluggy
+from kio.schema.errors import ErrorCode
 
 from josef import meta_properties
 from josef.authorizer import Authorizer
+from josef.broker_lifecycle import BrokerLifecycle
+from josef.controller_channel import ControllerChannel
 from josef.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.log import LogStorage
 from josef.metadata import bootstrap
-from josef.metadata.controller import Controller
+from josef.metadata.controller import Controller, ControllerError, ProducerIdBlock
 from josef.metadata.features import SupportedFeature
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.quorum import MetadataQuorum
-from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord, random_uuid
+from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord
 from josef.plugins import collect, get_plugin_manager
 from josef.producer_ids import ProducerIdManager
 from josef.protocol.api_keys import ApiKey
 from josef.replica_manager import ReplicaManager
 from josef.server import network
-from josef.server.apis import register_core_apis
+from josef.server.apis import register_broker_apis, register_controller_apis
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
 from josef.telemetry import ClientTelemetry
 
 log = logging.getLogger(__name__)
+
+#: How often the active controller looks for brokers whose session ran out.
+CONTROLLER_SWEEP_S = 0.5
 
 
 @attrs.frozen
@@ -74,16 +88,23 @@ class Broker:
         self.static_config = config
         self.config = config
         self.node_id: int = config["node.id"]
+        self.is_broker = "broker" in config["process.roles"]
+        self.is_controller = "controller" in config["process.roles"]
         self.auto_format = auto_format
         self.image = MetadataImage()
         self.started_at = time.monotonic()
         #: Where each listener really listens (a configured port 0 becomes the chosen one).
         self.bound: list[Listener] = []
         self.ready = anyio.Event()
+        #: Client-facing APIs (broker listeners) and the controller's (controller listeners, or in-process).
         self.dispatcher = Dispatcher(self)
+        self.controller_dispatcher = Dispatcher(self)
         self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
-        register_core_apis(self.dispatcher, telemetry_receivers=bool(self.telemetry.receivers))
-        factories = collect(self.pm, "register_coordinators", "coordinator")
+        if self.is_broker:
+            register_broker_apis(self.dispatcher, telemetry_receivers=bool(self.telemetry.receivers))
+        if self.is_controller:
+            register_controller_apis(self.controller_dispatcher)
+        factories = collect(self.pm, "register_coordinators", "coordinator") if self.is_broker else {}
         self.coordinators = CoordinatorRuntime(self, {name: factory(self) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
             for key, handler, low, high in coordinator.apis():
@@ -93,9 +114,12 @@ class Broker:
         self._listeners: list[Any] = []
         self.storage: LogStorage
         self.quorum: MetadataQuorum
-        self.controller: Controller
+        #: The controller part; None on a broker-only node.
+        self.controller: Controller | None = None
+        self.channel = ControllerChannel(self)
+        self.lifecycle = BrokerLifecycle(self, self.channel)
         self.replicas: ReplicaManager
-        self.producer_ids: ProducerIdManager
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         if config.unknown:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         #: The feature levels this node supports (KIP-584), from the ``register_features`` hook.
@@ -115,10 +139,13 @@ class Broker:
         self.storage = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
             self.config["metadata.quorum"])(self.config, self.storage)
-        self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
-        self.controller = Controller(self.quorum, self.config, lambda: self.image)
-        self.producer_ids = ProducerIdManager(lambda: self.controller.allocate_producer_ids(self.node_id))
-        loaded = False
+        if self.is_controller:
+            for key, handler, low, high in self.quorum.apis():
+                self.controller_dispatcher.register(key, handler, low, high)
+            self.controller = Controller(self.quorum, self.config, lambda: self.image)
+        if self.is_broker:
+            self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
+        loaded = coordinating = False
 
         def on_commit(offset: int, records: Sequence[MetadataRecord]) -> None:
             previous = self.image
@@ -127,44 +154,93 @@ class Broker:
                 self._apply_dynamic_broker_config()
             if loaded:
                 self.replicas.apply_delta(delta, self.image)
+            if coordinating:
                 self.coordinators.on_metadata(delta, self.image)
 
         try:
-            await self.quorum.start(on_commit)
-            self._apply_dynamic_broker_config()
-            self.replicas.load(self.image)
-            loaded = True
             async with anyio.create_task_group() as tg:
-                await self._listen(tg)
-                await self.controller.bootstrap(bootstrap.levels(self.config, self.features))
-                await self.controller.register_broker(self.node_id, random_uuid(), self._endpoints(), None,
-                                                      self.features)
-                tg.start_soon(self.replicas.run_housekeeping)
-                await tg.start(self.coordinators.run)
-                self.coordinators.on_metadata(MetadataDelta(), self.image)
-                log.info("josef broker %s ready on %s in %.2fs (process age %.2fs; cluster %s)", self.node_id,
-                         ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.bound),
-                         time.monotonic() - self.started_at, _process_age_s(), self.cluster_id)
+                await self._listen(tg, controller=True)
+                await self.quorum.start(on_commit, tg)
+                self._apply_dynamic_broker_config()
+                if self.controller is not None:
+                    tg.start_soon(self._controller_duties, self.controller)
+                if self.is_broker:
+                    self.replicas.load(self.image)
+                    loaded = True
+                    await self._start_broker(tg)
+                    coordinating = True
+                    self.coordinators.on_metadata(MetadataDelta(), self.image)
+                    log.info("josef broker %s ready on %s in %.2fs (process age %.2fs; cluster %s)", self.node_id,
+                             self._describe_bound(), time.monotonic() - self.started_at, _process_age_s(),
+                             self.cluster_id)
+                else:
+                    log.info("josef controller %s ready on %s in %.2fs (process age %.2fs; cluster %s)",
+                             self.node_id, self._describe_bound(), time.monotonic() - self.started_at,
+                             _process_age_s(), self.cluster_id)
                 self.ready.set()
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._shutdown()
 
-    async def _listen(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _start_broker(self, tg: anyio.abc.TaskGroup) -> None:
+        """Register with the active controller and wait to be unfenced, as Kafka's BrokerServer does."""
+        await self._listen(tg, controller=False)
+        await self.lifecycle.register()
+        tg.start_soon(self.lifecycle.run)
+        await self.lifecycle.unfenced.wait()
+        tg.start_soon(self.replicas.run_housekeeping)
+        await tg.start(self.coordinators.run)
+
+    async def _controller_duties(self, controller: Controller) -> None:
+        """While this node is the active controller: finalize a new cluster's features, fence silent brokers."""
+        while True:
+            if self.quorum.controller_id == self.node_id:
+                try:
+                    await controller.bootstrap(bootstrap.levels(self.config, self.features))
+                    await controller.fence_expired_brokers()
+                except ControllerError as exc:
+                    log.debug("controller duties: %s", exc.message)
+            await anyio.sleep(CONTROLLER_SWEEP_S)
+
+    async def _allocate_producer_ids(self) -> ProducerIdBlock:
+        response = await self.channel.call(ApiKey.ALLOCATE_PRODUCER_IDS,
+                                           {"broker_id": self.node_id, "broker_epoch": self.lifecycle.epoch})
+        if response.error_code != ErrorCode.none:
+            raise ControllerError(response.error_code, f"the controller gave no producer ids: {response.error_code.name}")
+        return ProducerIdBlock(self.node_id, response.producer_id_start, response.producer_id_len)
+
+    def _is_controller_listener(self, name: str) -> bool:
+        return name in self.config["controller.listener.names"]
+
+    async def _listen(self, tg: anyio.abc.TaskGroup, *, controller: bool) -> None:
         for text in self.config["listeners"]:
             spec = parse_listener(text)
+            if self._is_controller_listener(spec.name) != controller:
+                continue
+            if controller and not self.is_controller:
+                raise ConfigError(f"listener {spec.name} is a controller listener (controller.listener.names), "
+                                  f"but process.roles has no controller")
+            dispatcher = self.controller_dispatcher if controller else self.dispatcher
             listener = await network.bind(spec.host, spec.port)
             port = listener.extra(anyio.abc.SocketAttribute.local_port)
             self._listeners.append(listener)
             self.bound.append(Listener(spec.name, spec.host, port))
-            tg.start_soon(network.serve_listener, listener, self.dispatcher, spec.name,
+            tg.start_soon(network.serve_listener, listener, dispatcher, spec.name,
                           self.config["socket.request.max.bytes"])
 
-    def _endpoints(self) -> list[Endpoint]:
+    def _describe_bound(self) -> str:
+        """The bound listeners, clients' first (tools and tests read the first PLAINTEXT address from the line)."""
+        ordered = sorted(self.bound, key=lambda l: self._is_controller_listener(l.name))
+        return ", ".join(f"{l.name}://{l.host}:{l.port}" for l in ordered)
+
+    def broker_endpoints(self) -> list[Endpoint]:
+        """The client listeners as advertised to clients (``advertised.listeners`` over the bound ones)."""
         advertised = [parse_listener(t) for t in (self.config["advertised.listeners"] or [])]
         endpoints = []
         for bound in self.bound:
+            if self._is_controller_listener(bound.name):
+                continue
             spec = next((a for a in advertised if a.name == bound.name), bound)
             host = spec.host if spec.host not in ("", "0.0.0.0", "::") else socket.gethostname()
             endpoints.append(Endpoint(bound.name, host, spec.port or bound.port))
@@ -179,14 +255,18 @@ class Broker:
             log.error("ignoring dynamic broker configuration: %s", exc)
             return
         self.config = self.static_config.with_dynamic(own, cluster)
-        self.replicas.apply_broker_config(self.config, self.image)
+        if self.is_broker and hasattr(self, "replicas"):
+            self.replicas.apply_broker_config(self.config, self.image)
 
     async def _shutdown(self) -> None:
+        if self.is_broker and self.lifecycle.epoch >= 0 and hasattr(self, "quorum"):
+            await self.lifecycle.controlled_shutdown()
         for listener in self._listeners:
             await listener.aclose()
         self.coordinators.close()
+        await self.channel.close()
         if hasattr(self, "quorum"):
             await self.quorum.close()
         if hasattr(self, "replicas"):
             self.replicas.close()
-        log.info("josef broker %s stopped", self.node_id)
+        log.info("josef %s %s stopped", "broker" if self.is_broker else "controller", self.node_id)

@@ -86,6 +86,9 @@ CORE_KEYS = (
     # Identity and roles
     ConfigKey("node.id", I, 1, "The node's id, as broker and as controller.", at_least(0)),
     ConfigKey("process.roles", LST, ["broker", "controller"], "The roles of this process: broker, controller or both (KRaft combined mode).", _process_roles),
+    ConfigKey("broker.heartbeat.interval.ms", I, 2000, "How often a broker heartbeats to the active controller.", at_least(1)),
+    ConfigKey("broker.session.timeout.ms", I, 9000,
+              "How long the controller waits for a broker's heartbeat before fencing it.", at_least(1)),
     ConfigKey("metadata.quorum", S, "kraft", "Name of the metadata quorum backend (kraft, zookeeper...)."),
     ConfigKey("log.storage", S, "local", "Name of the log storage backend (local, tiered...)."),
     ConfigKey("authorizer.class.name", S, "allow-all", "Name of the authorizer that decides every request."),
@@ -99,6 +102,8 @@ CORE_KEYS = (
               "EXTERNAL and this property as: INTERNAL:SSL,EXTERNAL:SSL. As shown, key and value are separated by a "
               "colon and map entries are separated by commas. Each listener name should only appear once in the map.",
               security_protocol_map),
+    ConfigKey("controller.listener.names", LST, ["CONTROLLER"],
+              "Listeners that serve the controller (its quorum's and brokers' requests), not clients."),
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),

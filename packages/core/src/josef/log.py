@@ -150,6 +150,14 @@ class Log(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(largest epoch <= epoch, end offset of that epoch)``, Kafka's OffsetsForLeaderEpoch; ``(-1, -1)`` if unknown."""
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every batch and start empty at ``offset``, which may be past the end (Kafka's truncateFullyAndStartAt).
+
+        What a replica does when its leader's log starts after everything it
+        holds: it continues from a snapshot (the metadata log) or the leader's
+        log start.
+        """
+
     def truncate_to(self, offset: int) -> None:
         """Drop everything at and after ``offset`` (a follower diverging from its leader).
 

@@ -20,8 +20,6 @@ def register_metadata_quorum(register: Register) -> None:
 def register_configs(register: Register) -> None:
     register(ConfigKey("controller.quorum.voters", ConfigType.LIST, None,
                        "The KRaft voters, ID@HOST:PORT,...; empty means this node alone."))
-    register(ConfigKey("controller.listener.names", ConfigType.LIST, ["CONTROLLER"],
-                       "Listener names used by the controller quorum."))
 
 
 @hookimpl

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 
 from josef.config import Config, ConfigError
@@ -26,6 +27,7 @@ from josef.metadata.quorum import CommitListener, NotControllerError
 from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
 from josef.protocol.records import ConsumerRecord, build_batch, iter_batches, iter_records, validate_and_assign
 from josef.protocol.topic_partition import TopicPartition
+from josef.server.dispatch import Handler
 
 METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
 #: The metadata log is never deleted by retention: snapshots do not exist yet.
@@ -86,7 +88,16 @@ class SingleVoterQuorum:
     def controller_id(self) -> int:
         return self._node_id if self._log is not None else -1
 
-    async def start(self, listener: CommitListener) -> None:
+    def controllers(self) -> Mapping[int, tuple[str, int]]:
+        return {}
+
+    def controller_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        return None  # the only controller is in this process
+
+    def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
+        return ()
+
+    async def start(self, listener: CommitListener, tg: anyio.abc.TaskGroup) -> None:
         log = self._storage.open(METADATA_PARTITION, METADATA_LOG_CONFIG)
         self._replay(log, listener)
         self._epoch = self._elect(log)

@@ -110,7 +110,7 @@ class LocalLog:
         self._recovery_point = min(recovery_point, self._end_offset)
         if self._log_start_offset > self._end_offset:
             # A crash lost data above the log start offset: nothing left is readable.
-            self._truncate_fully_and_start_at(self._log_start_offset)
+            self._start_empty_at(self._log_start_offset)
         self._epochs.truncate_from_end(self._end_offset)
         self._epochs.truncate_from_start(self._log_start_offset)
         self._epochs.checkpoint()
@@ -351,7 +351,7 @@ class LocalLog:
             return
         try:
             if offset < self._segments[0].base_offset:
-                self._truncate_fully_and_start_at(offset)
+                self._start_empty_at(offset)
             else:
                 keep = self._segment_index(offset) + 1
                 for segment in self._segments[keep:]:
@@ -369,7 +369,17 @@ class LocalLog:
             raise dir_error(exc, "truncating the log in", self.dir) from exc
         self._record_offsets()
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    @_locked
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        try:
+            self._start_empty_at(offset)
+            self._epochs.checkpoint()
+            self._log_dir.checkpoint()
+        except OSError as exc:
+            raise dir_error(exc, "truncating the log in", self.dir) from exc
+        self._record_offsets()
+
+    def _start_empty_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (Kafka's truncateFullyAndStartAt)."""
         for segment in self._segments:
             segment.delete()

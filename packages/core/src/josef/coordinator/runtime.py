@@ -32,7 +32,6 @@ import anyio.abc
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.hashing import partition_for
-from josef.metadata.controller import ControllerError
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.partition import Partition, PartitionError
 from josef.protocol.records import build_batch, iter_batches, iter_records
@@ -255,12 +254,10 @@ class CoordinatorRuntime:
             return
         partitions, replication, configs = coordinator.topic_settings()
         live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
-        try:
-            await self.broker.controller.create_topic(coordinator.internal_topic, partitions,
-                                                      min(replication, max(live, 1)), None, dict(configs))
-        except ControllerError as exc:
-            if exc.code != ErrorCode.topic_already_exists:
-                raise CoordinatorError(ErrorCode.coordinator_not_available, exc.message) from exc
+        error, message = await self.broker.channel.create_topic(
+            coordinator.internal_topic, partitions, min(replication, max(live, 1)), dict(configs))
+        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            raise CoordinatorError(ErrorCode.coordinator_not_available, message or error.name)
 
     async def shard_for(self, coordinator: Coordinator, key: str) -> ShardContext:
         """The loaded shard owning ``key``, waiting for a load in progress; CoordinatorError if it is elsewhere."""

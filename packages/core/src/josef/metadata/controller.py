@@ -8,19 +8,21 @@ previous one.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
-from typing import Callable, Mapping, Sequence
+from typing import AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
 from josef.config import AlterOp, Config, ConfigError
-from josef.metadata import client_quotas
+from josef.metadata import client_quotas, partition_changes
+from josef.metadata.broker_heartbeats import BrokerHeartbeats
 from josef.metadata.image import MetadataImage, TopicImage
 from josef.metadata.placement import assign_replicas
-from josef.metadata.quorum import MetadataQuorum
+from josef.metadata.quorum import MetadataQuorum, NotControllerError
 from josef.metadata.features import FeatureError, SupportedFeature, UpgradeType, check_update
 from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
@@ -28,9 +30,12 @@ from josef.metadata.records import (
     TOPIC_RESOURCE,
     ClientQuotaRecord,
     ConfigRecord,
+    BrokerRegistrationChangeRecord,
     EntityData,
     Endpoint,
     FeatureLevelRecord,
+    FenceBrokerRecord,
+    UnfenceBrokerRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -96,10 +101,25 @@ class Controller:
         self._config = config
         self._image = image
         self._lock = anyio.Lock()
+        self._node_id: int = config["node.id"]
+        self.heartbeats = BrokerHeartbeats(config["broker.session.timeout.ms"])
 
-    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
-        if records:
-            await self._quorum.append(records)
+    @contextlib.asynccontextmanager
+    async def _active(self) -> AsyncIterator[None]:
+        """Decide one operation at a time, and only as the active controller (others answer NOT_CONTROLLER)."""
+        async with self._lock:
+            if self._quorum.controller_id != self._node_id:
+                raise ControllerError(ErrorCode.not_controller, "this node is not the active controller")
+            yield
+
+    async def _commit(self, records: Sequence[MetadataRecord]) -> int:
+        """Append ``records`` and return the offset of the last once committed; -1 when there is nothing."""
+        if not records:
+            return -1
+        try:
+            return await self._quorum.append(records)
+        except NotControllerError as exc:
+            raise ControllerError(ErrorCode.not_controller, str(exc)) from None
 
     # Client quotas ---------------------------------------------------------
 
@@ -114,7 +134,7 @@ class Controller:
         """
         results: list[str | None] = []
         records: list[MetadataRecord] = []
-        async with self._lock:
+        async with self._active():
             for pairs, ops in entries:
                 try:
                     entity = client_quotas.check_entity(pairs)
@@ -137,33 +157,87 @@ class Controller:
     # Brokers ---------------------------------------------------------------
 
     async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint],
-                              rack: str | None, features: Mapping[str, SupportedFeature]) -> None:
-        """Record a broker's registration, with the feature levels it supports.
+                              rack: str | None, features: Mapping[str, tuple[int, int]]) -> int:
+        """Kafka's BrokerRegistration: record the broker, fenced, and return its new broker epoch.
 
-        The broker epoch is above every earlier one (the image's offset plus
-        one), so a fence or unfence naming an older registration is ignored.
+        The epoch is above every earlier one (the image's offset plus one),
+        so a fence or unfence naming an older registration is ignored. The
+        broker is unfenced by a later heartbeat, once its metadata has caught
+        up with its own registration.
         """
-        async with self._lock:
+        async with self._active():
             image = self._image()
-            current = image.brokers.get(broker_id)
-            supported = {name: (f.min_level, f.max_level) for name, f in features.items()}
-            wanted = (tuple(endpoints), rack, False, supported)
-            if current is not None and (current.endpoints, current.rack, current.fenced, dict(current.features)) == wanted:
-                return
             for name, level in image.features.items():
-                low, high = supported.get(name, (0, 0))
+                low, high = features.get(name, (0, 0))
                 if not low <= level <= high:
                     raise ControllerError(ErrorCode.unsupported_version,
-                                          f"broker {broker_id} supports {name} {low}-{high}, but the cluster "
-                                          f"has finalized level {level}")
-            broker = BrokerImage(broker_id, tuple(endpoints), rack, False, image.offset + 1, incarnation_id, supported)
-            await self._commit([broker.to_record()])
+                                          f"Unable to register because the broker does not support finalized version "
+                                          f"{level} of {name}. The broker wants a version between {low} and {high}, "
+                                          f"inclusive.")
+            broker = BrokerImage(broker_id, tuple(endpoints), rack, True, image.offset + 1, incarnation_id, features)
+            offset = await self._commit([broker.to_record()])
+            self.heartbeats.registered(broker_id, broker.epoch, offset)
+            return broker.epoch
+
+    async def broker_heartbeat(self, broker_id: int, epoch: int, metadata_offset: int, want_fence: bool,
+                               want_shut_down: bool) -> tuple[bool, bool, bool]:
+        """Kafka's BrokerHeartbeat: ``(caught up, fenced, should shut down)`` after acting on the broker's wishes.
+
+        A caught-up broker that does not want to be fenced is unfenced and
+        takes back the leaderless partitions it holds in sync; one that
+        wants to shut down (controlled shutdown) first hands its leadership
+        to other in-sync replicas, then is fenced and told it may stop.
+        """
+        async with self._active():
+            image = self._image()
+            broker = image.brokers.get(broker_id)
+            session = self.heartbeats.session(broker_id)
+            if broker is None or session is None:
+                raise ControllerError(ErrorCode.broker_id_not_registered, f"broker {broker_id} is not registered")
+            if broker.epoch != epoch:
+                raise ControllerError(ErrorCode.stale_broker_epoch,
+                                      f"broker {broker_id} heartbeat has epoch {epoch}, not {broker.epoch}")
+            self.heartbeats.heartbeat(broker_id)
+            caught_up = metadata_offset >= session.registration_offset
+            records: list[MetadataRecord] = []
+            if want_shut_down or want_fence:
+                if not broker.fenced:
+                    records += partition_changes.broker_leaving(image, broker_id)
+                    records.append(FenceBrokerRecord(id=broker_id, epoch=epoch))
+                if want_shut_down and not broker.in_controlled_shutdown:
+                    records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
+                                                                  in_controlled_shutdown=1))
+            elif broker.fenced and caught_up:
+                records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
+                records += partition_changes.broker_returning(image, broker_id)
+            await self._commit(records)
+            fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
+            return caught_up, fenced, want_shut_down and fenced
+
+    async def fence_expired_brokers(self) -> list[int]:
+        """Fence the unfenced brokers whose session ran out; called on the active controller about once a second."""
+        async with self._active():
+            image = self._image()
+            expired = self.heartbeats.expired(b for b, info in image.brokers.items() if not info.fenced)
+            records: list[MetadataRecord] = []
+            for broker_id in expired:
+                changes = [*partition_changes.broker_leaving(image, broker_id),
+                           FenceBrokerRecord(id=broker_id, epoch=image.brokers[broker_id].epoch)]
+                records += changes
+                # The next broker's changes must see this one gone.
+                image, _ = image.apply(image.offset, changes)
+            await self._commit(records)
+            return expired
+
+    def activate(self) -> None:
+        """This node just became the active controller: give every registered broker a full session."""
+        self.heartbeats.adopt((b, info.epoch) for b, info in self._image().brokers.items())
 
     # Features --------------------------------------------------------------
 
     async def bootstrap(self, levels: Mapping[str, int]) -> None:
         """Finalize the features of a new cluster: Kafka's bootstrap records, written once, before anything else."""
-        async with self._lock:
+        async with self._active():
             if not self._image().features:
                 await self._commit([FeatureLevelRecord(name=n, feature_level=v) for n, v in sorted(levels.items()) if v > 0])
 
@@ -177,7 +251,7 @@ class Controller:
         names = [name for name, _, _ in updates]
         if len(set(names)) != len(names):
             raise ControllerError(ErrorCode.invalid_request, "The request contains multiple updates for the same feature.")
-        async with self._lock:
+        async with self._active():
             image = self._image()
             brokers = {b: info.features for b, info in image.brokers.items() if not info.fenced}
             records: list[MetadataRecord] = []
@@ -201,7 +275,7 @@ class Controller:
         block is lost with the broker that held it, as in Kafka. Broker
         epochs are recorded but not checked: josef has none yet.
         """
-        async with self._lock:
+        async with self._active():
             first = self._image().next_producer_id
             if first > INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
                 raise ControllerError(ErrorCode.unknown_server_error, "the producer id space is exhausted")
@@ -226,7 +300,7 @@ class Controller:
             self._config.definition.parse_topic_configs(configs)
         except ConfigError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-        async with self._lock:
+        async with self._active():
             image = self._image()
             if name in image.topics:
                 raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
@@ -282,7 +356,7 @@ class Controller:
     async def delete_topic(self, name: str | None = None, topic_id: str | None = None) -> TopicImage:
         if not self._config["delete.topic.enable"]:
             raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
-        async with self._lock:
+        async with self._active():
             image = self._image()
             topic = image.topics.get(name) if name is not None else image.topic_by_id(topic_id or "")
             if topic is None:
@@ -294,7 +368,7 @@ class Controller:
 
     async def create_partitions(self, name: str, count: int, assignments: Sequence[Sequence[int]] | None,
                                 validate_only: bool) -> None:
-        async with self._lock:
+        async with self._active():
             image = self._image()
             topic = image.topics.get(name)
             if topic is None:
@@ -328,7 +402,7 @@ class Controller:
                             ops: Sequence[tuple[str, int, str | None]], validate_only: bool,
                             incremental: bool = True) -> None:
         """Apply ``(name, op, value)`` changes; a non-incremental call replaces every dynamic value."""
-        async with self._lock:
+        async with self._active():
             image = self._image()
             current = dict(image.config(resource_type, resource_name))
             if resource_type == TOPIC_RESOURCE:

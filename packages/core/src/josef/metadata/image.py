@@ -14,6 +14,7 @@ import attrs
 
 from josef.metadata.records import (
     NO_LEADER_CHANGE,
+    SECURITY_PROTOCOL_NAMES,
     SECURITY_PROTOCOLS,
     TOPIC_RESOURCE,
     BrokerEndpoint,
@@ -39,9 +40,6 @@ from josef.metadata.records import (
     uuid_to_text,
 )
 
-_PROTOCOL_NAMES = {v: k for k, v in SECURITY_PROTOCOLS.items()}
-
-
 @attrs.frozen
 class BrokerImage:
     broker_id: int
@@ -60,7 +58,7 @@ class BrokerImage:
 
     @classmethod
     def from_record(cls, record: RegisterBrokerRecord) -> BrokerImage:
-        endpoints = tuple(Endpoint(e.name, e.host, e.port, _PROTOCOL_NAMES.get(e.security_protocol, "PLAINTEXT"))
+        endpoints = tuple(Endpoint(e.name, e.host, e.port, SECURITY_PROTOCOL_NAMES.get(e.security_protocol, "PLAINTEXT"))
                           for e in record.end_points)
         features = {f.name: (f.min_supported_version, f.max_supported_version) for f in record.features}
         return cls(record.broker_id, endpoints, record.rack, record.fenced, record.broker_epoch,

@@ -8,9 +8,14 @@ committed. Everything is called on the broker's event loop.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from josef.metadata.records import MetadataRecord
+
+if TYPE_CHECKING:
+    import anyio.abc
+
+    from josef.server.dispatch import Handler
 
 #: Called with the offset of the last record and the records of one commit.
 CommitListener = Callable[[int, Sequence[MetadataRecord]], None]
@@ -29,17 +34,39 @@ class MetadataQuorum(Protocol):
     def controller_id(self) -> int:
         """Node id of the active controller, -1 while there is none."""
 
-    async def start(self, listener: CommitListener) -> None:
-        """Load the log and replay every committed record through ``listener`` before returning.
+    def controllers(self) -> Mapping[int, tuple[str, int]]:
+        """Every controller (voter) and its controller listener; empty when the only one is in-process."""
 
-        After ``start`` returns, ``listener`` keeps receiving each new commit,
-        in order, exactly once.
+    def controller_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        """Where brokers reach controller ``node_id`` (its controller listener), or None when only in-process.
+
+        A single-node quorum has no controller listener: the broker part of
+        the same process calls its controller directly.
+        """
+
+    def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
+        """``(api key, handler, lowest version, highest version)`` this backend answers on controller listeners.
+
+        The Raft APIs for KRaft (Vote, BeginQuorumEpoch, Fetch, ...); called
+        before ``start``, on nodes with the controller role.
+        """
+
+    async def start(self, listener: CommitListener, tg: anyio.abc.TaskGroup) -> None:
+        """Load the log and replay every committed record through ``listener``, then return.
+
+        Background work (elections, replication) runs in ``tg`` until it is
+        cancelled. After ``start`` returns, ``listener`` keeps receiving each
+        new commit, in order, exactly once. The node's listeners are already
+        bound when it is called.
         """
 
     async def append(self, records: Sequence[MetadataRecord]) -> int:
         """Append ``records`` atomically and return their last offset once committed and delivered.
 
-        Raises :class:`NotControllerError` when this node may not write.
+        Only the active controller may write, and only once every record
+        committed before its term has been delivered to ``listener``, so the
+        controller decides on the latest state. Raises
+        :class:`NotControllerError` otherwise.
         """
 
     async def close(self) -> None:

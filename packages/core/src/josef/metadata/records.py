@@ -37,6 +37,7 @@ BROKER_RESOURCE = 4
 NO_LEADER_CHANGE = -2
 #: Kafka's ``SecurityProtocol`` ids, as RegisterBrokerRecord stores them.
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+SECURITY_PROTOCOL_NAMES = {number: name for name, number in SECURITY_PROTOCOLS.items()}
 FRAME_VERSION = 1
 #: A client-quota entity as the image keys it: sorted ``(entity type, name)`` pairs; a None name is the default.
 QuotaEntity = tuple[tuple[str, "str | None"], ...]

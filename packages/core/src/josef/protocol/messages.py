@@ -21,7 +21,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.bounds import BoundsError, check_bounds, skip_tagged_fields
@@ -191,17 +191,29 @@ def _plan(cls: type) -> tuple[tuple[str, Any, bool, Callable[[Any], Any] | None,
         if isinstance(kind, (EntityField, EntityTupleField)):
             plan.append((field.name, kind.type_, kind.is_array, None, has_default))
         else:
-            plan.append((field.name, None, False, _convert_primitive(field.metadata.get("kafka_type", "")), has_default))
+            convert = _convert_primitive(field.metadata.get("kafka_type", ""))
+            if convert is not None and isinstance(kind, PrimitiveTupleField):
+                convert = _each(convert)
+            plan.append((field.name, None, False, convert, has_default))
     return tuple(plan)
 
 
-def build(cls: type, data: Mapping[str, Any]) -> Any:
+def _each(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert`` for every element of an array field (a null array stays null)."""
+    return lambda values: None if values is None else tuple(convert(v) for v in values)
+
+
+def build(cls: type, data: Any) -> Any:
     """An instance of kio dataclass ``cls`` from a dict, recursively; keys ``cls`` lacks are ignored.
 
     Nested entities are given as dicts (or lists of dicts). Error codes,
     millisecond durations and Kafka base64 UUIDs are converted. A field with
-    no value and no default is an error (a bug in the handler).
+    no value and no default is an error (a bug in the handler). An instance
+    of ``cls`` is taken as it is, so a request or response received at one
+    version can be sent on at that version (forwarding to the controller).
     """
+    if isinstance(data, cls):
+        return data
     kwargs = {}
     for name, nested, is_array, convert, has_default in _plan(cls):
         if name not in data:

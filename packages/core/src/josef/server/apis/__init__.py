@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
     admin,
     api_versions,
+    brokers,
     client_quotas,
     cluster,
     configs,
@@ -19,33 +22,49 @@ from josef.server.apis import (
     telemetry,
     topic_partitions,
 )
-from josef.server.dispatch import Dispatcher
+from josef.server.dispatch import Dispatcher, RequestContext
 
-#: (API key, handler, lowest version, highest version) the core answers; capped by what kio knows.
-CORE_APIS = (
+#: (API key, handler, lowest version, highest version) the controller answers: Kafka's ControllerApis.
+CONTROLLER_APIS = (
+    (ApiKey.API_VERSIONS, api_versions.api_versions, 0, 4),
+    (ApiKey.CREATE_TOPICS, admin.create_topics, 2, 7),
+    (ApiKey.DELETE_TOPICS, admin.delete_topics, 1, 6),
+    (ApiKey.ALTER_CONFIGS, configs.alter_configs, 0, 2),
+    (ApiKey.CREATE_PARTITIONS, admin.create_partitions, 0, 3),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs, 0, 1),
+    (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
+    (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
+    (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
+    (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
+    (ApiKey.BROKER_HEARTBEAT, brokers.broker_heartbeat, 0, 1),
+    (ApiKey.ALLOCATE_PRODUCER_IDS, brokers.allocate_producer_ids, 0, 0),
+)
+
+#: Admin requests a broker passes to the active controller unchanged and answers with its response.
+FORWARDED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
+                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES})
+async def forward(ctx: RequestContext, request: Any) -> Any:
+    """A client's admin request, decided by the active controller (Kafka's ForwardingManager)."""
+    return await ctx.broker.channel.forward(ctx, request)
+
+
+#: (API key, handler, lowest version, highest version) the broker answers; capped by what kio knows.
+CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for key, handler, low, high in (
     (ApiKey.PRODUCE, produce.produce, 3, 13),
     (ApiKey.FETCH, fetch.fetch, 4, 18),
     (ApiKey.LIST_OFFSETS, offsets.list_offsets, 1, 11),
     (ApiKey.METADATA, cluster.metadata, 0, 13),
-    (ApiKey.API_VERSIONS, api_versions.api_versions, 0, 4),
-    (ApiKey.CREATE_TOPICS, admin.create_topics, 2, 7),
-    (ApiKey.DELETE_TOPICS, admin.delete_topics, 1, 6),
     (ApiKey.DELETE_RECORDS, offsets.delete_records, 0, 2),
     (ApiKey.INIT_PRODUCER_ID, producer.init_producer_id, 0, 5),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offsets.offset_for_leader_epoch, 2, 4),
     (ApiKey.DESCRIBE_CONFIGS, configs.describe_configs, 1, 4),
-    (ApiKey.ALTER_CONFIGS, configs.alter_configs, 0, 2),
-    (ApiKey.CREATE_PARTITIONS, admin.create_partitions, 0, 3),
-    (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs, 0, 1),
-    (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.DESCRIBE_PRODUCERS, producers.describe_producers, 0, 0),
     (ApiKey.DESCRIBE_TOPIC_PARTITIONS, topic_partitions.describe_topic_partitions, 0, 0),
     (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
-    (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
-    (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
-)
+    *(api for api in CONTROLLER_APIS if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER)),
+))
 
 #: Client telemetry (KIP-714): advertised, as Kafka does, only when a receiver is installed, so
 #: clients of a broker that would discard their metrics never collect or push them.
@@ -55,6 +74,11 @@ TELEMETRY_APIS = (
 )
 
 
-def register_core_apis(dispatcher: Dispatcher, *, telemetry_receivers: bool) -> None:
+def register_broker_apis(dispatcher: Dispatcher, *, telemetry_receivers: bool) -> None:
     for key, handler, low, high in CORE_APIS + (TELEMETRY_APIS if telemetry_receivers else ()):
+        dispatcher.register(key, handler, low, high)
+
+
+def register_controller_apis(dispatcher: Dispatcher) -> None:
+    for key, handler, low, high in CONTROLLER_APIS:
         dispatcher.register(key, handler, low, high)

@@ -7,7 +7,6 @@ from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from josef.metadata.controller import ControllerError
 from josef.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from josef.metadata.records import Endpoint, uuid_to_text
 from josef.protocol.messages import OPERATIONS_OMITTED
@@ -107,12 +106,10 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 async def _auto_create(ctx: RequestContext, name: str) -> ErrorCode:
-    try:
-        await ctx.broker.controller.create_topic(name)
-    except ControllerError as exc:
-        if exc.code != ErrorCode.topic_already_exists:
-            log.info("automatic creation of topic %r failed: %s", name, exc.message)
-            return exc.code
+    error, message = await ctx.broker.channel.create_topic(name)
+    if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+        log.info("automatic creation of topic %r failed: %s", name, message)
+        return error
     return ErrorCode.none
 
 
@@ -121,21 +118,23 @@ def _served_endpoint_type(ctx: RequestContext) -> int:
     controller listener (``controller.listener.names`` of a node with the controller role), for brokers only
     on the others, so a client bootstrapped to one kind of endpoint never mistakes it for the other."""
     config = ctx.broker.config
-    # The key belongs to the quorum backend (KRaft declares it); without it no listener is a controller's.
-    names = config["controller.listener.names"] if "controller.listener.names" in config.definition else ()
-    if "controller" in config["process.roles"] and ctx.listener_name in names:
+    if "controller" in config["process.roles"] and ctx.listener_name in config["controller.listener.names"]:
         return CONTROLLER_ENDPOINTS
     return BROKER_ENDPOINTS
 
 
 def _controllers(ctx: RequestContext) -> list[dict[str, Any]]:
-    """The controllers' endpoints on the request's listener: a single-voter quorum has only this node."""
-    own = ctx.broker.image.brokers.get(ctx.broker.node_id)
-    endpoint = own.endpoint(ctx.listener_name) if own is not None else None
-    if own is None or endpoint is None:
-        return []
+    """The controllers and their controller listeners; an in-process quorum has only this node, on this listener."""
+    node = ctx.broker
+    endpoints = dict(node.quorum.controllers())
+    if not endpoints:
+        bound = next((l for l in node.bound if l.name == ctx.listener_name), None)
+        if bound is None:
+            return []
+        endpoints = {node.node_id: (bound.host, bound.port)}
     # A controller is never fenced: fencing is what the controller does to brokers.
-    return [{**_node(own, endpoint), "is_fenced": False}]
+    return [{"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            for node_id, (host, port) in sorted(endpoints.items())]
 
 
 async def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:

@@ -1,0 +1,117 @@
+"""A broker's registration and heartbeats: Kafka's BrokerLifecycleManager.
+
+A broker registers with the active controller (getting a broker epoch),
+then heartbeats every ``broker.heartbeat.interval.ms`` with the metadata
+offset it has applied. The controller unfences it once that offset reaches
+its registration, fences it when heartbeats stop for
+``broker.session.timeout.ms``, and on a clean stop moves its leadership
+away before telling it to shut down (controlled shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from josef.config import ConfigError
+from josef.controller_channel import ControllerChannel, ControllerUnavailableError
+from josef.metadata.records import SECURITY_PROTOCOLS, random_uuid
+from josef.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from josef.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: Registration errors no retry can mend: the broker stops.
+FATAL = frozenset({ErrorCode.inconsistent_cluster_id, ErrorCode.unsupported_version,
+                   ErrorCode.invalid_registration})
+#: How long a clean stop waits for the controller to agree (Kafka bounds it by its shutdown timeout).
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
+
+
+class BrokerLifecycle:
+    def __init__(self, node: Broker, channel: ControllerChannel) -> None:
+        self._node = node
+        self._channel = channel
+        self.incarnation_id = random_uuid()
+        self.epoch = -1
+        self.fenced = True
+        self.unfenced = anyio.Event()
+        self._interval = node.config["broker.heartbeat.interval.ms"] / 1000
+
+    async def register(self) -> None:
+        """Register until the controller accepts; raises ConfigError for a registration it can never accept."""
+        node = self._node
+        body = {
+            "broker_id": node.node_id, "cluster_id": node.cluster_id, "incarnation_id": self.incarnation_id,
+            "listeners": [{"name": e.name, "host": e.host, "port": e.port,
+                           "security_protocol": SECURITY_PROTOCOLS[e.security_protocol]}
+                          for e in node.broker_endpoints()],
+            "features": [{"name": n, "min_supported_version": f.min_level, "max_supported_version": f.max_level}
+                         for n, f in sorted(node.features.items())],
+            "rack": node.config["broker.rack"] if "broker.rack" in node.config.definition else None,
+            "is_migrating_zk_broker": False, "log_dirs": [], "previous_broker_epoch": self.epoch,
+        }
+        while True:
+            try:
+                response = await self._channel.call(ApiKey.BROKER_REGISTRATION, body)
+            except ControllerUnavailableError as exc:
+                log.warning("broker %d cannot register yet: %s", node.node_id, exc)
+                continue
+            if response.error_code == ErrorCode.none:
+                self.epoch = response.broker_epoch
+                log.info("broker %d registered with broker epoch %d", node.node_id, self.epoch)
+                return
+            if response.error_code in FATAL:
+                raise ConfigError(f"the controller refused to register broker {node.node_id}: "
+                                  f"{response.error_code.name}")
+            log.warning("broker %d registration: %s; trying again", node.node_id, response.error_code.name)
+            await anyio.sleep(self._interval)
+
+    async def _heartbeat(self, want_shut_down: bool = False) -> Any:
+        response = await self._channel.call(ApiKey.BROKER_HEARTBEAT, {
+            "broker_id": self._node.node_id, "broker_epoch": self.epoch,
+            "current_metadata_offset": self._node.image.offset, "want_fence": False,
+            "want_shut_down": want_shut_down, "offline_log_dirs": []})
+        if response.error_code in (ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered):
+            # The controller no longer knows this registration (a new cluster, a lost session): start again.
+            log.warning("broker %d heartbeat: %s; registering again", self._node.node_id, response.error_code.name)
+            self.fenced = True
+            await self.register()
+        elif response.error_code == ErrorCode.none:
+            if response.is_fenced != self.fenced:
+                log.info("broker %d is %s", self._node.node_id, "fenced" if response.is_fenced else "unfenced")
+            self.fenced = response.is_fenced
+            if not self.fenced:
+                self.unfenced.set()
+        return response
+
+    async def run(self) -> None:
+        """Heartbeat until cancelled; the first one right away, so a caught-up broker is unfenced at once."""
+        while True:
+            try:
+                await self._heartbeat()
+            except ControllerUnavailableError as exc:
+                log.warning("broker %d heartbeat: %s", self._node.node_id, exc)
+            # A fenced broker asks again soon: it is waiting to be let in.
+            await anyio.sleep(self._interval if not self.fenced else min(self._interval, 0.05))
+
+    async def controlled_shutdown(self) -> None:
+        """Ask to shut down until the controller has moved this broker's leadership away (bounded in time)."""
+        with anyio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S) as scope:
+            while True:
+                try:
+                    response = await self._heartbeat(want_shut_down=True)
+                except ControllerUnavailableError:
+                    break
+                if response.error_code == ErrorCode.none and response.should_shut_down:
+                    log.info("broker %d: controlled shutdown complete", self._node.node_id)
+                    return
+                await anyio.sleep(0.05)
+        if scope.cancelled_caught:
+            log.warning("broker %d: controlled shutdown did not complete in %.0f s; stopping anyway",
+                        self._node.node_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)

@@ -1,0 +1,129 @@
+"""The broker's line to the active controller: Kafka's NodeToControllerChannelManager.
+
+Everything a broker asks of the controller goes through here: its
+registration and heartbeats, producer-id blocks, topics it creates itself
+(auto-creation, internal topics), and the admin requests clients send it
+(CreateTopics, configs, quotas, features...), which are forwarded unchanged
+and answered with the controller's response.
+
+Where the active controller is depends on the metadata quorum. When it can
+only be reached in-process (a single-node quorum, no controller listener),
+the controller's own handler is called directly; otherwise the request goes
+over the network to the controller listener of the node the quorum names,
+and is sent again to the next controller when the answer is NOT_CONTROLLER
+or the connection fails, for up to 30 seconds. Brokers
+in Kafka wrap forwarded requests in an Envelope to carry the client's
+principal; josef has no principals yet, so it forwards the request itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.error_responses import error_codes, error_response
+from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.messages import build, request_type, response_type
+from josef.server.dispatch import RequestContext
+
+if TYPE_CHECKING:
+    from josef.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: How long a request may look for an active controller: Kafka's ``controller.socket.timeout.ms`` default.
+CONTROLLER_TIMEOUT_S = 30.0
+#: How long to wait before asking again when there is no controller, or it moved.
+RETRY_BACKOFF_S = 0.05
+
+
+class ControllerUnavailableError(KafkaTimeoutError):
+    """No active controller answered within the request timeout."""
+
+
+class ControllerChannel:
+    def __init__(self, node: Broker) -> None:
+        self._node = node
+        self._connections: dict[int, Connection] = {}
+        self._timeout_s = CONTROLLER_TIMEOUT_S
+
+    async def call(self, api_key: int, body: Mapping[str, Any]) -> Any:
+        """Send one request to the active controller and return its (kio) response.
+
+        Raises :class:`ControllerUnavailableError` when none answered in time.
+        """
+        return await self._send(api_key, None, body)
+
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None) -> tuple[ErrorCode, str | None]:
+        """Create a topic for the broker itself (auto-creation, internal topics): its error code and message."""
+        try:
+            response = await self.call(ApiKey.CREATE_TOPICS, {
+                "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                            "assignments": [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+                "timeout": int(self._timeout_s * 1000), "validate_only": False})
+        except ControllerUnavailableError as exc:
+            return ErrorCode.request_timed_out, str(exc)
+        [result] = response.topics
+        return result.error_code, result.error_message
+
+    async def forward(self, ctx: RequestContext, request: Any) -> Any:
+        """Answer a client's admin request with the active controller's response to it."""
+        try:
+            return await self._send(ctx.api_key, ctx, request)
+        except ControllerUnavailableError as exc:
+            return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.request_timed_out, str(exc))
+
+    async def _send(self, api_key: int, ctx: RequestContext | None, request: Any) -> Any:
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            controller_id = self._node.quorum.controller_id
+            if controller_id >= 0:
+                endpoint = self._node.quorum.controller_endpoint(controller_id)
+                if endpoint is None:
+                    return await self._in_process(api_key, ctx, request)
+                try:
+                    response = await self._over_network(controller_id, endpoint, api_key, ctx, request)
+                except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as exc:
+                    log.debug("controller %d at %s:%d: %s", controller_id, *endpoint, exc)
+                    await self._drop(controller_id)
+                else:
+                    if ErrorCode.not_controller not in error_codes(response):
+                        return response
+                    await self._drop(controller_id)
+            if time.monotonic() >= deadline:
+                raise ControllerUnavailableError(f"no active controller answered within {self._timeout_s:.0f} s")
+            await anyio.sleep(RETRY_BACKOFF_S)
+
+    async def _in_process(self, api_key: int, ctx: RequestContext | None, request: Any) -> Any:
+        dispatcher = self._node.controller_dispatcher
+        api = dispatcher.apis[api_key]
+        if ctx is None:
+            version = api.max_version
+            ctx = RequestContext(self._node, api_key, version, 0, f"broker-{self._node.node_id}", "", "")
+            request = build(request_type(api_key, version), request)
+        return build(response_type(api_key, ctx.api_version), await api.handler(ctx, request))
+
+    async def _over_network(self, controller_id: int, endpoint: tuple[str, int], api_key: int,
+                            ctx: RequestContext | None, request: Any) -> Any:
+        conn = self._connections.get(controller_id)
+        if conn is None or conn.closed:
+            conn = self._connections[controller_id] = await Connection.open(
+                *endpoint, client_id=f"broker-{self._node.node_id}-to-controller",
+                request_timeout_ms=int(self._timeout_s * 1000))
+        return await conn.request(api_key, request, version=None if ctx is None else ctx.api_version)
+
+    async def _drop(self, controller_id: int) -> None:
+        conn = self._connections.pop(controller_id, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        for controller_id in list(self._connections):
+            await self._drop(controller_id)
