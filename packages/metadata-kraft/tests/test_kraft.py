@@ -5,10 +5,11 @@ from click.testing import CliRunner
 from josef.cli import build_cli
 from josef.config import ConfigError
 from josef.meta_properties import NotFormattedError, check, read
+from josef.metadata.image import MetadataImage
 from josef.metadata.records import ConfigRecord, TopicRecord, random_uuid, uuid_from_text
 from josef.plugins import collect, get_plugin_manager
 from josef.server_properties import load_config
-from josef_metadata_kraft.quorum import SingleVoterQuorum
+from josef_metadata_kraft.kraft_quorum import KRaftQuorum
 
 
 def config_for(tmp_path, **extra):
@@ -49,40 +50,79 @@ def test_unformatted_dirs_refuse_to_start_unless_auto(tmp_path):
         check(config_for(tmp_path, **{"node.id": "2"}), auto_format=False)
 
 
+class Recorder:
+    """A metadata listener that keeps what it was given."""
+
+    def __init__(self):
+        self.seen = []
+        self.current = MetadataImage()
+
+    def on_commit(self, offset, records):
+        self.seen.append((offset, list(records)))
+        self.current, _ = self.current.apply(offset, records)
+
+    def on_snapshot(self, offset, records):
+        self.seen.append(("snapshot", offset, len(records)))
+        self.current, _ = MetadataImage().apply(offset, records)
+
+    def image(self):
+        return self.current
+
+
+def run_session(config, batches):
+    async def session():
+        storage = storage_for(config)
+        quorum = KRaftQuorum(config, storage)
+        recorder = Recorder()
+        async with anyio.create_task_group() as tg:
+            await quorum.start(recorder, tg)
+            assert quorum.controller_id == 1  # a lone voter leads as soon as it starts
+            offsets = [await quorum.append(batch) for batch in batches]
+            tg.cancel_scope.cancel()
+        await quorum.close()
+        storage.close()
+        return recorder, offsets
+
+    return anyio.run(session)
+
+
 def test_records_replayed_after_restart(tmp_path):
     config = config_for(tmp_path)
     check(config, auto_format=True)
-
-    async def session(records):
-        storage = storage_for(config)
-        quorum = SingleVoterQuorum(config, storage)
-        seen = []
-        async with anyio.create_task_group() as tg:
-            await quorum.start(lambda offset, batch: seen.append((offset, list(batch))), tg)
-            for batch in records:
-                await quorum.append(batch)
-        await quorum.close()
-        storage.close()
-        return seen
-
     topic_id = uuid_from_text(random_uuid())
     first = [[TopicRecord(name="t", topic_id=topic_id)],
              [ConfigRecord(resource_type=2, resource_name="t", name="retention.ms", value="5"),
               ConfigRecord(resource_type=4, resource_name="", name="x", value=None)]]
-    seen = anyio.run(session, first)
-    assert [offset for offset, _ in seen] == [0, 2]
-    replayed = anyio.run(session, [])
-    assert replayed == seen
+    recorder, offsets = run_session(config, first)
+    # Offset 0 is the leader's LeaderChange control record; each append is one batch after it.
+    assert offsets == [1, 3] and [o for o, _ in recorder.seen] == [1, 3]
+    replayed, _ = run_session(config, [])
+    assert replayed.seen == recorder.seen
     assert (tmp_path / "data" / "__cluster_metadata-0" / "quorum-state").exists()
 
 
-def test_only_a_single_voter_in_combined_mode(tmp_path):
-    config = config_for(tmp_path, **{"controller.quorum.voters": "1@localhost:9093,2@localhost:9094"})
+def test_a_restart_loads_the_snapshot_then_the_tail(tmp_path):
+    config = config_for(tmp_path, **{"metadata.log.max.record.bytes.between.snapshots": "200"})
     check(config, auto_format=True)
-    with pytest.raises(ConfigError, match="single voter"):
-        SingleVoterQuorum(config, storage_for(config))
-    config = config_for(tmp_path, **{"process.roles": "broker"})
-    with pytest.raises(ConfigError, match="combined mode"):
-        SingleVoterQuorum(config, storage_for(config))
-    with pytest.raises(ConfigError, match="ID@HOST:PORT"):
-        SingleVoterQuorum(config_for(tmp_path, **{"controller.quorum.voters": "localhost:9093"}), storage_for(config))
+    batches = [[TopicRecord(name=f"t{i}", topic_id=uuid_from_text(random_uuid()))] for i in range(20)]
+    recorder, _ = run_session(config, batches)
+    metadata_dir = tmp_path / "data" / "__cluster_metadata-0"
+    assert list(metadata_dir.glob("*.checkpoint"))
+    restarted, _ = run_session(config, [])
+    assert restarted.seen[0][0] == "snapshot"
+    assert restarted.current.topics.keys() == recorder.current.topics.keys() == {f"t{i}" for i in range(20)}
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"controller.quorum.voters": "2@localhost:9093,3@localhost:9094"},
+     r"node.id 1 has the controller role but controller.quorum.voters names only \[2, 3\]"),
+    ({"process.roles": "broker"}, "a broker-only node needs controller.quorum.voters"),
+    ({"process.roles": "broker", "controller.quorum.voters": "1@localhost:9093"},
+     "names node 1, whose process.roles \\(broker\\) has no controller"),
+    ({"controller.quorum.voters": "localhost:9093"}, "ID@HOST:PORT"),
+])
+def test_a_voter_list_that_disagrees_with_the_node_is_one_clear_error(tmp_path, overrides, message):
+    config = config_for(tmp_path)
+    check(config, auto_format=True)
+    with pytest.raises(ConfigError, match=message):
+        KRaftQuorum(config_for(tmp_path, **overrides), storage_for(config))

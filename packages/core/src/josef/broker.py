@@ -47,7 +47,7 @@ from josef.producer_ids import ProducerIdManager
 from josef.protocol.api_keys import ApiKey
 from josef.replica_manager import ReplicaManager
 from josef.server import network
-from josef.server.apis import register_broker_apis, register_controller_apis
+from josef.server.apis import forward, register_broker_apis, register_controller_apis
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
 from josef.telemetry import ClientTelemetry
@@ -96,6 +96,7 @@ class Broker:
         #: Where each listener really listens (a configured port 0 becomes the chosen one).
         self.bound: list[Listener] = []
         self.ready = anyio.Event()
+        self._stop_requested = anyio.Event()
         #: Client-facing APIs (broker listeners) and the controller's (controller listeners, or in-process).
         self.dispatcher = Dispatcher(self)
         self.controller_dispatcher = Dispatcher(self)
@@ -119,6 +120,7 @@ class Broker:
         self.channel = ControllerChannel(self)
         self.lifecycle = BrokerLifecycle(self, self.channel)
         self.replicas: ReplicaManager
+        self._replicas_loaded = self._coordinating = False
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         if config.unknown:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
@@ -139,37 +141,25 @@ class Broker:
         self.storage = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
             self.config["metadata.quorum"])(self.config, self.storage)
-        if self.is_controller:
-            for key, handler, low, high in self.quorum.apis():
+        for key, handler, low, high in self.quorum.apis():
+            if self.is_controller:
                 self.controller_dispatcher.register(key, handler, low, high)
+            if self.is_broker and key == ApiKey.DESCRIBE_QUORUM:
+                # Kafka's brokers answer DescribeQuorum for the admin client by asking the active controller.
+                self.dispatcher.register(key, forward, low, high)
+        if self.is_controller:
             self.controller = Controller(self.quorum, self.config, lambda: self.image)
         if self.is_broker:
             self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
-        loaded = coordinating = False
-
-        def on_commit(offset: int, records: Sequence[MetadataRecord]) -> None:
-            previous = self.image
-            self.image, delta = previous.apply(offset, records)
-            if (BROKER_RESOURCE, "") in delta.changed_configs or (BROKER_RESOURCE, str(self.node_id)) in delta.changed_configs:
-                self._apply_dynamic_broker_config()
-            if loaded:
-                self.replicas.apply_delta(delta, self.image)
-            if coordinating:
-                self.coordinators.on_metadata(delta, self.image)
-
         try:
             async with anyio.create_task_group() as tg:
                 await self._listen(tg, controller=True)
-                await self.quorum.start(on_commit, tg)
+                await self.quorum.start(self, tg)
                 self._apply_dynamic_broker_config()
                 if self.controller is not None:
                     tg.start_soon(self._controller_duties, self.controller)
                 if self.is_broker:
-                    self.replicas.load(self.image)
-                    loaded = True
                     await self._start_broker(tg)
-                    coordinating = True
-                    self.coordinators.on_metadata(MetadataDelta(), self.image)
                     log.info("josef broker %s ready on %s in %.2fs (process age %.2fs; cluster %s)", self.node_id,
                              self._describe_bound(), time.monotonic() - self.started_at, _process_age_s(),
                              self.cluster_id)
@@ -179,18 +169,59 @@ class Broker:
                              _process_age_s(), self.cluster_id)
                 self.ready.set()
                 task_status.started()
+                await self._stop_requested.wait()
+                if self.is_broker:
+                    await self.lifecycle.controlled_shutdown()
+                tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._shutdown()
 
+    def request_stop(self) -> None:
+        """Stop cleanly: a controlled shutdown (leadership moved away while the node still runs), then close.
+
+        Call on the broker's event loop. Cancelling :meth:`run` instead stops
+        at once, without a controlled shutdown.
+        """
+        self._stop_requested.set()
+
+    # The metadata listener (josef.metadata.quorum.MetadataListener) -------------------------
+
+    def on_commit(self, offset: int, records: Sequence[MetadataRecord]) -> None:
+        previous = self.image
+        self.image, delta = previous.apply(offset, records)
+        self._published(delta)
+
+    def on_snapshot(self, offset: int, records: Sequence[MetadataRecord]) -> None:
+        previous = self.image
+        self.image, _ = MetadataImage().apply(offset, records)
+        self._published(self.image.changes_since(previous))
+
+    def _published(self, delta: MetadataDelta) -> None:
+        if (BROKER_RESOURCE, "") in delta.changed_configs or (BROKER_RESOURCE, str(self.node_id)) in delta.changed_configs:
+            self._apply_dynamic_broker_config()
+        if self._replicas_loaded:
+            self.replicas.apply_delta(delta, self.image)
+        if self._coordinating:
+            self.coordinators.on_metadata(delta, self.image)
+
     async def _start_broker(self, tg: anyio.abc.TaskGroup) -> None:
-        """Register with the active controller and wait to be unfenced, as Kafka's BrokerServer does."""
+        """Register with the active controller, then serve partitions once unfenced, as Kafka's BrokerServer does.
+
+        Partitions are loaded only then: the unfencing heartbeat proves the
+        image reached this broker's registration, so it holds every topic
+        that existed, and logs it lacks are truly stray.
+        """
         await self._listen(tg, controller=False)
         await self.lifecycle.register()
         tg.start_soon(self.lifecycle.run)
         await self.lifecycle.unfenced.wait()
+        self.replicas.load(self.image)
+        self._replicas_loaded = True
         tg.start_soon(self.replicas.run_housekeeping)
         await tg.start(self.coordinators.run)
+        self._coordinating = True
+        self.coordinators.on_metadata(MetadataDelta(), self.image)
 
     async def _controller_duties(self, controller: Controller) -> None:
         """While this node is the active controller: finalize a new cluster's features, fence silent brokers."""
@@ -201,6 +232,8 @@ class Broker:
                     await controller.fence_expired_brokers()
                 except ControllerError as exc:
                     log.debug("controller duties: %s", exc.message)
+            else:
+                controller.resign()
             await anyio.sleep(CONTROLLER_SWEEP_S)
 
     async def _allocate_producer_ids(self) -> ProducerIdBlock:
@@ -228,6 +261,14 @@ class Broker:
             self.bound.append(Listener(spec.name, spec.host, port))
             tg.start_soon(network.serve_listener, listener, dispatcher, spec.name,
                           self.config["socket.request.max.bytes"])
+
+    def dispatcher_for(self, listener_name: str) -> Dispatcher:
+        """The APIs a listener serves: the controller's on controller listeners, the broker's on the others."""
+        return self.controller_dispatcher if self._is_controller_listener(listener_name) else self.dispatcher
+
+    def client_listeners(self) -> list[Listener]:
+        """The bound listeners that serve clients (not the controller's)."""
+        return [l for l in self.bound if not self._is_controller_listener(l.name)]
 
     def _describe_bound(self) -> str:
         """The bound listeners, clients' first (tools and tests read the first PLAINTEXT address from the line)."""
@@ -259,8 +300,6 @@ class Broker:
             self.replicas.apply_broker_config(self.config, self.image)
 
     async def _shutdown(self) -> None:
-        if self.is_broker and self.lifecycle.epoch >= 0 and hasattr(self, "quorum"):
-            await self.lifecycle.controlled_shutdown()
         for listener in self._listeners:
             await listener.aclose()
         self.coordinators.close()

@@ -38,7 +38,7 @@ def run_forever(config: Config, *, auto_format: bool, pm: pluggy.PluginManager |
                 await tg.start(broker.run)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
-                    tg.cancel_scope.cancel()
+                    broker.request_stop()
                     break
 
     try:
@@ -72,12 +72,12 @@ class BrokerThread:
     @property
     def port(self) -> int:
         assert self.broker is not None, "broker is not running"
-        return self.broker.bound[0].port
+        return self.broker.client_listeners()[0].port
 
     @property
     def bootstrap_servers(self) -> str:
         assert self.broker is not None, "broker is not running"
-        bound = self.broker.bound[0]
+        bound = self.broker.client_listeners()[0]
         return f"{bound.host or '127.0.0.1'}:{bound.port}"
 
     def start(self) -> BrokerThread:
@@ -100,8 +100,8 @@ class BrokerThread:
 
     def stop(self) -> None:
         """Shut down cleanly (close logs, write checkpoints), as SIGTERM does."""
-        if self._task is not None and self._portal is not None:
-            self._portal.call(self._task.cancel)
+        if self._task is not None and self._portal is not None and self.broker is not None:
+            self._portal.call(self.broker.request_stop)
             with contextlib.suppress(BaseException):
                 self._task.result(timeout=30)
         if self._stack is not None:
@@ -111,8 +111,7 @@ class BrokerThread:
     def restart(self) -> BrokerThread:
         """Stop cleanly and start again on the same port, as a restarted broker would be found by clients."""
         if self.broker is not None and self.broker.bound:
-            bound = self.broker.bound[0]
-            self.overrides["listeners"] = f"{bound.name}://{bound.host}:{bound.port}"
+            self.overrides["listeners"] = ",".join(f"{b.name}://{b.host}:{b.port}" for b in self.broker.bound)
         self.stop()
         return self.start()
 

@@ -5,21 +5,35 @@ from __future__ import annotations
 import click
 
 from josef import hookimpl
-from josef.config import ConfigKey, ConfigType
+from josef.config import ConfigKey, ConfigType, at_least
 from josef.hookspecs import Register
 from josef_metadata_kraft.commands import storage
-from josef_metadata_kraft.quorum import SingleVoterQuorum
+from josef_metadata_kraft.kraft_quorum import KRaftQuorum
 
 
 @hookimpl
 def register_metadata_quorum(register: Register) -> None:
-    register("kraft", SingleVoterQuorum)
+    register("kraft", KRaftQuorum)
 
 
 @hookimpl
 def register_configs(register: Register) -> None:
     register(ConfigKey("controller.quorum.voters", ConfigType.LIST, None,
-                       "The KRaft voters, ID@HOST:PORT,...; empty means this node alone."))
+                       "The KRaft voters, ID@HOST:PORT,... (their controller listeners); empty means this node alone, "
+                       "reached in-process."))
+    for name, default, doc in (
+        ("controller.quorum.election.timeout.ms", 1000,
+         "How long a voter waits without hearing from a leader before it starts an election (randomised up to twice)."),
+        ("controller.quorum.election.backoff.max.ms", 1000, "The longest back-off after a lost election."),
+        ("controller.quorum.fetch.timeout.ms", 2000,
+         "How long a follower goes without a successful fetch before it looks for a new leader."),
+        ("controller.quorum.request.timeout.ms", 2000, "How long a Raft request waits for its response."),
+        ("controller.quorum.retry.backoff.ms", 20, "How long to wait before sending a failed Raft request again."),
+    ):
+        register(ConfigKey(name, ConfigType.INT, default, doc, at_least(0)))
+    register(ConfigKey("metadata.log.max.record.bytes.between.snapshots", ConfigType.LONG, 20971520,
+                       "Bytes of committed metadata log after which a node writes a new snapshot and trims its log.",
+                       at_least(1)))
 
 
 @hookimpl

@@ -102,6 +102,7 @@ class Controller:
         self._image = image
         self._lock = anyio.Lock()
         self._node_id: int = config["node.id"]
+        self._was_active = False
         self.heartbeats = BrokerHeartbeats(config["broker.session.timeout.ms"])
 
     @contextlib.asynccontextmanager
@@ -109,7 +110,10 @@ class Controller:
         """Decide one operation at a time, and only as the active controller (others answer NOT_CONTROLLER)."""
         async with self._lock:
             if self._quorum.controller_id != self._node_id:
+                self._was_active = False
                 raise ControllerError(ErrorCode.not_controller, "this node is not the active controller")
+            if not self._was_active:
+                self.activate()
             yield
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> int:
@@ -232,6 +236,11 @@ class Controller:
     def activate(self) -> None:
         """This node just became the active controller: give every registered broker a full session."""
         self.heartbeats.adopt((b, info.epoch) for b, info in self._image().brokers.items())
+        self._was_active = True
+
+    def resign(self) -> None:
+        """Another node leads now: the broker sessions kept here go stale, so the next term adopts afresh."""
+        self._was_active = False
 
     # Features --------------------------------------------------------------
 

@@ -154,6 +154,27 @@ class MetadataImage:
             builder.apply(record)
         return builder.build(offset)
 
+    def changes_since(self, old: MetadataImage) -> MetadataDelta:
+        """What differs from ``old``, as one delta: how a broker moves to a snapshot it downloaded.
+
+        A topic re-created under the same name (a new id) is deleted and created.
+        """
+        old_ids = {t.topic_id for t in old.topics.values()}
+        new_ids = {t.topic_id for t in self.topics.values()}
+        created = tuple(t for t in self.topics.values() if t.topic_id not in old_ids)
+        deleted = tuple(t for t in old.topics.values() if t.topic_id not in new_ids)
+        changed = [(t.name, p) for t in created for p in t.partitions]
+        for topic in self.topics.values():
+            before = old.topics.get(topic.name)
+            if before is not None and before.topic_id == topic.topic_id:
+                changed += [(topic.name, p) for p, state in topic.partitions.items() if before.partitions.get(p) != state]
+
+        def differing(a: Mapping, b: Mapping) -> tuple:  # type: ignore[type-arg]
+            return tuple(k for k in {**a, **b} if a.get(k) != b.get(k))
+
+        return MetadataDelta(created, deleted, tuple(changed), differing(old.configs, self.configs),
+                             differing(old.brokers, self.brokers), differing(old.features, self.features))
+
     def records(self) -> Iterator[MetadataRecord]:
         """Records that rebuild this image from nothing: what a metadata snapshot holds."""
         for name, level in sorted(self.features.items()):

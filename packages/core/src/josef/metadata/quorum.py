@@ -8,8 +8,9 @@ committed. Everything is called on the broker's event loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
+from josef.metadata.image import MetadataImage
 from josef.metadata.records import MetadataRecord
 
 if TYPE_CHECKING:
@@ -17,8 +18,21 @@ if TYPE_CHECKING:
 
     from josef.server.dispatch import Handler
 
-#: Called with the offset of the last record and the records of one commit.
-CommitListener = Callable[[int, Sequence[MetadataRecord]], None]
+class MetadataListener(Protocol):
+    """What a quorum delivers committed metadata to: the node's image (Kafka's RaftClient.Listener)."""
+
+    def on_commit(self, offset: int, records: Sequence[MetadataRecord]) -> None:
+        """The records of one commit, whose last is at ``offset``; each commit once, in order."""
+
+    def on_snapshot(self, offset: int, records: Sequence[MetadataRecord]) -> None:
+        """Replace the whole state by a snapshot's records: the state after every record up to ``offset``.
+
+        Delivered at start-up (the latest local snapshot) and when a replica
+        too far behind downloads the leader's snapshot.
+        """
+
+    def image(self) -> MetadataImage:
+        """The state as of the last delivery, which the quorum writes into its snapshots."""
 
 
 class NotControllerError(Exception):
@@ -51,13 +65,15 @@ class MetadataQuorum(Protocol):
         before ``start``, on nodes with the controller role.
         """
 
-    async def start(self, listener: CommitListener, tg: anyio.abc.TaskGroup) -> None:
-        """Load the log and replay every committed record through ``listener``, then return.
+    async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup) -> None:
+        """Load the local snapshot and log, deliver what is known committed to ``listener``, then return.
 
         Background work (elections, replication) runs in ``tg`` until it is
-        cancelled. After ``start`` returns, ``listener`` keeps receiving each
-        new commit, in order, exactly once. The node's listeners are already
-        bound when it is called.
+        cancelled; ``listener`` keeps receiving each new commit, in order,
+        exactly once. A replicated quorum learns what is committed from its
+        leader, so right after ``start`` the image may still be behind the
+        cluster's: brokers wait for their heartbeat to say they caught up.
+        The node's controller listeners are already bound when it is called.
         """
 
     async def append(self, records: Sequence[MetadataRecord]) -> int:

@@ -1,4 +1,7 @@
-"""ApiVersions: the API keys and version ranges this broker answers, exactly, and its feature levels (v3+)."""
+"""ApiVersions: the API keys and version ranges the listener answers, exactly, and the feature levels (v3+).
+
+A controller listener lists the controller's APIs, a client listener the broker's, as Kafka's do.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from josef.server.dispatch import RequestContext
 
 
 async def api_versions(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    body = ctx.broker.dispatcher.api_versions_body()
+    body = ctx.broker.dispatcher_for(ctx.listener_name).api_versions_body()
     if ctx.api_version >= 3:
         image = ctx.broker.image
         # v3 clients cannot take a minimum of 0, so Kafka leaves those features out of v3 answers.

@@ -1,0 +1,321 @@
+"""The KRaft metadata quorum: the Raft core driven over josef's network and storage.
+
+:class:`KRaftQuorum` is what the broker sees (:class:`josef.metadata.quorum.MetadataQuorum`).
+It owns one :class:`~josef_metadata_kraft.raft.RaftNode` and is its driver:
+inbound Raft requests arrive through the controller listener's dispatcher
+(:meth:`apis`), outbound ones go over :class:`josef.protocol.connection.Connection`
+to the voters of ``controller.quorum.voters``, and a loop runs the node's
+timers. Committed batches are decoded into metadata records for the node's
+listener; every ``metadata.log.max.record.bytes.between.snapshots`` bytes of
+committed log, a snapshot of the listener's image is written and the log
+behind it trimmed.
+
+Voters are the nodes with the controller role named in
+``controller.quorum.voters``; brokers are observers that only fetch. With no
+voters configured, the node is a single voter reachable only in-process (the
+default single-node broker): no controller listener is needed and a record
+commits as soon as it is on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+import anyio
+import anyio.abc
+
+from josef.config import Config, ConfigError
+from josef.log import LogConfig, LogStorage
+from josef.meta_properties import log_dirs, read
+from josef.metadata.quorum import MetadataListener, NotControllerError
+from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.records import iter_records
+from josef.protocol.topic_partition import TopicPartition
+from josef.server.dispatch import Handler, RequestContext
+from josef_metadata_kraft.metadata_log import MetadataLog
+from josef_metadata_kraft.raft import (
+    CommittedBatch,
+    FileQuorumStateStore,
+    LeaderChanged,
+    NotLeaderError,
+    Outbound,
+    RaftConfig,
+    RaftNode,
+    SnapshotLoaded,
+)
+from josef_metadata_kraft.snapshots import snapshot_records
+
+log = logging.getLogger(__name__)
+
+METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
+#: The metadata log keeps everything until a snapshot covers it: retention never deletes it.
+METADATA_LOG_CONFIG = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
+#: The Raft APIs and the versions the core speaks: Kafka 4.x's newest between voters, every DescribeQuorum for tools.
+RAFT_APIS = {ApiKey.VOTE: (2, 2), ApiKey.BEGIN_QUORUM_EPOCH: (1, 1), ApiKey.END_QUORUM_EPOCH: (1, 1),
+             ApiKey.FETCH: (17, 17), ApiKey.FETCH_SNAPSHOT: (1, 1), ApiKey.DESCRIBE_QUORUM: (0, 2)}
+
+
+def parse_voters(items: Sequence[str]) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters``: ``id@host:port`` items into ``{id: (host, port)}``."""
+    voters = {}
+    for item in items:
+        node, sep, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not sep or not node.isdigit() or not colon or not port.isdigit():
+            raise ConfigError(f"invalid value {item!r} for configuration controller.quorum.voters: not ID@HOST:PORT")
+        voters[int(node)] = (host.strip("[]"), int(port))
+    return voters
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _source(request: Any) -> int:
+    """The node an inbound Raft request comes from, where the request says."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
+class _Answer:
+    """A deferred response (a Fetch long poll) the driver hands over when the node releases it."""
+
+    def __init__(self) -> None:
+        self.ready = anyio.Event()
+        self.response: Any = None
+
+
+class KRaftQuorum:
+    def __init__(self, config: Config, log_storage: LogStorage) -> None:
+        self._config = config
+        self._storage = log_storage
+        self._node_id: int = config["node.id"]
+        roles = config["process.roles"]
+        voters = parse_voters(config["controller.quorum.voters"] or [])
+        self._in_process = not voters
+        if self._in_process:
+            if "controller" not in roles:
+                raise ConfigError("a broker-only node needs controller.quorum.voters to find its controllers")
+            voters = {self._node_id: ("", -1)}
+        elif "controller" in roles and self._node_id not in voters:
+            raise ConfigError(f"node.id {self._node_id} has the controller role but controller.quorum.voters "
+                              f"names only {sorted(voters)}")
+        elif "controller" not in roles and self._node_id in voters:
+            raise ConfigError(f"controller.quorum.voters names node {self._node_id}, whose process.roles "
+                              f"({','.join(roles)}) has no controller")
+        self._voters = voters
+        directory = log_dirs(config)[0]
+        props = read(directory)
+        if props is None:
+            raise ConfigError(f"log directory {directory} is not formatted")
+        self._cluster_id = props.cluster_id
+        self._raft_config = RaftConfig.from_properties(
+            {key: config[key] for key in RaftConfig._KEYS if key in config.definition},
+            listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0])
+        self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
+        self._node: RaftNode | None = None
+        self._log: MetadataLog | None = None
+        self._listener: MetadataListener | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = anyio.Event()
+        self._wake = anyio.Event()
+        self._leader_id = -1
+        self._delivered = -1
+        self._since_snapshot = 0
+        self._deferred: dict[int, _Answer] = {}
+        self._commits = anyio.Event()
+        self._connections: dict[int, Connection] = {}
+        self._connecting: dict[int, anyio.Lock] = {}
+
+    # MetadataQuorum --------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        return self._leader_id
+
+    def controllers(self) -> Mapping[int, tuple[str, int]]:
+        return {} if self._in_process else dict(self._voters)
+
+    def controller_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        return None if self._in_process else self._voters.get(node_id)
+
+    def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
+        return [(key, self._handle, low, high) for key, (low, high) in RAFT_APIS.items()]
+
+    async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup) -> None:
+        self._listener = listener
+        self._log = MetadataLog(self._storage.open(METADATA_PARTITION, METADATA_LOG_CONFIG))
+        store = FileQuorumStateStore(self._log.dir / "quorum-state", tuple(self._voters))
+        self._node = RaftNode(self._node_id, self._voters, self._log, store, cluster_id=self._cluster_id,
+                              config=self._raft_config, now_ms=_wall_ms())
+        self._tg = tg
+        self._started.set()
+        self._pump()
+        tg.start_soon(self._run)
+        if self._in_process:
+            # A lone voter elects itself at once: start returns with everything committed delivered.
+            while self._leader_id != self._node_id:
+                await self._next_commit()
+
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
+        node = self._node
+        if node is None or self._leader_id != self._node_id:
+            raise NotControllerError(f"node {self._node_id} is not the active controller (the leader is "
+                                     f"{self._leader_id})")
+        try:
+            offset = node.append([encode(r) for r in records], _wall_ms(), timestamp_ms=_wall_ms())
+        except NotLeaderError as exc:
+            raise NotControllerError(str(exc)) from None
+        # A lone voter commits what it flushed: deliver now rather than on the driver's next turn.
+        self._pump()
+        self._wake.set()
+        while self._delivered < offset:
+            if self._leader_id != self._node_id:
+                raise NotControllerError(f"node {self._node_id} lost the leadership before offset {offset} committed")
+            await self._next_commit()
+        return offset
+
+    async def close(self) -> None:
+        for node_id in list(self._connections):
+            await self._drop(node_id)
+        if self._node is not None and self._node.role.value == "leader" and not self._in_process:
+            self._node.resign(_wall_ms())
+        self._node = None
+
+    # The driver ---------------------------------------------------------------------
+
+    async def _next_commit(self) -> None:
+        await self._commits.wait()
+
+    async def _run(self) -> None:
+        while self._node is not None:
+            self._pump()
+            node = self._node
+            if node is None:
+                return
+            delay = max(0.0, (node.next_poll_ms - _wall_ms()) / 1000)
+            with anyio.move_on_after(delay):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    def _pump(self) -> None:
+        """Run the node's timers, send what it wants sent, deliver what it committed."""
+        node = self._node
+        assert node is not None and self._tg is not None
+        for out in node.poll(_wall_ms()):
+            self._dispatch(out)
+        delivered = False
+        while events := node.drain_events():
+            for event in events:
+                self._apply(event)
+            delivered = True
+        if delivered:
+            self._commits.set()
+            self._commits = anyio.Event()
+            self._maybe_snapshot()
+
+    def _dispatch(self, out: Outbound) -> None:
+        if out.request is not None:
+            answer = self._deferred.pop(id(out.request), None)
+            if answer is not None:
+                answer.response = out.message
+                answer.ready.set()
+            return
+        assert self._tg is not None
+        self._tg.start_soon(self._send, out.destination, out.message)
+
+    def _apply(self, event: Any) -> None:
+        listener = self._listener
+        assert listener is not None
+        if isinstance(event, CommittedBatch):
+            if not event.is_control:
+                records = [self._decode(r.value, r.offset) for r in iter_records(event.data)]
+                listener.on_commit(event.last_offset, records)
+            self._delivered = event.last_offset
+            self._since_snapshot += len(event.data)
+        elif isinstance(event, SnapshotLoaded):
+            listener.on_snapshot(event.snapshot_id.offset - 1, snapshot_records(event.data))
+            self._delivered = event.snapshot_id.offset - 1
+            self._since_snapshot = 0
+        elif isinstance(event, LeaderChanged):
+            leader = -1 if event.leader_id is None else event.leader_id
+            if leader != self._leader_id:
+                log.info("metadata quorum leader is now %s in epoch %d%s", leader if leader >= 0 else "unknown",
+                         event.epoch, " (this node)" if leader == self._node_id else "")
+            self._leader_id = leader
+
+    def _decode(self, value: bytes | None, offset: int) -> MetadataRecord:
+        try:
+            return decode(value or b"")
+        except UnknownRecordError as exc:
+            hint = ""
+            if (value or b"").startswith(b"{"):
+                hint = ("; it is a JSON record of a josef release older than Kafka's record format, which this "
+                        "release cannot read: format the log directories again")
+            assert self._log is not None
+            raise ConfigError(f"metadata log {self._log.dir}, offset {offset}: {exc}{hint}") from None
+
+    def _maybe_snapshot(self) -> None:
+        if self._since_snapshot < self._snapshot_bytes or self._node is None or self._listener is None:
+            return
+        image = self._listener.image()
+        snapshot_id = self._node.create_snapshot(self._delivered + 1, [encode(r) for r in image.records()],
+                                                 _wall_ms(), trim=True)
+        self._since_snapshot = 0
+        log.info("metadata snapshot %d-%d written", snapshot_id.offset, snapshot_id.epoch)
+
+    async def _handle(self, ctx: RequestContext, request: Any) -> Any:
+        await self._started.wait()
+        node = self._node
+        if node is None:
+            raise NotControllerError("the metadata quorum is closed")
+        response = node.handle_request(_source(request), request, _wall_ms())
+        self._wake.set()
+        if response is not None:
+            return response
+        answer = self._deferred[id(request)] = _Answer()
+        await answer.ready.wait()
+        return answer.response
+
+    async def _send(self, destination: int, request: Any) -> None:
+        try:
+            conn = await self._connection(destination)
+            response = await conn.request(type(request).__api_key__, request, version=type(request).__version__)
+        except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError, OSError) as exc:
+            log.debug("raft request to %d failed: %s", destination, exc)
+            await self._drop(destination)
+            if self._node is not None:
+                self._node.handle_send_failure(destination, request, _wall_ms())
+        else:
+            if self._node is not None:
+                self._node.handle_response(destination, request, response, _wall_ms())
+        self._wake.set()
+
+    async def _connection(self, node_id: int) -> Connection:
+        lock = self._connecting.setdefault(node_id, anyio.Lock())
+        async with lock:
+            conn = self._connections.get(node_id)
+            if conn is None or conn.closed:
+                host, port = self._voters[node_id]
+                conn = self._connections[node_id] = await Connection.open(
+                    host, port, client_id=f"raft-{self._node_id}",
+                    request_timeout_ms=self._raft_config.request_timeout_ms,
+                    connect_timeout_ms=self._raft_config.request_timeout_ms)
+            return conn
+
+    async def _drop(self, node_id: int) -> None:
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            await conn.close()
+
