@@ -65,7 +65,7 @@ class Recorder:
         self.seen.append(("snapshot", offset, len(records)))
         self.current, _ = MetadataImage().apply(offset, records)
 
-    def image(self):
+    def current_image(self):
         return self.current
 
 

@@ -136,3 +136,21 @@ def test_check_snapshot_names_what_is_wrong():
         check_snapshot(data_batch(0, 1))
     with pytest.raises(SnapshotError, match="partial batch"):
         check_snapshot(good[:-1])
+
+
+def test_a_torn_tail_after_a_crash_is_cut_back_to_the_last_whole_batch(tmp_path):
+    config = load_config(None, {"log.dirs": str(tmp_path)})
+    storage = collect(get_plugin_manager(), "register_log_storage", "log storage").get("local")(config)
+    log = open_log(storage)
+    for base in range(0, 12, 3):
+        log.append_as_leader(data_batch(base, 1), 1)
+    log.flush()
+    [segment] = log.dir.glob("*.log")
+    with open(segment, "r+b") as f:  # the crash tore the last batch: no clean shutdown, bytes missing
+        f.truncate(segment.stat().st_size - 7)
+    crashed = collect(get_plugin_manager(), "register_log_storage", "log storage").get("local")(config)
+    reopened = open_log(crashed)
+    assert (reopened.end_offset, reopened.last_fetched_epoch) == (9, 1)
+    reopened.append_as_follower(data_batch(9, 2), 2)  # the leader's batches continue it
+    assert reopened.end_offset == 12
+    crashed.close()

@@ -197,6 +197,9 @@ class Broker:
         self.image, _ = MetadataImage().apply(offset, records)
         self._published(self.image.changes_since(previous))
 
+    def current_image(self) -> MetadataImage:
+        return self.image
+
     def _published(self, delta: MetadataDelta) -> None:
         if (BROKER_RESOURCE, "") in delta.changed_configs or (BROKER_RESOURCE, str(self.node_id)) in delta.changed_configs:
             self._apply_dynamic_broker_config()

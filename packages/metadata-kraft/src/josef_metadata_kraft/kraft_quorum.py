@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import anyio
 import anyio.abc
+from kio.schema.errors import ErrorCode
 
 from josef.config import Config, ConfigError
 from josef.log import LogConfig, LogStorage
@@ -43,6 +44,7 @@ from josef_metadata_kraft.raft import (
     FileQuorumStateStore,
     LeaderChanged,
     NotLeaderError,
+    OffsetAndEpoch,
     Outbound,
     RaftConfig,
     RaftNode,
@@ -121,6 +123,7 @@ class KRaftQuorum:
             listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0])
         self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
         self._node: RaftNode | None = None
+        self._local_snapshot: OffsetAndEpoch | None = None
         self._log: MetadataLog | None = None
         self._listener: MetadataListener | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -156,6 +159,7 @@ class KRaftQuorum:
     async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup) -> None:
         self._listener = listener
         self._log = MetadataLog(self._storage.open(METADATA_PARTITION, METADATA_LOG_CONFIG))
+        self._local_snapshot = self._log.latest_snapshot_id()
         store = FileQuorumStateStore(self._log.dir / "quorum-state", tuple(self._voters))
         self._node = RaftNode(self._node_id, self._voters, self._log, store, cluster_id=self._cluster_id,
                               config=self._raft_config, now_ms=_wall_ms())
@@ -245,7 +249,11 @@ class KRaftQuorum:
             self._delivered = event.last_offset
             self._since_snapshot += len(event.data)
         elif isinstance(event, SnapshotLoaded):
-            listener.on_snapshot(event.snapshot_id.offset - 1, snapshot_records(event.data))
+            records = snapshot_records(event.data)
+            origin = "local" if event.snapshot_id == self._local_snapshot else "fetched from the leader"
+            log.info("metadata snapshot %d-%d (%d records, %s) loaded", event.snapshot_id.offset,
+                     event.snapshot_id.epoch, len(records), origin)
+            listener.on_snapshot(event.snapshot_id.offset - 1, records)
             self._delivered = event.snapshot_id.offset - 1
             self._since_snapshot = 0
         elif isinstance(event, LeaderChanged):
@@ -269,7 +277,7 @@ class KRaftQuorum:
     def _maybe_snapshot(self) -> None:
         if self._since_snapshot < self._snapshot_bytes or self._node is None or self._listener is None:
             return
-        image = self._listener.image()
+        image = self._listener.current_image()
         snapshot_id = self._node.create_snapshot(self._delivered + 1, [encode(r) for r in image.records()],
                                                  _wall_ms(), trim=True)
         self._since_snapshot = 0
@@ -298,6 +306,9 @@ class KRaftQuorum:
             if self._node is not None:
                 self._node.handle_send_failure(destination, request, _wall_ms())
         else:
+            if getattr(response, "error_code", None) == ErrorCode.inconsistent_cluster_id:
+                raise ConfigError(f"controller {destination} answered INCONSISTENT_CLUSTER_ID: this node was "
+                                  f"formatted for cluster {self._cluster_id}, which is not the quorum's")
             if self._node is not None:
                 self._node.handle_response(destination, request, response, _wall_ms())
         self._wake.set()

@@ -31,7 +31,7 @@ class MetadataListener(Protocol):
         too far behind downloads the leader's snapshot.
         """
 
-    def image(self) -> MetadataImage:
+    def current_image(self) -> MetadataImage:
         """The state as of the last delivery, which the quorum writes into its snapshots."""
 
 

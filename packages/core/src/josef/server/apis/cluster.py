@@ -98,7 +98,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "brokers": _brokers(broker.image, ctx.listener_name),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.quorum.controller_id,
+        "controller_id": _controller_for_clients(broker),
         "topics": topics,
         "cluster_authorized_operations": OPERATIONS_OMITTED,
         "error_code": ErrorCode.none,
@@ -111,6 +111,16 @@ async def _auto_create(ctx: RequestContext, name: str) -> ErrorCode:
         log.info("automatic creation of topic %r failed: %s", name, message)
         return error
     return ErrorCode.none
+
+
+def _controller_for_clients(broker: Any) -> int:
+    """The "controller" clients of a broker listener are told of: in KRaft, a live broker, as Kafka answers.
+
+    Clients send controller-bound requests (CreateTopics, ...) to it and the
+    broker forwards them; the real controllers are not reachable on client
+    listeners. josef names the broker answering, which is live by definition.
+    """
+    return broker.node_id if broker.is_broker else broker.quorum.controller_id
 
 
 def _served_endpoint_type(ctx: RequestContext) -> int:
@@ -161,7 +171,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "error_message": None,
         "endpoint_type": served,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.quorum.controller_id,
+        "controller_id": broker.quorum.controller_id if served == CONTROLLER_ENDPOINTS else _controller_for_clients(broker),
         "brokers": nodes,
         "cluster_authorized_operations": OPERATIONS_OMITTED,
     }
