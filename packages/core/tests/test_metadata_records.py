@@ -111,3 +111,14 @@ def test_an_image_rebuilds_from_its_own_records():
     assert rebuilt == image
     assert image.topics["orders"].partitions[2].isr == (1, 2) and image.features == {"metadata.version": 25}
     assert image.brokers[3].features == {"metadata.version": (22, 25)} and image.client_quotas
+
+
+def test_a_commit_copies_only_what_it_changes_and_never_touches_the_old_image():
+    image, _ = MetadataImage().apply(41, [EVERY_RECORD[0]] + EVERY_RECORD[2:4] + EVERY_RECORD[9:12])
+    before = image.topics["orders"].partitions[2]
+    changed, _ = image.apply(42, [R.PartitionChangeRecord(partition_id=2, topic_id=TOPIC_ID, isr=(1,))])
+    assert changed.brokers is image.brokers and changed.configs is image.configs
+    assert changed.features is image.features and changed.client_quotas is image.client_quotas
+    assert image.topics["orders"].partitions[2] is before and changed.topics["orders"].partitions[2].isr == (1,)
+    fenced, _ = changed.apply(43, [R.FenceBrokerRecord(id=3, epoch=17)])
+    assert fenced.topics is changed.topics and fenced.brokers[3].fenced and not changed.brokers[3].fenced

@@ -72,11 +72,11 @@ class BrokerLifecycle:
             log.warning("broker %d registration: %s; trying again", node.node_id, response.error_code.name)
             await anyio.sleep(self._interval)
 
-    async def _heartbeat(self, want_shut_down: bool = False) -> Any:
+    async def _heartbeat(self, want_shut_down: bool = False, timeout_s: float | None = None) -> Any:
         response = await self._channel.call(ApiKey.BROKER_HEARTBEAT, {
             "broker_id": self._node.node_id, "broker_epoch": self.epoch,
             "current_metadata_offset": self._node.image.offset, "want_fence": False,
-            "want_shut_down": want_shut_down, "offline_log_dirs": []})
+            "want_shut_down": want_shut_down, "offline_log_dirs": []}, timeout_s=timeout_s)
         if response.error_code in (ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered):
             # The controller no longer knows this registration (a new cluster, a lost session): start again.
             log.warning("broker %d heartbeat: %s; registering again", self._node.node_id, response.error_code.name)
@@ -101,13 +101,21 @@ class BrokerLifecycle:
             await anyio.sleep(self._interval if not self.fenced else min(self._interval, 0.05))
 
     async def controlled_shutdown(self) -> None:
-        """Ask to shut down until the controller has moved this broker's leadership away (bounded in time)."""
+        """Ask to shut down until the controller has moved this broker's leadership away (bounded in time).
+
+        Without an active controller (the whole cluster stopping, a quorum
+        lost) there is nobody to agree with: the broker stops at once.
+        """
         with anyio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S) as scope:
             while True:
+                if self._node.quorum.controller_id < 0:
+                    log.warning("broker %d: no active controller; stopping without a controlled shutdown",
+                                self._node.node_id)
+                    return
                 try:
-                    response = await self._heartbeat(want_shut_down=True)
+                    response = await self._heartbeat(want_shut_down=True, timeout_s=self._interval)
                 except ControllerUnavailableError:
-                    break
+                    continue
                 if response.error_code == ErrorCode.none and response.should_shut_down:
                     log.info("broker %d: controlled shutdown complete", self._node.node_id)
                     return

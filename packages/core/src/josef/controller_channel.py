@@ -11,9 +11,8 @@ only be reached in-process (a single-node quorum, no controller listener),
 the controller's own handler is called directly; otherwise the request goes
 over the network to the controller listener of the node the quorum names,
 and is sent again to the next controller when the answer is NOT_CONTROLLER
-or the connection fails, for up to 30 seconds. Brokers
-in Kafka wrap forwarded requests in an Envelope to carry the client's
-principal; josef has no principals yet, so it forwards the request itself.
+or the connection fails, for up to 30 seconds. A client's request travels in
+an Envelope with its principal and address, as Kafka's brokers forward it.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.error_responses import error_codes, error_response
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
-from josef.protocol.messages import build, request_type, response_type
+from josef.protocol.messages import build, decode_response, encode_request, request_type, response_type
+from josef.server.apis.envelope import address_bytes, principal_bytes
 from josef.server.dispatch import RequestContext
 
 if TYPE_CHECKING:
@@ -53,12 +53,13 @@ class ControllerChannel:
         self._connections: dict[int, Connection] = {}
         self._timeout_s = CONTROLLER_TIMEOUT_S
 
-    async def call(self, api_key: int, body: Mapping[str, Any]) -> Any:
+    async def call(self, api_key: int, body: Mapping[str, Any], *, timeout_s: float | None = None) -> Any:
         """Send one request to the active controller and return its (kio) response.
 
-        Raises :class:`ControllerUnavailableError` when none answered in time.
+        Raises :class:`ControllerUnavailableError` when none answered within
+        ``timeout_s`` (30 s by default).
         """
-        return await self._send(api_key, None, body)
+        return await self._send(api_key, None, body, timeout_s)
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: Mapping[str, str] | None = None) -> tuple[ErrorCode, str | None]:
@@ -80,8 +81,10 @@ class ControllerChannel:
         except ControllerUnavailableError as exc:
             return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.request_timed_out, str(exc))
 
-    async def _send(self, api_key: int, ctx: RequestContext | None, request: Any) -> Any:
-        deadline = time.monotonic() + self._timeout_s
+    async def _send(self, api_key: int, ctx: RequestContext | None, request: Any,
+                    timeout_s: float | None = None) -> Any:
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             controller_id = self._node.quorum.controller_id
             if controller_id >= 0:
@@ -98,7 +101,7 @@ class ControllerChannel:
                         return response
                     await self._drop(controller_id)
             if time.monotonic() >= deadline:
-                raise ControllerUnavailableError(f"no active controller answered within {self._timeout_s:.0f} s")
+                raise ControllerUnavailableError(f"no active controller answered within {timeout_s:.0f} s")
             await anyio.sleep(RETRY_BACKOFF_S)
 
     async def _in_process(self, api_key: int, ctx: RequestContext | None, request: Any) -> Any:
@@ -117,7 +120,17 @@ class ControllerChannel:
             conn = self._connections[controller_id] = await Connection.open(
                 *endpoint, client_id=f"broker-{self._node.node_id}-to-controller",
                 request_timeout_ms=int(self._timeout_s * 1000))
-        return await conn.request(api_key, request, version=None if ctx is None else ctx.api_version)
+        if ctx is None:
+            return await conn.request(api_key, request)
+        # A client's request travels in an Envelope, with the client it came from (Kafka's ForwardingManager).
+        frame = encode_request(api_key, ctx.api_version, ctx.correlation_id, (ctx.client_id or "").encode(), request)
+        wrapped = await conn.request(ApiKey.ENVELOPE, {
+            "request_data": frame[4:], "request_principal": principal_bytes(),
+            "client_host_address": address_bytes(ctx.client_host)})
+        if wrapped.error_code != ErrorCode.none or wrapped.response_data is None:
+            return error_response(api_key, ctx.api_version, request, wrapped.error_code or ErrorCode.unknown_server_error,
+                                  f"the controller refused the forwarded request: {wrapped.error_code.name}")
+        return decode_response(api_key, ctx.api_version, wrapped.response_data)[1]
 
     async def _drop(self, controller_id: int) -> None:
         conn = self._connections.pop(controller_id, None)

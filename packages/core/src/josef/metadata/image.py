@@ -146,8 +146,10 @@ class MetadataImage:
         """The image after ``records`` (committed at ``offset``), and what changed.
 
         Only what the records touch is copied: a commit that changes one
-        partition copies that topic's partition map once, however many
-        partitions the cluster has.
+        partition copies that topic's partition map and the map of topics
+        (a C-level dict copy of references), never the other topics'
+        partitions; a heartbeat that unfences a broker copies only the
+        brokers.
         """
         builder = _Builder(self)
         for record in records:
@@ -203,12 +205,14 @@ class _Builder:
 
     def __init__(self, base: MetadataImage) -> None:
         self.base = base
-        self.brokers = dict(base.brokers)
-        self.topics = dict(base.topics)
-        self.names = dict(base.topic_names)
-        self.configs = dict(base.configs)
-        self.quotas = dict(base.client_quotas)
-        self.features = dict(base.features)
+        # The base image's maps, copied by _own() the first time a record writes to one.
+        self.brokers: dict = base.brokers  # type: ignore[assignment]
+        self.topics: dict = base.topics  # type: ignore[assignment]
+        self.names: dict = base.topic_names  # type: ignore[assignment]
+        self.configs: dict = base.configs  # type: ignore[assignment]
+        self.quotas: dict = base.client_quotas  # type: ignore[assignment]
+        self.features: dict = base.features  # type: ignore[assignment]
+        self._owned: set[str] = set()
         self.next_producer_id = base.next_producer_id
         #: Partition maps copied in this commit, by topic name; frozen into topics at the end.
         self.partitions: dict[str, dict[int, PartitionImage]] = {}
@@ -218,6 +222,13 @@ class _Builder:
         self.changed_configs: dict[tuple[int, str], None] = {}
         self.changed_brokers: dict[int, None] = {}
         self.changed_features: dict[str, None] = {}
+
+    def _own(self, name: str) -> dict:  # type: ignore[type-arg]
+        """The map ``name``, copied from the base image before this commit first changes it."""
+        if name not in self._owned:
+            setattr(self, name, dict(getattr(self, name)))
+            self._owned.add(name)
+        return getattr(self, name)  # type: ignore[no-any-return]
 
     def _partitions_of(self, topic_id: str) -> tuple[str, dict[int, PartitionImage]]:
         name = self.names[topic_id]
@@ -229,7 +240,7 @@ class _Builder:
     def _broker(self, broker_id: int, epoch: int, **changes: object) -> None:
         broker = self.brokers.get(broker_id)
         if broker is not None and (epoch == -1 or broker.epoch == epoch):
-            self.brokers[broker_id] = attrs.evolve(broker, **changes)
+            self._own("brokers")[broker_id] = attrs.evolve(broker, **changes)
             self.changed_brokers[broker_id] = None
 
     def apply(self, record: MetadataRecord) -> None:  # noqa: C901 - one branch per record type
@@ -244,16 +255,17 @@ class _Builder:
             self.changed_partitions.append((name, record.partition_id))
         elif isinstance(record, TopicRecord):
             topic_id = uuid_to_text(record.topic_id)
-            self.topics[record.name] = TopicImage(record.name, topic_id, {})
-            self.names[topic_id] = record.name
+            self._own("topics")[record.name] = TopicImage(record.name, topic_id, {})
+            self._own("names")[topic_id] = record.name
             self.partitions[record.name] = {}
             self.created[record.name] = None
         elif isinstance(record, RemoveTopicRecord):
-            name = self.names.pop(uuid_to_text(record.topic_id))
+            name = self._own("names").pop(uuid_to_text(record.topic_id))
             self.partitions.pop(name, None)
-            self.deleted.append(self.topics.pop(name))
+            self.deleted.append(self._own("topics").pop(name))
             self.created.pop(name, None)
-            self.configs.pop((TOPIC_RESOURCE, name), None)
+            if (TOPIC_RESOURCE, name) in self.configs:
+                del self._own("configs")[(TOPIC_RESOURCE, name)]
         elif isinstance(record, ConfigRecord):
             key = (record.resource_type, record.resource_name)
             values = dict(self.configs.get(key, {}))
@@ -261,15 +273,15 @@ class _Builder:
                 values.pop(record.name, None)
             else:
                 values[record.name] = record.value
-            self.configs[key] = values
+            self._own("configs")[key] = values
             self.changed_configs[key] = None
         elif isinstance(record, RegisterBrokerRecord):
-            self.brokers[record.broker_id] = BrokerImage.from_record(record)
+            self._own("brokers")[record.broker_id] = BrokerImage.from_record(record)
             self.changed_brokers[record.broker_id] = None
         elif isinstance(record, UnregisterBrokerRecord):
             broker = self.brokers.get(record.broker_id)
             if broker is not None and broker.epoch == record.broker_epoch:
-                del self.brokers[record.broker_id]
+                del self._own("brokers")[record.broker_id]
                 self.changed_brokers[record.broker_id] = None
         elif isinstance(record, FenceBrokerRecord):
             self._broker(record.id, record.epoch, fenced=True)
@@ -284,9 +296,9 @@ class _Builder:
             self._broker(record.broker_id, record.broker_epoch, **changes)
         elif isinstance(record, FeatureLevelRecord):
             if record.feature_level > 0:
-                self.features[record.name] = record.feature_level
+                self._own("features")[record.name] = record.feature_level
             else:
-                self.features.pop(record.name, None)
+                self._own("features").pop(record.name, None)
             self.changed_features[record.name] = None
         elif isinstance(record, ProducerIdsRecord):
             # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
@@ -297,13 +309,13 @@ class _Builder:
             if not record.remove:
                 values[record.key] = record.value
             if values:
-                self.quotas[entity] = values
+                self._own("quotas")[entity] = values
             else:
-                self.quotas.pop(entity, None)
+                self._own("quotas").pop(entity, None)
 
     def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
         for name, partitions in self.partitions.items():
-            self.topics[name] = attrs.evolve(self.topics[name], partitions=partitions)
+            self._own("topics")[name] = attrs.evolve(self.topics[name], partitions=partitions)
         image = MetadataImage(offset, self.brokers, self.topics, self.names, self.configs, self.next_producer_id,
                               self.quotas, self.features)
         delta = MetadataDelta(

@@ -12,6 +12,7 @@ from josef.server.apis import (
     client_quotas,
     cluster,
     configs,
+    envelope,
     features,
     fetch,
     log_dirs,
@@ -38,11 +39,11 @@ CONTROLLER_APIS = (
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
     (ApiKey.BROKER_HEARTBEAT, brokers.broker_heartbeat, 0, 1),
     (ApiKey.ALLOCATE_PRODUCER_IDS, brokers.allocate_producer_ids, 0, 0),
+    (ApiKey.ENVELOPE, envelope.envelope, 0, 0),
 )
 
-#: Admin requests a broker passes to the active controller unchanged and answers with its response.
-FORWARDED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
-                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES})
+#: Admin requests a broker passes to the active controller (in an Envelope) and answers with its response.
+FORWARDED = envelope.ENVELOPED - {ApiKey.DESCRIBE_QUORUM}
 async def forward(ctx: RequestContext, request: Any) -> Any:
     """A client's admin request, decided by the active controller (Kafka's ForwardingManager)."""
     return await ctx.broker.channel.forward(ctx, request)

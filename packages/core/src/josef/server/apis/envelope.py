@@ -1,0 +1,80 @@
+"""Envelope (v0): an admin request a broker forwards to the active controller, with the client it came from.
+
+Kafka's brokers forward CreateTopics, configs, quotas and the like wrapped in
+an Envelope carrying the original request (header and body), the client's
+principal and address, so the controller decides, and later authorizes, as
+if the client had asked it. The controller runs the embedded request through
+the same dispatch as any other (versions, errors, handlers) and returns the
+embedded response. josef has no authentication yet: principals are
+``User:ANONYMOUS``, serialised as Kafka's DefaultKafkaPrincipalBuilder does.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import struct
+from typing import Any
+
+import attrs
+from kio.schema.default_principal_data.v0.data import DefaultPrincipalData
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.messages import MalformedRequestError, is_flexible, parse_header
+from josef.server.dispatch import RequestContext, UnanswerableRequestError
+
+_VERSION = struct.Struct(">h")
+#: What a broker may forward in an Envelope: the admin requests the controller decides (Kafka's forwardable APIs).
+ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
+                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES,
+                       ApiKey.DESCRIBE_QUORUM})
+ANONYMOUS = DefaultPrincipalData(type_="User", name="ANONYMOUS", token_authenticated=False)  # type: ignore[call-arg]
+
+
+def principal_bytes(principal: DefaultPrincipalData = ANONYMOUS) -> bytes:
+    """A principal as Kafka serialises it into an Envelope: a version prefix, then DefaultPrincipalData."""
+    out = io.BytesIO()
+    out.write(_VERSION.pack(0))
+    entity_writer(DefaultPrincipalData)(out, principal)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+def read_principal(data: bytes) -> DefaultPrincipalData:
+    if _VERSION.unpack_from(data, 0)[0] != 0:
+        raise ValueError("unknown principal serialisation version")
+    principal, _ = entity_reader(DefaultPrincipalData)(data, _VERSION.size)  # type: ignore[arg-type]
+    return principal  # type: ignore[no-any-return]
+
+
+def address_bytes(host: str) -> bytes:
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return b""
+
+
+@attrs.frozen
+class _Origin:
+    """What the dispatcher needs of a connection: here, the client the broker forwarded for."""
+
+    client_host: str
+    listener_name: str
+
+
+async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    try:
+        if request.request_principal is not None:
+            read_principal(request.request_principal)
+        host = str(ipaddress.ip_address(request.client_host_address)) if request.client_host_address else ""
+    except ValueError:
+        return {"response_data": None, "error_code": ErrorCode.invalid_request}
+    try:
+        if parse_header(request.request_data, is_flexible).api_key not in ENVELOPED:
+            return {"response_data": None, "error_code": ErrorCode.invalid_request}
+        response = await ctx.broker.controller_dispatcher.handle(_Origin(host, ctx.listener_name),
+                                                                 request.request_data)
+    except (MalformedRequestError, UnanswerableRequestError):
+        return {"response_data": None, "error_code": ErrorCode.invalid_request}
+    return {"response_data": None if response is None else response[4:], "error_code": ErrorCode.none}
