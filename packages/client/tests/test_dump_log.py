@@ -79,7 +79,7 @@ def metadata_segment(tmp_path):
 
 def run(*args: str):
     result = CliRunner().invoke(dump_log, list(args))
-    assert "Traceback" not in result.output + result.stderr, result.output + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
 
@@ -90,7 +90,7 @@ def test_the_command_is_registered_on_josef():
 
 def test_batches_only_without_flags(metadata_segment):
     path, batches = metadata_segment
-    lines = run("--files", str(path)).output.splitlines()
+    lines = run("--files", str(path)).stdout.splitlines()
     assert lines[:2] == [f"Dumping {path}", "Log starting offset: 0"]
     assert len(lines) == 5 and not any(line.startswith("|") for line in lines)
     crc = struct.unpack_from(">I", batches[0], 17)[0]
@@ -106,7 +106,7 @@ def test_batches_only_without_flags(metadata_segment):
 
 def test_cluster_metadata_decoder_prints_kafkas_json(metadata_segment):
     path, _ = metadata_segment
-    lines = run("--cluster-metadata-decoder", "--files", str(path)).output.splitlines()
+    lines = run("--cluster-metadata-decoder", "--files", str(path)).stdout.splitlines()
     records = [line for line in lines if line.startswith("|")]
     assert records[0] == (
         f"| offset: 0 CreateTime: {TS} keySize: 4 valueSize: {len(serialize(LEADER_CHANGE))} sequence: -1 headerKeys: [] "
@@ -133,7 +133,7 @@ def test_cluster_metadata_decoder_prints_kafkas_json(metadata_segment):
 
 def test_deep_iteration_prints_records_without_payloads(metadata_segment):
     path, _ = metadata_segment
-    records = [line for line in run("--deep-iteration", "--files", str(path)).output.splitlines()
+    records = [line for line in run("--deep-iteration", "--files", str(path)).stdout.splitlines()
                if line.startswith("|")]
     assert [line.split()[2] for line in records] == ["0", "1", "2", "3", "4", "5", "6"]
     assert "LeaderChange: " in records[0]  # control records are decoded whatever the flags
@@ -147,7 +147,7 @@ def test_plain_segment_with_keys_headers_and_idempotent_batches(tmp_path):
                              attributes=TRANSACTIONAL_BIT)
     plain = build_batch([(b"only-key", None, TS + 9)], base_offset=44)
     path.write_bytes(idempotent + plain)
-    lines = run("--print-data-log", "--files", str(path)).output.splitlines()
+    lines = run("--print-data-log", "--files", str(path)).stdout.splitlines()
     assert lines[1] == "Log starting offset: 42"
     assert lines[2].startswith("baseOffset: 42 lastOffset: 43 count: 2 baseSequence: 2147483647 lastSequence: 0 "
                                "producerId: 7 producerEpoch: 0 partitionLeaderEpoch: -1 isTransactional: true ")
@@ -156,7 +156,7 @@ def test_plain_segment_with_keys_headers_and_idempotent_batches(tmp_path):
                         "headerKeys: [h1,h2] key: k payload: hello")
     assert lines[4] == f"| offset: 43 CreateTime: {TS + 5} keySize: -1 valueSize: 5 sequence: 0 headerKeys: [] payload: world"
     assert lines[6] == f"| offset: 44 CreateTime: {TS + 9} keySize: 8 valueSize: -1 sequence: -1 headerKeys: [] key: only-key"
-    skipped = run("--print-data-log", "--skip-record-metadata", "--files", str(path)).output.splitlines()
+    skipped = run("--print-data-log", "--skip-record-metadata", "--files", str(path)).stdout.splitlines()
     assert skipped[3:5] == ["| key: k payload: hello", "| payload: world"]
 
 
@@ -175,7 +175,7 @@ def test_snapshot_checkpoint_with_header_footer_and_voters(tmp_path):
         build_batch([(struct.pack(">hh", 0, 4), serialize(SnapshotFooterRecord(version=0)), TS)], base_offset=4,
                     attributes=CONTROL_BIT, leader_epoch=3),
     ]))
-    lines = run("--cluster-metadata-decoder", "--files", str(path)).output.splitlines()
+    lines = run("--cluster-metadata-decoder", "--files", str(path)).stdout.splitlines()
     assert lines[1] == "Snapshot end offset: 5, epoch: 3"
     records = [line for line in lines if line.startswith("|")]
     assert records[0].endswith(f' SnapshotHeader {{"version":0,"lastContainedLogTimestamp":{TS}}}')
@@ -195,9 +195,9 @@ def test_corrupt_batches_are_reported_never_a_traceback(metadata_segment):
     data[second + 70] ^= 0xFF  # inside the records of the second batch: its CRC no longer matches
     path.write_bytes(bytes(data) + b"\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x01\x00partial")
     result = run("--cluster-metadata-decoder", "--files", str(path))
-    batch_lines = [line for line in result.output.splitlines() if line.startswith("baseOffset:")]
+    batch_lines = [line for line in result.stdout.splitlines() if line.startswith("baseOffset:")]
     assert [line.endswith("isvalid: true") for line in batch_lines] == [True, False, True]
-    assert result.output.splitlines()[-1] == f"Found 19 invalid bytes at the end of {path.name}"
+    assert result.stdout.splitlines()[-1] == f"Found 19 invalid bytes at the end of {path.name}"
     assert result.exit_code == 0
 
 
@@ -206,7 +206,7 @@ def test_a_batch_whose_records_cannot_be_read_gets_one_line(tmp_path):
     batch = bytearray(build_batch([(None, b"value", TS)]))
     batch[57:61] = struct.pack(">i", 3)  # claims three records, holds one (the CRC is not rechecked when reading)
     path.write_bytes(bytes(batch))
-    lines = run("--print-data-log", "--files", str(path)).output.splitlines()
+    lines = run("--print-data-log", "--files", str(path)).stdout.splitlines()
     assert lines[2].endswith("isvalid: false")
     assert lines[3].startswith("| cannot read the records of the batch at position 0: ")
 
@@ -216,7 +216,7 @@ def test_a_broken_length_stops_the_dump_with_a_clear_line(metadata_segment):
     data = bytearray(path.read_bytes())
     struct.pack_into(">i", data, len(batches[0]) + 8, -5)
     path.write_bytes(bytes(data))
-    lines = run("--files", str(path)).output.splitlines()
+    lines = run("--files", str(path)).stdout.splitlines()
     assert len([line for line in lines if line.startswith("baseOffset:")]) == 1
     assert lines[3].startswith(f"Found a corrupt batch at position {len(batches[0])}: its length -5 ")
     assert lines[4] == f"Found {len(data) - len(batches[0])} invalid bytes at the end of {path.name}"
@@ -224,7 +224,7 @@ def test_a_broken_length_stops_the_dump_with_a_clear_line(metadata_segment):
 
 def test_max_bytes_reads_only_whole_batches_within_the_limit(metadata_segment):
     path, batches = metadata_segment
-    lines = run("--max-bytes", str(len(batches[0]) + 10), "--files", str(path)).output.splitlines()
+    lines = run("--max-bytes", str(len(batches[0]) + 10), "--files", str(path)).stdout.splitlines()
     assert len([line for line in lines if line.startswith("baseOffset:")]) == 1
     assert not any(line.startswith("Found") for line in lines)
 
@@ -246,7 +246,7 @@ def test_indexes_unknown_and_missing_files(tmp_path, metadata_segment):
     unknown = tmp_path / "leader-epoch-checkpoint"
     unknown.write_text("0\n0\n")
     result = run("--files", ",".join(str(p) for p in (index, timeindex, txnindex, empty, missing, unknown, path)))
-    out = result.output.splitlines()
+    out = result.stdout.splitlines()
     assert out[:4] == [f"Dumping {index}", "offset: 0 position: 0", f"offset: 2 position: {len(batches[0])}",
                        f"offset: 6 position: {len(batches[0]) + len(batches[1])}"]
     assert out[4:7] == [f"Dumping {timeindex}", f"timestamp: {TS + 1} offset: 2", f"timestamp: {TS + 3} offset: 6"]
@@ -270,7 +270,7 @@ def test_index_entries_that_disagree_with_the_log_are_reported(metadata_segment)
 def test_a_value_that_is_not_a_metadata_record(tmp_path):
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(build_batch([(None, b"not a record", TS)]))
-    lines = run("--cluster-metadata-decoder", "--files", str(path)).output.splitlines()
+    lines = run("--cluster-metadata-decoder", "--files", str(path)).stdout.splitlines()
     assert " payload: Error at 0, skipping. " in lines[3]
 
 

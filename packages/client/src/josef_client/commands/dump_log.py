@@ -483,7 +483,13 @@ def dump_log(files: str, print_data_log: bool, deep_iteration: bool, cluster_met
     paths = [Path(f.strip()) for f in files.split(",") if f.strip()]
     if not paths:
         raise click.ClickException("--files names no file")
-    out, err = sys.stdout.write, sys.stderr.write
+    # click's streams, which its test runner captures apart on every click release.
+    def out(text: str) -> None:
+        click.echo(text, nl=False)
+
+    def err(text: str) -> None:
+        click.echo(text, nl=False, err=True)
+
     dumper = Dumper(out, err, print_data=print_data_log, deep=deep_iteration, metadata=cluster_metadata_decoder,
                     skip_record_metadata=skip_record_metadata, max_bytes=max_bytes)
     failed = False
