@@ -2,8 +2,10 @@
 
 The "Kafka" column is the version range of each API in the message
 definitions kio is generated from (Apache Kafka's current definitions, which
-already drop the versions Kafka 4.0 removed, KIP-896); the "josef" column is
-what this broker registered, which is what ApiVersions advertises. The
+already drop the versions Kafka 4.0 removed, KIP-896); the "broker" and
+"controller" columns are what a combined josef node registered on its client
+listeners and on its controller listeners, which is what ApiVersions
+advertises on each. The
 README's copy is checked against the code by a test, so it cannot drift::
 
     python -m josef.server.api_table     # print the table for the installed plugins
@@ -32,18 +34,24 @@ def _title(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def render(apis: Mapping[int, Api]) -> str:
-    """The markdown table of every API key kio knows, with josef's range or a dash."""
-    lines = ["| key | API | Kafka | josef |", "| ---: | --- | --- | --- |"]
+def _ours(apis: Mapping[int, Api], key: int) -> str:
+    api = apis.get(key)
+    return _range(api.min_version, api.max_version) if api is not None else "—"
+
+
+def _count(apis: Mapping[int, Api]) -> str:
+    return f"{len(apis)} of {len(api_key_map)} APIs, {sum(a.max_version - a.min_version + 1 for a in apis.values())} API versions"
+
+
+def render(broker: Mapping[int, Api], controller: Mapping[int, Api]) -> str:
+    """The markdown table of every API key kio knows, with josef's ranges on each kind of listener or a dash."""
+    lines = ["| key | API | Kafka | josef broker | josef controller |", "| ---: | --- | --- | --- | --- |"]
     for key in sorted(api_key_map):
         versions = schema_name_map[api_key_map[key]]
-        api = apis.get(key)
-        ours = _range(api.min_version, api.max_version) if api is not None else "—"
-        lines.append(f"| {key} | {_title(api_key_map[key])} | {_range(min(versions), max(versions))} | {ours} |")
-    answered = len(apis)
-    versions_answered = sum(a.max_version - a.min_version + 1 for a in apis.values())
+        lines.append(f"| {key} | {_title(api_key_map[key])} | {_range(min(versions), max(versions))} "
+                     f"| {_ours(broker, key)} | {_ours(controller, key)} |")
     lines.append("")
-    lines.append(f"{answered} of {len(api_key_map)} APIs, {versions_answered} API versions.")
+    lines.append(f"Client listeners: {_count(broker)}. Controller listeners: {_count(controller)}.")
     return "\n".join(lines)
 
 
@@ -53,16 +61,16 @@ def readme_table(readme: str) -> str:
     return readme[start:end].strip()
 
 
-def installed_apis() -> Mapping[int, Api]:
-    """What a default broker with the installed plugins registers (started briefly in a scratch directory)."""
+def installed_apis() -> tuple[Mapping[int, Api], Mapping[int, Api]]:
+    """What a default node with the installed plugins registers on client and controller listeners (started briefly)."""
     from josef.runner import BrokerThread
 
     with tempfile.TemporaryDirectory() as scratch:
         overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(Path(scratch) / "logs")}
         with BrokerThread(overrides) as thread:
             assert thread.broker is not None
-            return dict(thread.broker.dispatcher.apis)
+            return dict(thread.broker.dispatcher.apis), dict(thread.broker.controller_dispatcher.apis)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render(installed_apis()) + "\n")
+    sys.stdout.write(render(*installed_apis()) + "\n")
