@@ -228,10 +228,11 @@ class Broker:
 
     async def _controller_duties(self, controller: Controller) -> None:
         """While this node is the active controller: finalize a new cluster's features, fence silent brokers."""
+        levels = bootstrap.levels(self.config, self.features)
         while True:
             if self.quorum.controller_id == self.node_id:
                 try:
-                    await controller.bootstrap(bootstrap.levels(self.config, self.features))
+                    await controller.bootstrap(levels)
                     await controller.fence_expired_brokers()
                 except ControllerError as exc:
                     log.debug("controller duties: %s", exc.message)
