@@ -101,15 +101,21 @@ def decode_leader_change(value: bytes) -> LeaderChangeMessage:
 
 
 def snapshot_bytes(snapshot_id: OffsetAndEpoch, payloads: Sequence[bytes], timestamp_ms: int,
-                   batch_bytes: int = 1024 * 1024) -> bytes:
+                   batch_bytes: int = 1024 * 1024, control: Sequence[tuple[int, bytes]] = ()) -> bytes:
     """A snapshot as Kafka's RecordsSnapshotWriter lays it out: header, data batches, footer.
 
     Offsets inside a snapshot start at 0; every batch carries the snapshot's epoch.
+    ``control`` (KRaftVersion and Voters records, KIP-853) go in one control
+    batch right after the header, as Kafka's writer puts them.
     """
     header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=timestamp_ms)  # type: ignore[arg-type]
     parts = [control_batch(SNAPSHOT_HEADER, _encode(SnapshotHeaderRecord, header), base_offset=0,
                            epoch=snapshot_id.epoch, timestamp_ms=timestamp_ms)]
     offset = 1
+    if control:
+        parts.append(build_batch([(_CONTROL_KEY.pack(0, t), v, timestamp_ms) for t, v in control],
+                                 base_offset=offset, leader_epoch=snapshot_id.epoch, attributes=CONTROL_BIT))
+        offset += len(control)
     chunk: list[tuple[bytes | None, bytes | None, int]] = []
     size = 0
     for payload in payloads:
@@ -172,8 +178,21 @@ def _node_endpoints(cls: type, leader_id: int, endpoints: Endpoints | None) -> t
 
 
 def _leader_endpoints(cls: type, listener: str, leader_id: int, endpoints: Endpoints) -> tuple[Any, ...]:
+    if leader_id not in endpoints:
+        return ()
     host, port = endpoints[leader_id]
     return (cls(name=listener, host=host, port=port),)
+
+
+def add_raft_voter_response(version: int, error: ErrorCode, message: str | None = None) -> Any:
+    module = importlib.import_module(f"kio.schema.add_raft_voter.v{version}.response")
+    return module.AddRaftVoterResponse(throttle_time=_ms(0), error_code=error, error_message=message)
+
+
+def remove_raft_voter_response(error: ErrorCode, message: str | None = None) -> Any:
+    from kio.schema.remove_raft_voter.v0.response import RemoveRaftVoterResponse
+    return RemoveRaftVoterResponse(throttle_time=_ms(0), error_code=error,  # type: ignore[arg-type]
+                                   error_message=message)
 
 
 def begin_quorum_epoch_request(*, cluster_id: str, voter_id: int, epoch: int, leader_id: int, listener: str,
