@@ -195,3 +195,11 @@ def test_snapshots_carry_the_voter_set():
     assert net.run(2000, until=lambda n: nodes[3].high_watermark is not None
                    and nodes[3].high_watermark >= snapshot_id.offset)
     assert set(nodes[3].voter_set()) == {1, 2}
+
+
+def test_a_restarted_node_reads_its_voters_back_from_the_log():
+    net, nodes = standalone(observers=(2,))
+    assert change(net, nodes[1], add_request(2)) == NONE
+    net.run(300)
+    restarted = node(2, log=nodes[2].log, seed=9)
+    assert set(restarted.voter_set()) == {1, 2} and restarted.is_voter and restarted.kraft_version == 1

@@ -333,7 +333,7 @@ def describe_quorum_at_version(response: dq_resp.DescribeQuorumResponse, version
 
 
 def replica_state(replica_id: int, log_end_offset: int, last_fetch_ms: int,
-                  last_caught_up_ms: int) -> dq_resp.ReplicaState:
-    return dq_resp.ReplicaState(replica_id=replica_id, replica_directory_id=None,  # type: ignore[arg-type]
+                  last_caught_up_ms: int, directory_id: uuid.UUID | None = None) -> dq_resp.ReplicaState:
+    return dq_resp.ReplicaState(replica_id=replica_id, replica_directory_id=directory_id,  # type: ignore[arg-type]
                                 log_end_offset=log_end_offset, last_fetch_timestamp=last_fetch_ms,
                                 last_caught_up_timestamp=last_caught_up_ms)

@@ -1248,11 +1248,15 @@ class RaftNode:
             return m.describe_quorum_response(partition_error=ErrorCode.not_leader_or_follower,
                                               leader_id=self._leader_or_minus_one(), epoch=self.epoch)
 
+        current = self._history.current()
+
         def state(replica: int, progress: _Progress) -> Any:
+            voter = current.get(replica)
+            directory = voter.directory_id if voter is not None else None
             if replica == self.node_id:
-                return m.replica_state(replica, self.log.end_offset, now, now)
+                return m.replica_state(replica, self.log.end_offset, now, now, directory)
             end = -1 if progress.end_offset is None else progress.end_offset
-            return m.replica_state(replica, end, progress.last_fetch_ms, progress.last_caught_up_ms)
+            return m.replica_state(replica, end, progress.last_fetch_ms, progress.last_caught_up_ms, directory)
 
         voters = [state(v, leader.voters[v]) for v in sorted(leader.voters)]
         observers = [state(o, progress) for o, progress in sorted(leader.observers.items())
