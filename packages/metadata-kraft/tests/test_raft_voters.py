@@ -203,3 +203,30 @@ def test_a_restarted_node_reads_its_voters_back_from_the_log():
     net.run(300)
     restarted = node(2, log=nodes[2].log, seed=9)
     assert set(restarted.voter_set()) == {1, 2} and restarted.is_voter and restarted.kraft_version == 1
+
+
+def test_a_voter_whose_endpoints_changed_updates_them_with_update_raft_voter():
+    net, nodes = standalone(observers=(2,))
+    assert change(net, nodes[1], add_request(2)) == NONE
+    net.run(300)
+    moved = (("CONTROLLER", "c2-moved", 9094),)
+    restarted = RaftNode(2, {}, nodes[2].log, MemoryQuorumStateStore(), cluster_id="cluster", config=CFG,
+                         rng=random.Random(5), bootstrap_servers=[("c1", 9093)], directory_id=DIRS[2],
+                         local_endpoints=moved, now_ms=net.now)
+    nodes[2] = net.nodes[2] = restarted
+    assert net.run(3000, until=lambda n: nodes[1].voter_set()[2].endpoints == moved
+                   and restarted.voter_set()[2].endpoints == moved)
+    assert nodes[1].endpoint(2) == ("c2-moved", 9094)
+    sent = [msg for (_, src, _, msg) in net.log if type(msg).__name__ == "UpdateRaftVoterRequest"]
+    net.run(1000)
+    assert len([msg for (_, src, _, msg) in net.log if type(msg).__name__ == "UpdateRaftVoterRequest"]) == len(sent)
+
+
+def test_add_voter_refuses_a_directory_id_other_than_the_observers():
+    net, nodes = standalone(observers=())
+    observer = RaftNode(2, {}, MemoryRaftLog(), MemoryQuorumStateStore(), cluster_id="cluster", config=CFG,
+                        rng=random.Random(2), bootstrap_servers=[("c1", 9093)], directory_id=DIRS[2])
+    nodes[2] = net.nodes[2] = observer
+    assert net.run(2000, until=lambda n: observer.high_watermark == nodes[1].log.end_offset)
+    assert change(net, nodes[1], add_request(2, directory=uuid.UUID(int=55))) == ErrorCode.request_timed_out
+    assert change(net, nodes[1], add_request(2)) == NONE

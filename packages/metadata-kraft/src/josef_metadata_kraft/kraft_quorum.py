@@ -36,14 +36,14 @@ from josef.config import Config, ConfigError
 from josef.log import LogConfig, LogStorage
 from josef.meta_properties import log_dirs, read
 from josef.metadata.quorum import MetadataListener, NotControllerError
-from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
+from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
-from josef_metadata_kraft.dynamic_quorum import bootstrap_servers
+from josef_metadata_kraft.dynamic_quorum import bootstrap_servers, controller_endpoints
 from josef_metadata_kraft.metadata_log import MetadataLog
 from josef_metadata_kraft.raft import (
     CommittedBatch,
@@ -66,7 +66,7 @@ METADATA_LOG_CONFIG = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1,
 #: The Raft APIs and the versions the core speaks: Kafka 4.x's newest between voters, every DescribeQuorum for tools.
 RAFT_APIS = {ApiKey.VOTE: (2, 2), ApiKey.BEGIN_QUORUM_EPOCH: (1, 1), ApiKey.END_QUORUM_EPOCH: (1, 1),
              ApiKey.FETCH: (17, 17), ApiKey.FETCH_SNAPSHOT: (1, 1), ApiKey.DESCRIBE_QUORUM: (0, 2),
-             ApiKey.ADD_RAFT_VOTER: (0, 1), ApiKey.REMOVE_RAFT_VOTER: (0, 0)}
+             ApiKey.ADD_RAFT_VOTER: (0, 1), ApiKey.REMOVE_RAFT_VOTER: (0, 0), ApiKey.UPDATE_RAFT_VOTER: (0, 0)}
 
 
 def parse_voters(items: Sequence[str]) -> dict[int, tuple[str, int]]:
@@ -128,6 +128,13 @@ class KRaftQuorum:
         if props is None:
             raise ConfigError(f"log directory {directory} is not formatted")
         self._cluster_id = props.cluster_id
+        self._directory_id = uuid_from_text(props.directory_id) if props.directory_id else None
+        self._local_endpoints: tuple[tuple[str, str, int], ...] = ()
+        if "controller" in roles and not self._in_process:
+            try:
+                self._local_endpoints = controller_endpoints(config)
+            except ConfigError:
+                pass  # no fixed controller port: nothing to announce
         self._raft_config = RaftConfig.from_properties(
             {key: config[key] for key in RaftConfig._KEYS if key in config.definition},
             listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0])
@@ -176,7 +183,8 @@ class KRaftQuorum:
         self._local_snapshot = self._log.latest_snapshot_id()
         store = FileQuorumStateStore(self._log.dir / "quorum-state", tuple(self._voters))
         self._node = RaftNode(self._node_id, self._voters, self._log, store, cluster_id=self._cluster_id,
-                              config=self._raft_config, now_ms=_wall_ms(), bootstrap_servers=self._bootstrap)
+                              config=self._raft_config, now_ms=_wall_ms(), bootstrap_servers=self._bootstrap,
+                              directory_id=self._directory_id, local_endpoints=self._local_endpoints)
         self._tg = tg
         self._started.set()
         self._pump()

@@ -195,6 +195,28 @@ def remove_raft_voter_response(error: ErrorCode, message: str | None = None) -> 
                                    error_message=message)
 
 
+def update_raft_voter_request(*, cluster_id: str, epoch: int, voter_id: int, directory_id: uuid.UUID | None,
+                              endpoints: Sequence[tuple[str, str, int]]) -> Any:
+    from kio.schema.update_raft_voter.v0 import request as urv
+
+    return urv.UpdateRaftVoterRequest(
+        cluster_id=cluster_id, current_leader_epoch=epoch, voter_id=voter_id,  # type: ignore[arg-type]
+        voter_directory_id=directory_id,
+        listeners=tuple(urv.Listener(name=n, host=h, port=p) for n, h, p in endpoints),  # type: ignore[arg-type]
+        k_raft_version_feature=urv.KRaftVersionFeature(min_supported_version=0,  # type: ignore[arg-type]
+                                                       max_supported_version=1))  # type: ignore[arg-type]
+
+
+def update_raft_voter_response(error: ErrorCode, *, leader_id: int = -1, epoch: int = -1,
+                               endpoint: tuple[str, int] | None = None) -> Any:
+    from kio.schema.update_raft_voter.v0 import response as urv
+
+    host, port = endpoint or ("", -1)
+    return urv.UpdateRaftVoterResponse(throttle_time=_ms(0), error_code=error,  # type: ignore[arg-type]
+                                       current_leader=urv.CurrentLeader(leader_id=leader_id,  # type: ignore[arg-type]
+                                                                        leader_epoch=epoch, host=host, port=port))
+
+
 def begin_quorum_epoch_request(*, cluster_id: str, voter_id: int, epoch: int, leader_id: int, listener: str,
                                endpoints: Endpoints) -> bqe_req.BeginQuorumEpochRequest:
     partition = bqe_req.PartitionData(partition_index=0, voter_directory_id=None, leader_id=leader_id,
@@ -241,10 +263,11 @@ def end_quorum_epoch_response(error: ErrorCode, *, partition_error: ErrorCode = 
 
 
 def fetch_request(*, cluster_id: str, replica_id: int, epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                  log_start_offset: int, max_wait_ms: int, max_bytes: int) -> fetch_req.FetchRequest:
+                  log_start_offset: int, max_wait_ms: int, max_bytes: int,
+                  directory_id: uuid.UUID | None = None) -> fetch_req.FetchRequest:
     partition = fetch_req.FetchPartition(partition=0, current_leader_epoch=epoch, fetch_offset=fetch_offset,
                                          last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
-                                         partition_max_bytes=max_bytes)
+                                         partition_max_bytes=max_bytes, replica_directory_id=directory_id)
     return fetch_req.FetchRequest(
         cluster_id=cluster_id, replica_state=fetch_req.ReplicaState(replica_id=replica_id),  # type: ignore[arg-type]
         max_wait=_ms(max_wait_ms), min_bytes=0, max_bytes=max_bytes,  # type: ignore[arg-type]

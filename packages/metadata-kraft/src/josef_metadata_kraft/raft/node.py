@@ -219,6 +219,7 @@ class _Progress:
     last_caught_up_ms: int = -1
     last_fetch_leader_end: int | None = None
     acknowledged: bool = False
+    directory_id: Any = None
 
 
 @attrs.define
@@ -339,8 +340,15 @@ class RaftNode:
         rng: random.Random | None = None,
         now_ms: int = 0,
         bootstrap_servers: Sequence[tuple[str, int]] = (),
+        directory_id: Any = None,
+        local_endpoints: Sequence[tuple[str, str, int]] = (),
     ) -> None:
         self.node_id = node_id
+        #: This replica's directory id (meta.properties ``directory.id``) and controller endpoints: a voter
+        #: whose endpoints in the voter set differ sends UpdateRaftVoter to its leader (KIP-853).
+        self.directory_id = directory_id
+        self.local_endpoints = tuple(local_endpoints)
+        self._update_after = 0
         self.log = log
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
@@ -363,6 +371,7 @@ class RaftNode:
         self._rng = rng or random.Random()
         self._now = now_ms
         self._requests = _Requests(self.config)
+        self._update_requests = _Requests(self.config)
         self._outbox: list[Outbound] = []
         self._hw: int | None = None
         self._next_delivery: int | None = None
@@ -576,12 +585,21 @@ class RaftNode:
             return self._on_add_raft_voter_request(source_id, request, now_ms)
         if api == 81:
             return self._on_remove_raft_voter_request(source_id, request, now_ms)
+        if api == 82:
+            return self._on_update_raft_voter_request(source_id, request, now_ms)
         raise ValueError(f"not a Raft request: {type(request).__name__}")
 
     def handle_response(self, source_id: int, request: Any, response: Any, now_ms: int) -> None:
         """A response to ``request`` (the object this node sent) from ``source_id``; stale ones are ignored."""
         self._now = now_ms
         self.next_poll_ms = now_ms
+        if type(response).__api_key__ == 82:
+            if self._update_requests.expects(source_id, request):
+                ok = response.error_code == NONE
+                self._update_requests.done(source_id, request, ok, now_ms)
+                # Succeeded: the new set arrives by Fetch. Refused: try again later, not at network speed.
+                self._update_after = now_ms + self.config.election_timeout_ms
+            return
         if not self._requests.expects(source_id, request):
             return
         for node in getattr(response, "node_endpoints", None) or ():
@@ -600,6 +618,9 @@ class RaftNode:
         self._now = now_ms
         self.next_poll_ms = now_ms
         self._requests.done(destination, request, False, now_ms)
+        if self._update_requests.expects(destination, request):
+            self._update_requests.done(destination, request, False, now_ms)
+            self._update_after = now_ms + self.config.election_timeout_ms
 
     # ---------------------------------------------------------------- transitions (Kafka's QuorumState)
 
@@ -641,6 +662,7 @@ class RaftNode:
         old_leader = self._leader
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
         self._requests.reset()
+        self._update_requests.reset()
         self._tally = self._leader = self._follower = None
         self._backoff_until = None
         self._deadline = _FOREVER
@@ -1000,7 +1022,7 @@ class RaftNode:
         if position.kind == FetchPosition.VALID:
             records = self.log.read(fp.fetch_offset, min(fp.partition_max_bytes, self.config.fetch_max_bytes))
             if update:
-                self._update_replica(replica, fp.fetch_offset, now)
+                self._update_replica(replica, fp.fetch_offset, now, fp)
         hw = leader.high_watermark
         response = m.fetch_response(
             NONE, high_watermark=-1 if hw is None else hw, log_start_offset=self.log.start_offset,
@@ -1010,7 +1032,7 @@ class RaftNode:
             records=records)
         return response, bool(records) or position.kind != FetchPosition.VALID
 
-    def _update_replica(self, replica: int, fetch_offset: int, now: int) -> None:
+    def _update_replica(self, replica: int, fetch_offset: int, now: int, fp: Any = None) -> None:
         """A valid fetch tells the leader the replica's log end (Kafka's LeaderState.updateReplicaState)."""
         leader = self._leader
         assert leader is not None
@@ -1027,6 +1049,7 @@ class RaftNode:
         progress.last_fetch_ms = max(progress.last_fetch_ms, now)
         progress.end_offset = fetch_offset
         progress.acknowledged = True
+        progress.directory_id = getattr(fp, "replica_directory_id", None) if fp is not None else None
         if voter:
             self._unacked.discard(replica)
             self._heard_from_voter(replica, now)
@@ -1110,7 +1133,7 @@ class RaftNode:
         return m.fetch_request(cluster_id=self.cluster_id, replica_id=self.node_id, epoch=self.epoch,
                                fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_fetched_epoch,
                                log_start_offset=self.log.start_offset, max_wait_ms=self.config.fetch_max_wait_ms,
-                               max_bytes=self.config.fetch_max_bytes)
+                               max_bytes=self.config.fetch_max_bytes, directory_id=self.directory_id)
 
     def _on_fetch_response(self, source: int, request: Any, response: Any, now: int) -> bool:
         if response.error_code != NONE:
@@ -1355,7 +1378,29 @@ class RaftNode:
             return min(now + self._send_fetch_to_any_voter(), now + self.config.fetch_timeout_ms)
         download = follower.download
         build = (lambda: self._fetch_snapshot_request(download)) if download is not None else self._fetch_request
-        return min(follower.fetch_deadline, now + self._send(self.leader_id, build))
+        wake = min(follower.fetch_deadline, now + self._send(self.leader_id, build))
+        return min(wake, self._maybe_update_voter(now))
+
+    def _maybe_update_voter(self, now: int) -> int:
+        """A voter whose endpoints in the voter set are not its own asks the leader to update them (KIP-853)."""
+        follower = self._follower
+        if (not self.is_voter or not self._history.dynamic or not self.local_endpoints or follower is None
+                or not follower.has_fetched or self.leader_id is None):
+            return _FOREVER
+        mine = self._history.current().get(self.node_id)
+        if mine is None or set(mine.endpoints) == set(self.local_endpoints):
+            return _FOREVER
+        if now < self._update_after:
+            return self._update_after
+        leader = self.leader_id
+        wait = self._update_requests.wait_ms(leader, now)
+        if wait:
+            return now + wait
+        request = m.update_raft_voter_request(cluster_id=self.cluster_id, epoch=self.epoch, voter_id=self.node_id,
+                                              directory_id=self.directory_id, endpoints=self.local_endpoints)
+        self._update_requests.sent(leader, request, now)
+        self._outbox.append(Outbound(leader, request))
+        return now + self.config.request_timeout_ms
 
     def _poll_unattached(self, now: int) -> int:
         if self.is_voter and now >= self._deadline:
@@ -1514,6 +1559,10 @@ class RaftNode:
             return respond(ErrorCode.request_timed_out,
                            f"node {voter_id} is not an observer that has caught up with the leader")
         directory = request.voter_directory_id
+        if (progress.directory_id not in (None, NO_DIRECTORY_ID) and directory not in (None, NO_DIRECTORY_ID)
+                and progress.directory_id != directory):
+            return respond(ErrorCode.request_timed_out,
+                           f"node {voter_id} fetches with directory id {progress.directory_id}, not {directory}")
         voters = dict(self._history.current())
         voters[voter_id] = VoterInfo(voter_id, None if directory in (None, NO_DIRECTORY_ID) else directory, endpoints)
         timeout_ms = int(request.timeout.total_seconds() * 1000) or self.config.request_timeout_ms
@@ -1537,4 +1586,33 @@ class RaftNode:
         if len(voters) == 1:
             return respond(ErrorCode.voter_not_found, f"cannot remove the last voter {voter_id}")
         del voters[voter_id]
+        return self._append_voter_change(source, request, voters, self.config.request_timeout_ms * 5, respond)
+
+    def _on_update_raft_voter_request(self, source: int, request: Any, now: int) -> Any | None:
+        leader_endpoint = self.endpoint(self.leader_id) if self.leader_id is not None else None
+
+        def respond(error: ErrorCode, message: str | None = None) -> Any:
+            return m.update_raft_voter_response(error, leader_id=self._leader_or_minus_one(), epoch=self.epoch,
+                                                endpoint=leader_endpoint)
+
+        if self.role is Role.LEADER:
+            epoch_error = self._validate_leader_only(int(request.current_leader_epoch))
+            if epoch_error is not None:
+                return respond(epoch_error)
+        refusal = self._voter_change_refusal(request.cluster_id)
+        if refusal is not None:
+            return respond(refusal[0])
+        voter_id = int(request.voter_id)
+        voters = dict(self._history.current())
+        found = voters.get(voter_id)
+        directory = request.voter_directory_id
+        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
+                             and found.directory_id != directory):
+            return respond(ErrorCode.voter_not_found)
+        endpoints = tuple((listener.name, listener.host, int(listener.port)) for listener in request.listeners)
+        if not any(name == self.config.listener_name for name, _, _ in endpoints):
+            return respond(ErrorCode.invalid_request)
+        if set(endpoints) == set(found.endpoints):
+            return respond(NONE)
+        voters[voter_id] = VoterInfo(voter_id, found.directory_id, endpoints)
         return self._append_voter_change(source, request, voters, self.config.request_timeout_ms * 5, respond)
