@@ -51,17 +51,23 @@ def read(directory: Path) -> MetaProperties | None:
         raise ConfigError(f"{path} is damaged: {exc}") from None
 
 
-def format_dirs(config: Config, cluster_id: str, *, ignore_formatted: bool = False) -> list[Path]:
-    """Write meta.properties into every log directory; returns the directories written."""
+def format_dirs(config: Config, cluster_id: str, *, ignore_formatted: bool = False,
+                metadata_directory_id: str | None = None) -> list[Path]:
+    """Write meta.properties into every log directory; returns the directories written.
+
+    ``metadata_directory_id`` is the ``directory.id`` of the first directory (the one holding
+    the metadata log), when the quorum's voter set names it (KIP-853 ``--initial-controllers``).
+    """
     written = []
-    for directory in log_dirs(config):
+    for index, directory in enumerate(log_dirs(config)):
         existing = read(directory)
         if existing is not None:
             if ignore_formatted:
                 continue
             raise ConfigError(f"log directory {directory} is already formatted (cluster {existing.cluster_id})")
         directory.mkdir(parents=True, exist_ok=True)
-        props = MetaProperties(cluster_id, config["node.id"], random_uuid())
+        given = metadata_directory_id if index == 0 else None
+        props = MetaProperties(cluster_id, config["node.id"], given or random_uuid())
         tmp = directory / (FILE_NAME + ".tmp")
         tmp.write_text(props.render(), encoding="utf-8")
         os.replace(tmp, directory / FILE_NAME)

@@ -11,8 +11,10 @@ from josef.meta_properties import format_dirs, log_dirs, read
 from josef.metadata import bootstrap
 from josef.metadata.features import METADATA_VERSION, FeatureError, release_level
 from josef.plugins import collect, get_plugin_manager
+from josef.metadata import records
 from josef.metadata.records import random_uuid, uuid_from_text
 from josef.server_properties import load_config
+from josef_metadata_kraft import dynamic_quorum
 
 
 @click.group()
@@ -33,8 +35,15 @@ def random_uuid_command() -> None:
 @click.option("-g", "--ignore-formatted", is_flag=True, help="Skip directories that are already formatted.")
 @click.option("-r", "--release-version", help="The metadata.version to start at, as 4.0 or 4.0-IV3 (default: the latest).")
 @click.option("-f", "--feature", "features", multiple=True, metavar="NAME=LEVEL", help="A feature level to start at.")
+@click.option("-s", "--standalone", is_flag=True,
+              help="This controller is the only initial voter of a dynamic quorum (KIP-853).")
+@click.option("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+              help="The initial voters of a dynamic quorum (KIP-853).")
+@click.option("-N", "--no-initial-controllers", is_flag=True,
+              help="This controller joins an existing dynamic quorum later (josef metadata-quorum add-controller).")
 def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...], ignore_formatted: bool,
-                   release_version: str | None, features: tuple[str, ...]) -> None:
+                   release_version: str | None, features: tuple[str, ...], standalone: bool,
+                   initial_controllers: str | None, no_initial_controllers: bool) -> None:
     """Write meta.properties with CLUSTER_ID into every log directory, and the cluster's starting feature levels."""
     try:
         uuid_from_text(cluster_id)
@@ -45,9 +54,18 @@ def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...
     try:
         config = load_config(config_path, overrides)
         levels = _levels(release_version, features)
-        written = format_dirs(config, cluster_id, ignore_formatted=ignore_formatted)
+        voters = dynamic_quorum.initial_voters(config, standalone=standalone,
+                                               initial_controllers=initial_controllers,
+                                               no_initial_controllers=no_initial_controllers)
+        own = voters.get(config["node.id"]) if voters else None
+        directory_id = (records.uuid_to_text(own.directory_id)
+                        if own is not None and own.directory_id is not None else None)
+        written = format_dirs(config, cluster_id, ignore_formatted=ignore_formatted,
+                              metadata_directory_id=directory_id)
         if written and levels:
             bootstrap.write(config, levels)
+        if written and voters:
+            dynamic_quorum.write_bootstrap_snapshot(config, voters)
     except (ConfigError, FeatureError) as exc:
         raise click.ClickException(str(exc)) from None
     for directory in written:

@@ -11,7 +11,12 @@ committed log, a snapshot of the listener's image is written and the log
 behind it trimmed.
 
 Voters are the nodes with the controller role named in
-``controller.quorum.voters``; brokers are observers that only fetch. With no
+``controller.quorum.voters``; brokers are observers that only fetch. A
+dynamic quorum (KIP-853) sets ``controller.quorum.bootstrap.servers``
+instead: the voters are then the latest VotersRecord of the metadata log
+(from the bootstrap snapshot ``josef storage format --standalone`` or
+``--initial-controllers`` wrote), and change through AddRaftVoter and
+RemoveRaftVoter, served on the controller listener. With no
 voters configured, the node is a single voter reachable only in-process (the
 default single-node broker): no controller listener is needed and a record
 commits as soon as it is on disk.
@@ -31,13 +36,14 @@ from josef.config import Config, ConfigError
 from josef.log import LogConfig, LogStorage
 from josef.meta_properties import log_dirs, read
 from josef.metadata.quorum import MetadataListener, NotControllerError
-from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
+from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
+from josef_metadata_kraft.dynamic_quorum import bootstrap_servers, controller_endpoints
 from josef_metadata_kraft.metadata_log import MetadataLog
 from josef_metadata_kraft.raft import (
     CommittedBatch,
@@ -59,7 +65,8 @@ METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
 METADATA_LOG_CONFIG = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
 #: The Raft APIs and the versions the core speaks: Kafka 4.x's newest between voters, every DescribeQuorum for tools.
 RAFT_APIS = {ApiKey.VOTE: (2, 2), ApiKey.BEGIN_QUORUM_EPOCH: (1, 1), ApiKey.END_QUORUM_EPOCH: (1, 1),
-             ApiKey.FETCH: (17, 17), ApiKey.FETCH_SNAPSHOT: (1, 1), ApiKey.DESCRIBE_QUORUM: (0, 2)}
+             ApiKey.FETCH: (17, 17), ApiKey.FETCH_SNAPSHOT: (1, 1), ApiKey.DESCRIBE_QUORUM: (0, 2),
+             ApiKey.ADD_RAFT_VOTER: (0, 1), ApiKey.REMOVE_RAFT_VOTER: (0, 0), ApiKey.UPDATE_RAFT_VOTER: (0, 0)}
 
 
 def parse_voters(items: Sequence[str]) -> dict[int, tuple[str, int]]:
@@ -101,8 +108,11 @@ class KRaftQuorum:
         self._node_id: int = config["node.id"]
         roles = config["process.roles"]
         voters = parse_voters(config["controller.quorum.voters"] or [])
-        self._in_process = not voters
-        if self._in_process:
+        self._bootstrap = bootstrap_servers(config)
+        self._in_process = not voters and not self._bootstrap
+        if not voters and self._bootstrap:
+            pass  # a dynamic quorum: the voters come from the metadata log
+        elif self._in_process:
             if "controller" not in roles:
                 raise ConfigError("a broker-only node needs controller.quorum.voters to find its controllers")
             voters = {self._node_id: ("", -1)}
@@ -118,6 +128,13 @@ class KRaftQuorum:
         if props is None:
             raise ConfigError(f"log directory {directory} is not formatted")
         self._cluster_id = props.cluster_id
+        self._directory_id = uuid_from_text(props.directory_id) if props.directory_id else None
+        self._local_endpoints: tuple[tuple[str, str, int], ...] = ()
+        if "controller" in roles and not self._in_process:
+            try:
+                self._local_endpoints = controller_endpoints(config)
+            except ConfigError:
+                pass  # no fixed controller port: nothing to announce
         self._raft_config = RaftConfig.from_properties(
             {key: config[key] for key in RaftConfig._KEYS if key in config.definition},
             listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0])
@@ -148,10 +165,14 @@ class KRaftQuorum:
         return self._leader_id
 
     def controllers(self) -> Mapping[int, tuple[str, int]]:
-        return {} if self._in_process else dict(self._voters)
+        if self._in_process:
+            return {}
+        return dict(self._node.voters) if self._node is not None else dict(self._voters)
 
     def controller_endpoint(self, node_id: int) -> tuple[str, int] | None:
-        return None if self._in_process else self._voters.get(node_id)
+        if self._in_process:
+            return None
+        return self._node.endpoint(node_id) if self._node is not None else self._voters.get(node_id)
 
     def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
         return [(key, self._handle, low, high) for key, (low, high) in RAFT_APIS.items()]
@@ -162,7 +183,8 @@ class KRaftQuorum:
         self._local_snapshot = self._log.latest_snapshot_id()
         store = FileQuorumStateStore(self._log.dir / "quorum-state", tuple(self._voters))
         self._node = RaftNode(self._node_id, self._voters, self._log, store, cluster_id=self._cluster_id,
-                              config=self._raft_config, now_ms=_wall_ms())
+                              config=self._raft_config, now_ms=_wall_ms(), bootstrap_servers=self._bootstrap,
+                              directory_id=self._directory_id, local_endpoints=self._local_endpoints)
         self._tg = tg
         self._started.set()
         self._pump()
@@ -318,7 +340,10 @@ class KRaftQuorum:
         async with lock:
             conn = self._connections.get(node_id)
             if conn is None or conn.closed:
-                host, port = self._voters[node_id]
+                address = self._node.endpoint(node_id) if self._node is not None else None
+                if address is None:
+                    raise KafkaConnectionError(f"no known endpoint for node {node_id}")
+                host, port = address
                 conn = self._connections[node_id] = await Connection.open(
                     host, port, client_id=f"raft-{self._node_id}",
                     request_timeout_ms=self._raft_config.request_timeout_ms,

@@ -21,6 +21,9 @@ def register_configs(register: Register) -> None:
     register(ConfigKey("controller.quorum.voters", ConfigType.LIST, None,
                        "The KRaft voters, ID@HOST:PORT,... (their controller listeners); empty means this node alone, "
                        "reached in-process."))
+    register(ConfigKey("controller.quorum.bootstrap.servers", ConfigType.LIST, None,
+                       "HOST:PORT,... of controllers to find a dynamic quorum (KIP-853) through, when "
+                       "controller.quorum.voters is not set; the voters then come from the metadata log."))
     for name, default, doc in (
         ("controller.quorum.election.timeout.ms", 1000,
          "How long a voter waits without hearing from a leader before it starts an election (randomised up to twice)."),

@@ -275,3 +275,130 @@ def describe(obj: tuple[str | None, str | None, Path | None], status: bool, repl
                                            timeout_ms=timeout_ms))
     lines = status_lines(cluster_id, info) if status else replication_lines(info, human_readable)
     click.echo("\n".join(lines))
+
+
+# Changing the voters (KIP-853) -------------------------------------------------------------------
+
+
+def _controller_properties(path: Path | None, fallback: Path | None) -> dict[str, str]:
+    chosen = path or fallback
+    if chosen is None:
+        raise click.ClickException("add-controller needs --command-config: the new controller's server.properties")
+    return read_properties(chosen)
+
+
+def _directory_text_to_uuid(text: str) -> uuid.UUID:
+    import base64
+
+    try:
+        value = uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    except (ValueError, TypeError):
+        raise click.ClickException(f"{text!r} is not a directory id (22 characters of base64)") from None
+    if len(text) != 22:
+        raise click.ClickException(f"{text!r} is not a directory id (22 characters of base64)")
+    return value
+
+
+def new_controller(props: dict[str, str]) -> tuple[str, int, uuid.UUID, list[tuple[str, str, int]]]:
+    """``(cluster id, node id, directory id, [(listener, host, port)])`` of the controller a properties file describes.
+
+    The ids come from ``meta.properties`` of its metadata log directory (the first of ``log.dirs``),
+    written by ``josef storage format``; the endpoints from its controller listeners
+    (``advertised.listeners`` before ``listeners``).
+    """
+    if "controller" not in [r.strip() for r in props.get("process.roles", "").split(",")]:
+        raise click.ClickException("the --command-config file does not describe a controller (process.roles)")
+    directory = props.get("metadata.log.dir") or (props.get("log.dirs") or props.get("log.dir", "")).split(",")[0]
+    if not directory:
+        raise click.ClickException("the --command-config file names no log directory (log.dirs)")
+    meta = read_properties(Path(directory.strip()) / "meta.properties") if (
+        Path(directory.strip()) / "meta.properties").exists() else {}
+    if "directory.id" not in meta or "cluster.id" not in meta:
+        raise click.ClickException(f"{directory}/meta.properties has no directory.id: format the new controller "
+                                   "with josef storage format --no-initial-controllers")
+    node_id = int(props.get("node.id", meta.get("node.id", "-1")))
+    names = [n.strip() for n in props.get("controller.listener.names", "CONTROLLER").split(",") if n.strip()]
+    endpoints: dict[str, tuple[str, str, int]] = {}
+    for key in ("advertised.listeners", "listeners"):
+        for item in props.get(key, "").split(","):
+            name, sep, address = item.strip().partition("://")
+            if sep and name in names and name not in endpoints:
+                host, port = parse_address(address)
+                endpoints[name] = (name, host or "localhost", port)
+    if not endpoints:
+        raise click.ClickException(f"the --command-config file has no controller listener ({','.join(names)})")
+    return meta["cluster.id"], node_id, _directory_text_to_uuid(meta["directory.id"]), list(endpoints.values())
+
+
+async def _active_controller(addresses: Sequence[tuple[str, int]], client_id: str, timeout_ms: int) -> Any:
+    conn = await _connect(addresses, client_id, timeout_ms)
+    cluster = await _describe_cluster(conn, CONTROLLER_ENDPOINTS)
+    active = next((n for n in cluster.brokers if n.broker_id == cluster.controller_id), None)
+    if active is not None and (active.host, active.port) != (conn.host, conn.port):
+        await conn.close()
+        conn = await _connect([(active.host, active.port)], client_id, timeout_ms)
+    return conn
+
+
+async def change_voters(addresses: Sequence[tuple[str, int]], request: Any, *, client_id: str,
+                        timeout_ms: int) -> None:
+    """Send AddRaftVoter or RemoveRaftVoter to the active controller; raise on an error code."""
+    from kio.schema.errors import ErrorCode
+
+    from josef.protocol.errors import KafkaError
+
+    conn = await _active_controller(addresses, client_id, timeout_ms)
+    try:
+        response = await conn.request(type(request).__api_key__, request, version=type(request).__version__)
+    finally:
+        await conn.close()
+    if response.error_code != ErrorCode.none:
+        raise KafkaError(response.error_code, response.error_message or response.error_code.name.upper())
+
+
+def _voter_command_setup(obj: tuple[str | None, str | None, Path | None]) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    bootstrap_server, bootstrap_controller, command_config = obj
+    if bootstrap_server or not bootstrap_controller:
+        raise click.ClickException("changing the controllers needs --bootstrap-controller (as kafka-metadata-quorum.sh)")
+    addresses = [parse_address(a) for a in bootstrap_controller.split(",") if a.strip()]
+    return addresses, read_properties(command_config)
+
+
+@metadata_quorum.command("add-controller")
+@command_config_option
+@click.pass_obj
+def add_controller(obj: tuple[str | None, str | None, Path | None], command_config: Path | None) -> None:
+    """Add the controller its --command-config (server.properties) describes to the voters (KIP-853)."""
+    import datetime
+
+    from kio.schema.add_raft_voter.v0.request import AddRaftVoterRequest, Listener
+
+    addresses, _ = _voter_command_setup(obj)
+    props = _controller_properties(command_config, obj[2])
+    cluster_id, node_id, directory_id, endpoints = new_controller(props)
+    timeout_ms = int(props.get("request.timeout.ms", "30000"))
+    request = AddRaftVoterRequest(cluster_id=cluster_id, timeout=datetime.timedelta(milliseconds=timeout_ms),
+                                  voter_id=node_id, voter_directory_id=directory_id,  # type: ignore[arg-type]
+                                  listeners=tuple(Listener(name=n, host=h, port=p)  # type: ignore[arg-type]
+                                                  for n, h, p in endpoints))
+    run(change_voters(addresses, request, client_id="josef-metadata-quorum", timeout_ms=timeout_ms + 5000))
+    click.echo(f"Added controller {node_id} with directory id {_uuid_text(directory_id)} and endpoints: "
+               + ", ".join(_endpoint(n, h, p) for n, h, p in endpoints))
+
+
+@metadata_quorum.command("remove-controller")
+@click.option("--controller-id", type=int, required=True, help="The id of the controller to remove.")
+@click.option("--controller-directory-id", required=True, help="The directory id of the controller to remove.")
+@click.pass_obj
+def remove_controller(obj: tuple[str | None, str | None, Path | None], controller_id: int,
+                      controller_directory_id: str) -> None:
+    """Remove a controller from the voters (KIP-853)."""
+    from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
+
+    addresses, config = _voter_command_setup(obj)
+    directory_id = _directory_text_to_uuid(controller_directory_id)
+    timeout_ms = int(config.get("request.timeout.ms", "30000"))
+    request = RemoveRaftVoterRequest(cluster_id=None, voter_id=controller_id,  # type: ignore[arg-type]
+                                     voter_directory_id=directory_id)
+    run(change_voters(addresses, request, client_id="josef-metadata-quorum", timeout_ms=timeout_ms))
+    click.echo(f"Removed controller {controller_id} with directory id {controller_directory_id}")

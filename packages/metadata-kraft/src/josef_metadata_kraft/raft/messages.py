@@ -101,15 +101,21 @@ def decode_leader_change(value: bytes) -> LeaderChangeMessage:
 
 
 def snapshot_bytes(snapshot_id: OffsetAndEpoch, payloads: Sequence[bytes], timestamp_ms: int,
-                   batch_bytes: int = 1024 * 1024) -> bytes:
+                   batch_bytes: int = 1024 * 1024, control: Sequence[tuple[int, bytes]] = ()) -> bytes:
     """A snapshot as Kafka's RecordsSnapshotWriter lays it out: header, data batches, footer.
 
     Offsets inside a snapshot start at 0; every batch carries the snapshot's epoch.
+    ``control`` (KRaftVersion and Voters records, KIP-853) go in one control
+    batch right after the header, as Kafka's writer puts them.
     """
     header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=timestamp_ms)  # type: ignore[arg-type]
     parts = [control_batch(SNAPSHOT_HEADER, _encode(SnapshotHeaderRecord, header), base_offset=0,
                            epoch=snapshot_id.epoch, timestamp_ms=timestamp_ms)]
     offset = 1
+    if control:
+        parts.append(build_batch([(_CONTROL_KEY.pack(0, t), v, timestamp_ms) for t, v in control],
+                                 base_offset=offset, leader_epoch=snapshot_id.epoch, attributes=CONTROL_BIT))
+        offset += len(control)
     chunk: list[tuple[bytes | None, bytes | None, int]] = []
     size = 0
     for payload in payloads:
@@ -172,8 +178,43 @@ def _node_endpoints(cls: type, leader_id: int, endpoints: Endpoints | None) -> t
 
 
 def _leader_endpoints(cls: type, listener: str, leader_id: int, endpoints: Endpoints) -> tuple[Any, ...]:
+    if leader_id not in endpoints:
+        return ()
     host, port = endpoints[leader_id]
     return (cls(name=listener, host=host, port=port),)
+
+
+def add_raft_voter_response(version: int, error: ErrorCode, message: str | None = None) -> Any:
+    module = importlib.import_module(f"kio.schema.add_raft_voter.v{version}.response")
+    return module.AddRaftVoterResponse(throttle_time=_ms(0), error_code=error, error_message=message)
+
+
+def remove_raft_voter_response(error: ErrorCode, message: str | None = None) -> Any:
+    from kio.schema.remove_raft_voter.v0.response import RemoveRaftVoterResponse
+    return RemoveRaftVoterResponse(throttle_time=_ms(0), error_code=error,  # type: ignore[arg-type]
+                                   error_message=message)
+
+
+def update_raft_voter_request(*, cluster_id: str, epoch: int, voter_id: int, directory_id: uuid.UUID | None,
+                              endpoints: Sequence[tuple[str, str, int]]) -> Any:
+    from kio.schema.update_raft_voter.v0 import request as urv
+
+    return urv.UpdateRaftVoterRequest(
+        cluster_id=cluster_id, current_leader_epoch=epoch, voter_id=voter_id,  # type: ignore[arg-type]
+        voter_directory_id=directory_id,
+        listeners=tuple(urv.Listener(name=n, host=h, port=p) for n, h, p in endpoints),  # type: ignore[arg-type]
+        k_raft_version_feature=urv.KRaftVersionFeature(min_supported_version=0,  # type: ignore[arg-type]
+                                                       max_supported_version=1))  # type: ignore[arg-type]
+
+
+def update_raft_voter_response(error: ErrorCode, *, leader_id: int = -1, epoch: int = -1,
+                               endpoint: tuple[str, int] | None = None) -> Any:
+    from kio.schema.update_raft_voter.v0 import response as urv
+
+    host, port = endpoint or ("", -1)
+    return urv.UpdateRaftVoterResponse(throttle_time=_ms(0), error_code=error,  # type: ignore[arg-type]
+                                       current_leader=urv.CurrentLeader(leader_id=leader_id,  # type: ignore[arg-type]
+                                                                        leader_epoch=epoch, host=host, port=port))
 
 
 def begin_quorum_epoch_request(*, cluster_id: str, voter_id: int, epoch: int, leader_id: int, listener: str,
@@ -222,10 +263,11 @@ def end_quorum_epoch_response(error: ErrorCode, *, partition_error: ErrorCode = 
 
 
 def fetch_request(*, cluster_id: str, replica_id: int, epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                  log_start_offset: int, max_wait_ms: int, max_bytes: int) -> fetch_req.FetchRequest:
+                  log_start_offset: int, max_wait_ms: int, max_bytes: int,
+                  directory_id: uuid.UUID | None = None) -> fetch_req.FetchRequest:
     partition = fetch_req.FetchPartition(partition=0, current_leader_epoch=epoch, fetch_offset=fetch_offset,
                                          last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
-                                         partition_max_bytes=max_bytes)
+                                         partition_max_bytes=max_bytes, replica_directory_id=directory_id)
     return fetch_req.FetchRequest(
         cluster_id=cluster_id, replica_state=fetch_req.ReplicaState(replica_id=replica_id),  # type: ignore[arg-type]
         max_wait=_ms(max_wait_ms), min_bytes=0, max_bytes=max_bytes,  # type: ignore[arg-type]
@@ -314,7 +356,7 @@ def describe_quorum_at_version(response: dq_resp.DescribeQuorumResponse, version
 
 
 def replica_state(replica_id: int, log_end_offset: int, last_fetch_ms: int,
-                  last_caught_up_ms: int) -> dq_resp.ReplicaState:
-    return dq_resp.ReplicaState(replica_id=replica_id, replica_directory_id=None,  # type: ignore[arg-type]
+                  last_caught_up_ms: int, directory_id: uuid.UUID | None = None) -> dq_resp.ReplicaState:
+    return dq_resp.ReplicaState(replica_id=replica_id, replica_directory_id=directory_id,  # type: ignore[arg-type]
                                 log_end_offset=log_end_offset, last_fetch_timestamp=last_fetch_ms,
                                 last_caught_up_timestamp=last_caught_up_ms)

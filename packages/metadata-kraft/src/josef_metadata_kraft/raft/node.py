@@ -34,8 +34,19 @@ Where this departs from Kafka 4.0, on purpose:
   know the leader either) is retried after ``retry_backoff_ms``, not at once;
 * a candidate that loses backs off (binary exponential, capped by
   ``election_backoff_max_ms``) and then runs a new pre-vote;
-* static voters only (no KIP-853 reconfiguration): requests naming a
-  non-voter, or reaching an observer, get INCONSISTENT_VOTER_SET as in Kafka 3.x.
+* with static voters (``controller.quorum.voters``, kraft.version 0),
+  requests naming a non-voter, or reaching an observer, get
+  INCONSISTENT_VOTER_SET as in Kafka 3.x.
+
+Dynamic quorums (KIP-853, kraft.version 1): the voter set is the latest
+VotersRecord appended to the log (or held by the latest snapshot, or the
+bootstrap snapshot ``0-0`` that ``josef storage format --standalone`` or
+``--initial-controllers`` writes), not configuration. A node that knows no
+voter asks its bootstrap servers (``controller.quorum.bootstrap.servers``,
+destination ids -2, -3, ...), which answer with the leader. The leader
+serves AddRaftVoter and RemoveRaftVoter one change at a time by appending a
+new VotersRecord, in force (for elections and the high watermark) as soon as
+it is appended, and answers once it is committed.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ from josef.protocol.records import build_batch, iter_batches
 from . import messages as m
 from .log import FetchPosition, OffsetAndEpoch, RaftLog, truncation_offset, validate_offset_and_epoch
 from .quorum_state import ElectionState, QuorumStateStore
+from .voters import NO_DIRECTORY_ID, VoterInfo, VoterSetHistory, control_records, voters_control
 
 NONE = ErrorCode.none
 #: Kafka's KafkaRaftClient.MAX_BATCH_SIZE_BYTES: the largest batch a leader appends.
@@ -207,6 +219,7 @@ class _Progress:
     last_caught_up_ms: int = -1
     last_fetch_leader_end: int | None = None
     acknowledged: bool = False
+    directory_id: Any = None
 
 
 @attrs.define
@@ -222,6 +235,17 @@ class _Deferred:
 
 
 @attrs.define
+class _Change:
+    """A voter change the leader appended; answered once committed, or when ``deadline`` passes."""
+
+    source: int
+    request: Any
+    offset: int
+    deadline: int
+    respond: Callable[..., Any]
+
+
+@attrs.define
 class _Leader:
     epoch_start_offset: int
     voters: dict[int, _Progress]
@@ -231,6 +255,7 @@ class _Leader:
     observers: dict[int, _Progress] = attrs.field(factory=dict)
     fetched_voters: set[int] = attrs.field(factory=set)
     deferred: list[_Deferred] = attrs.field(factory=list)
+    pending: _Change | None = None
 
 
 @attrs.define
@@ -314,20 +339,39 @@ class RaftNode:
         config: RaftConfig | None = None,
         rng: random.Random | None = None,
         now_ms: int = 0,
+        bootstrap_servers: Sequence[tuple[str, int]] = (),
+        directory_id: Any = None,
+        local_endpoints: Sequence[tuple[str, str, int]] = (),
     ) -> None:
-        if not voters:
-            raise ValueError("a KRaft quorum needs at least one voter (controller.quorum.voters)")
         self.node_id = node_id
-        self.voters: dict[int, tuple[str, int]] = dict(voters)
-        self._voter_ids = frozenset(self.voters)
-        self.is_voter = node_id in self._voter_ids
+        #: This replica's directory id (meta.properties ``directory.id``) and controller endpoints: a voter
+        #: whose endpoints in the voter set differ sends UpdateRaftVoter to its leader (KIP-853).
+        self.directory_id = directory_id
+        self.local_endpoints = tuple(local_endpoints)
+        self._update_after = 0
         self.log = log
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
+        listener = self.config.listener_name
+        self._history = VoterSetHistory({v: VoterInfo(v, None, ((listener, host, port),))
+                                         for v, (host, port) in voters.items()})
+        self._load_history()
+        self._bootstrap = {-2 - i: tuple(address) for i, address in enumerate(bootstrap_servers)}
+        if not self._history.current() and not self._bootstrap:
+            raise ValueError("a KRaft quorum needs at least one voter (controller.quorum.voters) or "
+                             "controller.quorum.bootstrap.servers")
+        #: Endpoints learnt from responses (the leader's, for an observer that found it through a bootstrap server).
+        self._endpoints: dict[int, tuple[str, int]] = {}
+        self.voters: dict[int, tuple[str, int]] = {}
+        self._voter_ids: frozenset[int] = frozenset()
+        self.is_voter = False
+        self._leader: _Leader | None = None
+        self._refresh_voters()
         self._store = state_store
         self._rng = rng or random.Random()
         self._now = now_ms
         self._requests = _Requests(self.config)
+        self._update_requests = _Requests(self.config)
         self._outbox: list[Outbound] = []
         self._hw: int | None = None
         self._next_delivery: int | None = None
@@ -342,13 +386,71 @@ class RaftNode:
         self._backoff_until: int | None = None  # candidate lost and is backing off
         self._retries = 1
         self._tally: _Tally | None = None
-        self._leader: _Leader | None = None
         self._follower: _Follower | None = None
         self._unacked: set[int] = set()  # resigned: voters yet to acknowledge EndQuorumEpoch
         self._preferred: list[int] = []
         self._initialize()
 
     # ---------------------------------------------------------------- public surface
+
+    @property
+    def kraft_version(self) -> int:
+        """1 once the log holds a KRaftVersionRecord (a dynamic quorum, KIP-853), else 0."""
+        return 1 if self._history.dynamic else 0
+
+    def voter_set(self) -> dict[int, VoterInfo]:
+        """The voters in force: the latest VotersRecord appended, else the static ones."""
+        return dict(self._history.current())
+
+    def endpoint(self, node_id: int) -> tuple[str, int] | None:
+        """Where to reach ``node_id``: a voter, a node a response named, or a bootstrap server (ids -2, -3, ...)."""
+        return self.voters.get(node_id) or self._endpoints.get(node_id) or self._bootstrap.get(node_id)
+
+    # ---------------------------------------------------------------- voter sets (KIP-853)
+
+    def _load_history(self) -> None:
+        snapshot = self.log.latest_snapshot_id()
+        if snapshot is not None:
+            data = self.log.read_snapshot(snapshot, 0, self.log.snapshot_size(snapshot) or 0) or b""
+            self._history.scan(data, offset_base=snapshot.offset - 1)
+        offset = self.log.start_offset
+        while offset < self.log.end_offset:
+            chunk = self.log.read(offset, 8 * 1024 * 1024)
+            last = None
+            for _, header in iter_batches(chunk):
+                last = header.last_offset
+            if last is None or last < offset:
+                break
+            self._history.scan(chunk)
+            offset = last + 1
+
+    def _refresh_voters(self) -> None:
+        """Put the current voter set in force: endpoints, membership and the leader's replica progress."""
+        current = self._history.current()
+        listener = self.config.listener_name
+        self.voters = {v: e for v, info in current.items() if (e := info.endpoint(listener)) is not None}
+        self._voter_ids = frozenset(current)
+        was_voter, self.is_voter = self.is_voter, self.node_id in self._voter_ids
+        leader = self._leader
+        if leader is not None:
+            if set(leader.voters) != self._voter_ids:
+                # A new set gets a full check-quorum period (a lone voter never ran the timer).
+                leader.fetched_voters.clear()
+                leader.check_quorum_deadline = self._now + int(self.config.fetch_timeout_ms
+                                                               * CHECK_QUORUM_TIMEOUT_FACTOR)
+            for v in [v for v in leader.voters if v not in self._voter_ids]:
+                leader.observers[v] = leader.voters.pop(v)
+            for v in self._voter_ids:
+                if v not in leader.voters:
+                    leader.voters[v] = leader.observers.pop(v, None) or _Progress()
+            if self._maybe_advance_hw():
+                self._hw_advanced()
+        elif self.is_voter and not was_voter and getattr(self, "role", None) is Role.UNATTACHED:
+            self._deadline = self._now + self._random_election_timeout()
+
+    def _learn(self, batches: bytes) -> None:
+        if self._history.scan(batches):
+            self._refresh_voters()
 
     @property
     def high_watermark(self) -> int | None:
@@ -409,7 +511,9 @@ class RaftNode:
             raise ValueError(f"offset {end_offset} is below the log start {self.log.start_offset}")
         snapshot_id = OffsetAndEpoch(end_offset, self._epoch_before(end_offset))
         if self.log.snapshot_size(snapshot_id) is None:
-            self.log.create_snapshot(snapshot_id, m.snapshot_bytes(snapshot_id, payloads, now_ms))
+            control = (voters_control(self._history.at(end_offset - 1), with_version=True)
+                       if self._history.dynamic else ())
+            self.log.create_snapshot(snapshot_id, m.snapshot_bytes(snapshot_id, payloads, now_ms, control=control))
         if trim:
             self.log.delete_before_snapshot(snapshot_id)
         return snapshot_id
@@ -477,14 +581,30 @@ class RaftNode:
             return self._on_fetch_snapshot_request(request, now_ms)
         if api == 55:
             return self._on_describe_quorum_request(request, now_ms)
+        if api == 80:
+            return self._on_add_raft_voter_request(source_id, request, now_ms)
+        if api == 81:
+            return self._on_remove_raft_voter_request(source_id, request, now_ms)
+        if api == 82:
+            return self._on_update_raft_voter_request(source_id, request, now_ms)
         raise ValueError(f"not a Raft request: {type(request).__name__}")
 
     def handle_response(self, source_id: int, request: Any, response: Any, now_ms: int) -> None:
         """A response to ``request`` (the object this node sent) from ``source_id``; stale ones are ignored."""
         self._now = now_ms
         self.next_poll_ms = now_ms
+        if type(response).__api_key__ == 82:
+            if self._update_requests.expects(source_id, request):
+                ok = response.error_code == NONE
+                self._update_requests.done(source_id, request, ok, now_ms)
+                # Succeeded: the new set arrives by Fetch. Refused: try again later, not at network speed.
+                self._update_after = now_ms + self.config.election_timeout_ms
+            return
         if not self._requests.expects(source_id, request):
             return
+        for node in getattr(response, "node_endpoints", None) or ():
+            if node.node_id >= 0:
+                self._endpoints[int(node.node_id)] = (node.host, int(node.port))
         api = type(response).__api_key__
         handler: Callable[[int, Any, Any, int], bool] = {
             1: self._on_fetch_response, 52: self._on_vote_response, 53: self._on_begin_quorum_epoch_response,
@@ -498,6 +618,9 @@ class RaftNode:
         self._now = now_ms
         self.next_poll_ms = now_ms
         self._requests.done(destination, request, False, now_ms)
+        if self._update_requests.expects(destination, request):
+            self._update_requests.done(destination, request, False, now_ms)
+            self._update_after = now_ms + self.config.election_timeout_ms
 
     # ---------------------------------------------------------------- transitions (Kafka's QuorumState)
 
@@ -539,10 +662,16 @@ class RaftNode:
         old_leader = self._leader
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
         self._requests.reset()
+        self._update_requests.reset()
         self._tally = self._leader = self._follower = None
         self._backoff_until = None
         self._deadline = _FOREVER
         if old_leader is not None:
+            change = old_leader.pending
+            if change is not None:
+                self._outbox.append(Outbound(change.source, change.respond(
+                    ErrorCode.not_leader_or_follower, "the leader changed before the voter change committed"),
+                    change.request))
             for parked in old_leader.deferred:
                 self._outbox.append(Outbound(parked.source, self._fetch_error(parked.partition), parked.request))
 
@@ -600,6 +729,13 @@ class RaftNode:
         batch = m.leader_change_batch(base_offset=start, epoch=self.epoch, leader_id=self.node_id,
                                       voters=self._voter_ids, granting_voters=granting, timestamp_ms=self._now)
         self.log.append_as_leader(batch, self.epoch)
+        if self._history.dynamic and self._history.last_offset() == -1:
+            # The voters came from the bootstrap snapshot, which followers never fetch: put them in the
+            # log (Kafka's appendStartOfEpochControlRecords does the same).
+            batch = control_records(voters_control(self._history.current(), with_version=True),
+                                    base_offset=self.log.end_offset, epoch=self.epoch, timestamp_ms=self._now)
+            self.log.append_as_leader(batch, self.epoch)
+            self._learn(batch)
         self.log.flush()
         self._leader_end_offset_updated()
 
@@ -671,8 +807,9 @@ class RaftNode:
             return ErrorCode.fenced_leader_epoch
         if remote_id < 0:
             return ErrorCode.invalid_request
-        if not self.is_voter or remote_id not in self._voter_ids:
-            # Static voters (KIP-595): only voters take part in elections.
+        if not self._history.dynamic and (not self.is_voter or remote_id not in self._voter_ids):
+            # Static voters (KIP-595): only voters take part in elections. With a dynamic set
+            # (KIP-853) the peer may know of a set this node has not replicated yet.
             return ErrorCode.inconsistent_voter_set
         return None
 
@@ -694,6 +831,8 @@ class RaftNode:
     # ---------------------------------------------------------------- Vote
 
     def _can_grant_vote(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
+        if not self.is_voter:
+            return False  # an observer (dynamic quorum) has no vote
         role = self.role
         if role in (Role.UNATTACHED, Role.PROSPECTIVE):
             if pre_vote:
@@ -883,7 +1022,7 @@ class RaftNode:
         if position.kind == FetchPosition.VALID:
             records = self.log.read(fp.fetch_offset, min(fp.partition_max_bytes, self.config.fetch_max_bytes))
             if update:
-                self._update_replica(replica, fp.fetch_offset, now)
+                self._update_replica(replica, fp.fetch_offset, now, fp)
         hw = leader.high_watermark
         response = m.fetch_response(
             NONE, high_watermark=-1 if hw is None else hw, log_start_offset=self.log.start_offset,
@@ -893,7 +1032,7 @@ class RaftNode:
             records=records)
         return response, bool(records) or position.kind != FetchPosition.VALID
 
-    def _update_replica(self, replica: int, fetch_offset: int, now: int) -> None:
+    def _update_replica(self, replica: int, fetch_offset: int, now: int, fp: Any = None) -> None:
         """A valid fetch tells the leader the replica's log end (Kafka's LeaderState.updateReplicaState)."""
         leader = self._leader
         assert leader is not None
@@ -910,6 +1049,7 @@ class RaftNode:
         progress.last_fetch_ms = max(progress.last_fetch_ms, now)
         progress.end_offset = fetch_offset
         progress.acknowledged = True
+        progress.directory_id = getattr(fp, "replica_directory_id", None) if fp is not None else None
         if voter:
             self._unacked.discard(replica)
             self._heard_from_voter(replica, now)
@@ -957,7 +1097,7 @@ class RaftNode:
     def _leader_end_offset_updated(self) -> None:
         leader = self._leader
         assert leader is not None
-        own = leader.voters[self.node_id]
+        own = leader.voters.get(self.node_id) or leader.observers.setdefault(self.node_id, _Progress())
         own.end_offset = self.log.end_offset
         own.last_fetch_ms = own.last_caught_up_ms = self._now
         if self._maybe_advance_hw():
@@ -993,7 +1133,7 @@ class RaftNode:
         return m.fetch_request(cluster_id=self.cluster_id, replica_id=self.node_id, epoch=self.epoch,
                                fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_fetched_epoch,
                                log_start_offset=self.log.start_offset, max_wait_ms=self.config.fetch_max_wait_ms,
-                               max_bytes=self.config.fetch_max_bytes)
+                               max_bytes=self.config.fetch_max_bytes, directory_id=self.directory_id)
 
     def _on_fetch_response(self, source: int, request: Any, response: Any, now: int) -> bool:
         if response.error_code != NONE:
@@ -1020,6 +1160,8 @@ class RaftNode:
                 raise RaftInvariantError(f"node {self.node_id}: leader {source} asks to truncate to "
                                          f"{diverging.offset}, below the high watermark {self._hw}")
             self.log.truncate_to(max(truncation_offset(self.log, diverging), self.log.start_offset))
+            if self._history.truncate(self.log.end_offset):
+                self._refresh_voters()
         elif p.snapshot_id.epoch >= 0 or p.snapshot_id.end_offset >= 0:
             if p.snapshot_id.epoch < 0 or p.snapshot_id.end_offset < 0:
                 return False
@@ -1027,6 +1169,7 @@ class RaftNode:
         else:
             if p.records:
                 self.log.append_as_follower(bytes(p.records), self.epoch)
+                self._learn(bytes(p.records))
                 # Voters report their log end as replicated: it must survive a crash first.
                 self.log.flush()
             if p.high_watermark >= 0:
@@ -1101,6 +1244,10 @@ class RaftNode:
         download.data += p.unaligned_records
         if len(download.data) >= p.size:
             self.log.install_snapshot(snapshot_id, bytes(download.data))
+            static = self._history.static
+            self._history = VoterSetHistory(static)
+            self._history.scan(bytes(download.data), offset_base=snapshot_id.offset - 1)
+            self._refresh_voters()
             follower.download = None
             self._follower_hw(snapshot_id.offset)
         follower.fetch_deadline = now + self.config.fetch_timeout_ms
@@ -1124,11 +1271,15 @@ class RaftNode:
             return m.describe_quorum_response(partition_error=ErrorCode.not_leader_or_follower,
                                               leader_id=self._leader_or_minus_one(), epoch=self.epoch)
 
+        current = self._history.current()
+
         def state(replica: int, progress: _Progress) -> Any:
+            voter = current.get(replica)
+            directory = voter.directory_id if voter is not None else None
             if replica == self.node_id:
-                return m.replica_state(replica, self.log.end_offset, now, now)
+                return m.replica_state(replica, self.log.end_offset, now, now, directory)
             end = -1 if progress.end_offset is None else progress.end_offset
-            return m.replica_state(replica, end, progress.last_fetch_ms, progress.last_caught_up_ms)
+            return m.replica_state(replica, end, progress.last_fetch_ms, progress.last_caught_up_ms, directory)
 
         voters = [state(v, leader.voters[v]) for v in sorted(leader.voters)]
         observers = [state(o, progress) for o, progress in sorted(leader.observers.items())
@@ -1154,7 +1305,9 @@ class RaftNode:
         """Look for the leader by asking a random voter (Kafka's maybeSendFetchToAnyBootstrap)."""
         if self._requests.inflight:
             return min(self._requests.wait_ms(d, self._now) for d in self._requests.inflight)
-        candidates = [v for v in sorted(self._voter_ids) if v != self.node_id]
+        candidates = [v for v in sorted(self._voter_ids) if v != self.node_id and v in self.voters]
+        if not candidates:
+            candidates = sorted(self._bootstrap)
         if not candidates:
             return _FOREVER
         ready = [v for v in candidates if self._requests.wait_ms(v, self._now) == 0]
@@ -1184,6 +1337,23 @@ class RaftNode:
             self._to_resigned(self._voters_by_end_offset())
             return now
         wake = leader.check_quorum_deadline if len(leader.voters) > 1 else _FOREVER
+        hw = leader.high_watermark
+        change = leader.pending
+        if change is not None:
+            if hw is not None and hw > change.offset:
+                leader.pending = None
+                self._outbox.append(Outbound(change.source, change.respond(NONE), change.request))
+            elif now >= change.deadline:
+                leader.pending = None
+                self._outbox.append(Outbound(change.source, change.respond(
+                    ErrorCode.request_timed_out, "the voter change did not commit in time"), change.request))
+            else:
+                wake = min(wake, change.deadline)
+        last = self._history.last_offset()
+        if not self.is_voter and hw is not None and last is not None and hw > last:
+            # Removed from the voter set and the removal committed: hand over (KIP-853).
+            self._to_resigned(self._voters_by_end_offset())
+            return now
         for voter in sorted(self._unacked):
             wake = min(wake, now + self._send(voter, lambda v=voter: m.begin_quorum_epoch_request(
                 cluster_id=self.cluster_id, voter_id=v, epoch=self.epoch, leader_id=self.node_id,
@@ -1208,7 +1378,29 @@ class RaftNode:
             return min(now + self._send_fetch_to_any_voter(), now + self.config.fetch_timeout_ms)
         download = follower.download
         build = (lambda: self._fetch_snapshot_request(download)) if download is not None else self._fetch_request
-        return min(follower.fetch_deadline, now + self._send(self.leader_id, build))
+        wake = min(follower.fetch_deadline, now + self._send(self.leader_id, build))
+        return min(wake, self._maybe_update_voter(now))
+
+    def _maybe_update_voter(self, now: int) -> int:
+        """A voter whose endpoints in the voter set are not its own asks the leader to update them (KIP-853)."""
+        follower = self._follower
+        if (not self.is_voter or not self._history.dynamic or not self.local_endpoints or follower is None
+                or not follower.has_fetched or self.leader_id is None):
+            return _FOREVER
+        mine = self._history.current().get(self.node_id)
+        if mine is None or set(mine.endpoints) == set(self.local_endpoints):
+            return _FOREVER
+        if now < self._update_after:
+            return self._update_after
+        leader = self.leader_id
+        wait = self._update_requests.wait_ms(leader, now)
+        if wait:
+            return now + wait
+        request = m.update_raft_voter_request(cluster_id=self.cluster_id, epoch=self.epoch, voter_id=self.node_id,
+                                              directory_id=self.directory_id, endpoints=self.local_endpoints)
+        self._update_requests.sent(leader, request, now)
+        self._outbox.append(Outbound(leader, request))
+        return now + self.config.request_timeout_ms
 
     def _poll_unattached(self, now: int) -> int:
         if self.is_voter and now >= self._deadline:
@@ -1283,7 +1475,7 @@ class RaftNode:
         start = self.log.start_offset
         if nxt is None or nxt < start:
             snapshot = self.log.latest_snapshot_id()
-            if snapshot is not None and (nxt is None or nxt < snapshot.offset):
+            if snapshot is not None and snapshot.offset > 0 and (nxt is None or nxt < snapshot.offset):
                 size = self.log.snapshot_size(snapshot) or 0
                 events.append(SnapshotLoaded(snapshot, self.log.read_snapshot(snapshot, 0, size) or b""))
                 nxt = snapshot.offset
@@ -1308,3 +1500,119 @@ class RaftNode:
             if not progressed:
                 break
         self._next_delivery = nxt
+
+    # ---------------------------------------------------------------- AddRaftVoter / RemoveRaftVoter (KIP-853)
+
+    def _voter_change_refusal(self, cluster_id: str | None) -> tuple[ErrorCode, str] | None:
+        """Why the leader cannot start a voter change now (Kafka's AddVoterHandler/RemoveVoterHandler checks)."""
+        if not self._cluster_ok(cluster_id):
+            return ErrorCode.inconsistent_cluster_id, f"the cluster id is {self.cluster_id}"
+        leader = self._leader
+        if self.role is not Role.LEADER or leader is None:
+            return ErrorCode.not_leader_or_follower, f"node {self.node_id} is not the leader"
+        if not self._history.dynamic:
+            return (ErrorCode.unsupported_version,
+                    "the quorum is at kraft.version 0 (static controller.quorum.voters): voters cannot change")
+        if leader.high_watermark is None:
+            return ErrorCode.request_timed_out, "the leader has not yet committed an offset in its epoch"
+        last = self._history.last_offset()
+        if leader.pending is not None or (last is not None and last >= leader.high_watermark):
+            return ErrorCode.request_timed_out, "a voter change is still in progress"
+        return None
+
+    def _append_voter_change(self, source: int, request: Any, voters: dict[int, VoterInfo], timeout_ms: int,
+                             respond: Callable[..., Any], ack_when_committed: bool = True) -> Any | None:
+        leader = self._leader
+        assert leader is not None
+        batch = control_records(voters_control(voters, with_version=False), base_offset=self.log.end_offset,
+                                epoch=self.epoch, timestamp_ms=self._now)
+        result = self.log.append_as_leader(batch, self.epoch)
+        self.log.flush()
+        self._learn(batch)
+        self._leader_end_offset_updated()
+        if not ack_when_committed:
+            return respond(NONE)
+        leader.pending = _Change(source, request, result.last_offset, self._now + timeout_ms, respond)
+        return None
+
+    def _on_add_raft_voter_request(self, source: int, request: Any, now: int) -> Any | None:
+        version = type(request).__version__
+
+        def respond(error: ErrorCode, message: str | None = None) -> Any:
+            return m.add_raft_voter_response(version, error, message)
+
+        refusal = self._voter_change_refusal(request.cluster_id)
+        if refusal is not None:
+            return respond(*refusal)
+        leader = self._leader
+        assert leader is not None
+        voter_id = int(request.voter_id)
+        if voter_id in self._voter_ids:
+            return respond(ErrorCode.duplicate_voter, f"node {voter_id} is already a voter")
+        endpoints = tuple((listener.name, listener.host, int(listener.port)) for listener in request.listeners)
+        if not any(name == self.config.listener_name for name, _, _ in endpoints):
+            return respond(ErrorCode.invalid_request,
+                           f"the new voter has no endpoint on the listener {self.config.listener_name}")
+        progress = leader.observers.get(voter_id)
+        if (progress is None or progress.end_offset is None
+                or progress.last_caught_up_ms < now - self.config.fetch_timeout_ms):
+            return respond(ErrorCode.request_timed_out,
+                           f"node {voter_id} is not an observer that has caught up with the leader")
+        directory = request.voter_directory_id
+        if (progress.directory_id not in (None, NO_DIRECTORY_ID) and directory not in (None, NO_DIRECTORY_ID)
+                and progress.directory_id != directory):
+            return respond(ErrorCode.request_timed_out,
+                           f"node {voter_id} fetches with directory id {progress.directory_id}, not {directory}")
+        voters = dict(self._history.current())
+        voters[voter_id] = VoterInfo(voter_id, None if directory in (None, NO_DIRECTORY_ID) else directory, endpoints)
+        timeout_ms = int(request.timeout.total_seconds() * 1000) or self.config.request_timeout_ms
+        return self._append_voter_change(source, request, voters, timeout_ms, respond,
+                                         getattr(request, "ack_when_committed", True))
+
+    def _on_remove_raft_voter_request(self, source: int, request: Any, now: int) -> Any | None:
+        def respond(error: ErrorCode, message: str | None = None) -> Any:
+            return m.remove_raft_voter_response(error, message)
+
+        refusal = self._voter_change_refusal(request.cluster_id)
+        if refusal is not None:
+            return respond(*refusal)
+        voter_id = int(request.voter_id)
+        voters = dict(self._history.current())
+        found = voters.get(voter_id)
+        directory = request.voter_directory_id
+        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
+                             and found.directory_id != directory):
+            return respond(ErrorCode.voter_not_found, f"node {voter_id} with directory id {directory} is not a voter")
+        if len(voters) == 1:
+            return respond(ErrorCode.voter_not_found, f"cannot remove the last voter {voter_id}")
+        del voters[voter_id]
+        return self._append_voter_change(source, request, voters, self.config.request_timeout_ms * 5, respond)
+
+    def _on_update_raft_voter_request(self, source: int, request: Any, now: int) -> Any | None:
+        leader_endpoint = self.endpoint(self.leader_id) if self.leader_id is not None else None
+
+        def respond(error: ErrorCode, message: str | None = None) -> Any:
+            return m.update_raft_voter_response(error, leader_id=self._leader_or_minus_one(), epoch=self.epoch,
+                                                endpoint=leader_endpoint)
+
+        if self.role is Role.LEADER:
+            epoch_error = self._validate_leader_only(int(request.current_leader_epoch))
+            if epoch_error is not None:
+                return respond(epoch_error)
+        refusal = self._voter_change_refusal(request.cluster_id)
+        if refusal is not None:
+            return respond(refusal[0])
+        voter_id = int(request.voter_id)
+        voters = dict(self._history.current())
+        found = voters.get(voter_id)
+        directory = request.voter_directory_id
+        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
+                             and found.directory_id != directory):
+            return respond(ErrorCode.voter_not_found)
+        endpoints = tuple((listener.name, listener.host, int(listener.port)) for listener in request.listeners)
+        if not any(name == self.config.listener_name for name, _, _ in endpoints):
+            return respond(ErrorCode.invalid_request)
+        if set(endpoints) == set(found.endpoints):
+            return respond(NONE)
+        voters[voter_id] = VoterInfo(voter_id, found.directory_id, endpoints)
+        return self._append_voter_change(source, request, voters, self.config.request_timeout_ms * 5, respond)
