@@ -60,3 +60,17 @@ def test_an_envelope_is_a_controller_api_only(josef_broker):
     keys = {k.api_key for k in controller.api_keys}
     assert {ApiKey.ENVELOPE, ApiKey.BROKER_REGISTRATION, ApiKey.VOTE, ApiKey.FETCH} <= keys
     assert ApiKey.PRODUCE not in keys
+
+
+def test_brokers_forward_voter_changes_to_the_quorum(josef_broker):
+    """AddRaftVoter and RemoveRaftVoter list the broker listener too: the broker passes them to the controller.
+
+    The default node's quorum is static (kraft.version 0), so the controller refuses as Kafka's does.
+    """
+    client = RawClient(josef_broker.port)
+    versions = client.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "x", "client_software_version": "1"})
+    assert {ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.DESCRIBE_QUORUM} <= {
+        k.api_key for k in versions.api_keys}
+    removed = client.call(ApiKey.REMOVE_RAFT_VOTER, 0, {"cluster_id": josef_broker.broker.cluster_id, "voter_id": 9,
+                                                         "voter_directory_id": "AAAAAAAAAAAAAAAAAAAAAA"})
+    assert removed.error_code == ErrorCode.unsupported_version

@@ -48,6 +48,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.replica_manager import ReplicaManager
 from josef.server import network
 from josef.server.apis import forward, register_broker_apis, register_controller_apis
+from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
 from josef.telemetry import ClientTelemetry
@@ -144,8 +145,8 @@ class Broker:
         for key, handler, low, high in self.quorum.apis():
             if self.is_controller:
                 self.controller_dispatcher.register(key, handler, low, high)
-            if self.is_broker and key == ApiKey.DESCRIBE_QUORUM:
-                # Kafka's brokers answer DescribeQuorum for the admin client by asking the active controller.
+            if self.is_broker and key in QUORUM_APIS_ON_BROKERS:
+                # Kafka's brokers answer DescribeQuorum, AddRaftVoter and RemoveRaftVoter by asking the active controller.
                 self.dispatcher.register(key, forward, low, high)
         if self.is_controller:
             self.controller = Controller(self.quorum, self.config, lambda: self.image)

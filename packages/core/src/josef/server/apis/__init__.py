@@ -43,7 +43,7 @@ CONTROLLER_APIS = (
 )
 
 #: Admin requests a broker passes to the active controller (in an Envelope) and answers with its response.
-FORWARDED = envelope.ENVELOPED - {ApiKey.DESCRIBE_QUORUM}
+FORWARDED = envelope.ENVELOPED - envelope.QUORUM_APIS_ON_BROKERS
 async def forward(ctx: RequestContext, request: Any) -> Any:
     """A client's admin request, decided by the active controller (Kafka's ForwardingManager)."""
     return await ctx.broker.channel.forward(ctx, request)

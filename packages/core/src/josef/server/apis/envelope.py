@@ -26,10 +26,12 @@ from josef.protocol.messages import MalformedRequestError, is_flexible, parse_he
 from josef.server.dispatch import RequestContext, UnanswerableRequestError
 
 _VERSION = struct.Struct(">h")
+#: Quorum APIs Kafka serves on broker listeners too, by forwarding them (their schemas list both listeners).
+QUORUM_APIS_ON_BROKERS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
 #: What a broker may forward in an Envelope: the admin requests the controller decides (Kafka's forwardable APIs).
 ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
-                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES,
-                       ApiKey.DESCRIBE_QUORUM})
+                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES}
+                      | QUORUM_APIS_ON_BROKERS)
 ANONYMOUS = DefaultPrincipalData(type_="User", name="ANONYMOUS", token_authenticated=False)  # type: ignore[call-arg]
 
 
