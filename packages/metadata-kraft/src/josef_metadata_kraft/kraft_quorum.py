@@ -43,7 +43,7 @@ from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, Unsup
 from josef.protocol.records import iter_records
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
-from josef_metadata_kraft.dynamic_quorum import bootstrap_servers, controller_endpoints
+from josef_metadata_kraft.dynamic_quorum import bootstrap_servers, controller_endpoints, parse_host_port
 from josef_metadata_kraft.metadata_log import MetadataLog
 from josef_metadata_kraft.raft import (
     CommittedBatch,
@@ -74,10 +74,9 @@ def parse_voters(items: Sequence[str]) -> dict[int, tuple[str, int]]:
     voters = {}
     for item in items:
         node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not node.isdigit() or not colon or not port.isdigit():
+        if not sep or not node.isdigit():
             raise ConfigError(f"invalid value {item!r} for configuration controller.quorum.voters: not ID@HOST:PORT")
-        voters[int(node)] = (host.strip("[]"), int(port))
+        voters[int(node)] = parse_host_port(address, "controller.quorum.voters")
     return voters
 
 
@@ -136,7 +135,7 @@ class KRaftQuorum:
             except ConfigError:
                 pass  # no fixed controller port: nothing to announce
         self._raft_config = RaftConfig.from_properties(
-            {key: config[key] for key in RaftConfig._KEYS if key in config.definition},
+            {key: config[key] for key in RaftConfig.KEYS if key in config.definition},
             listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0])
         self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
         self._node: RaftNode | None = None
@@ -192,7 +191,7 @@ class KRaftQuorum:
         if self._in_process:
             # A lone voter elects itself at once: start returns with everything committed delivered.
             while self._leader_id != self._node_id:
-                await self._next_commit()
+                await self._commits.wait()
 
     async def append(self, records: Sequence[MetadataRecord]) -> int:
         node = self._node
@@ -209,7 +208,7 @@ class KRaftQuorum:
         while self._delivered < offset:
             if self._leader_id != self._node_id:
                 raise NotControllerError(f"node {self._node_id} lost the leadership before offset {offset} committed")
-            await self._next_commit()
+            await self._commits.wait()
         return offset
 
     async def close(self) -> None:
@@ -220,9 +219,6 @@ class KRaftQuorum:
         self._node = None
 
     # The driver ---------------------------------------------------------------------
-
-    async def _next_commit(self) -> None:
-        await self._commits.wait()
 
     async def _run(self) -> None:
         while self._node is not None:

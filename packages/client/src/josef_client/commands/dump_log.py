@@ -160,31 +160,14 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 # Decoding values -------------------------------------------------------------------------------------
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
-
-
 def metadata_payload(value: bytes | None, offset: int) -> str:
     """Kafka's ``ClusterMetadataLogMessageParser`` output for one record value."""
-    from josef.metadata.records import decode
+    from josef.metadata.records import decode, read_frame
 
     if value is None:
         return f"Error at {offset}, skipping. the record has no value"
     try:
-        _frame, pos = _uvarint(value, 0)
-        _key, pos = _uvarint(value, pos)
-        version, _ = _uvarint(value, pos)
+        _key, version, _ = read_frame(value)
         record = decode(value)
     except Exception as exc:  # whatever the bytes are, the dump goes on
         return f"Error at {offset}, skipping. {exc}"

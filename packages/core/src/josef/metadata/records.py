@@ -352,13 +352,19 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise UnknownRecordError("metadata record header varint is too long")
 
 
-def decode(data: bytes) -> MetadataRecord:
-    """The record framed in ``data``; raises :class:`UnknownRecordError` for what josef cannot read."""
+def read_frame(data: bytes) -> tuple[int, int, int]:
+    """``(api key, version, body offset)`` of a framed record; :class:`UnknownRecordError` if the frame is not 1."""
     frame, pos = _uvarint(data, 0)
     if frame != FRAME_VERSION:
         raise UnknownRecordError(f"metadata record frame version {frame} is not {FRAME_VERSION}: {bytes(data[:16])!r}")
     key, pos = _uvarint(data, pos)
     version, pos = _uvarint(data, pos)
+    return key, version, pos
+
+
+def decode(data: bytes) -> MetadataRecord:
+    """The record framed in ``data``; raises :class:`UnknownRecordError` for what josef cannot read."""
+    key, version, pos = read_frame(data)
     cls = _BY_KEY.get(key)
     if cls is None:
         raise UnknownRecordError(f"metadata record type {key} (version {version}) is not one josef reads")

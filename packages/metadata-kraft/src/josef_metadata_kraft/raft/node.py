@@ -115,7 +115,8 @@ class RaftConfig:
     #: The listener name announced with the leader's endpoint.
     listener_name: str = "CONTROLLER"
 
-    _KEYS = {
+    #: server.properties keys (Kafka's names) and the fields they set.
+    KEYS = {
         "controller.quorum.election.timeout.ms": "election_timeout_ms",
         "controller.quorum.election.backoff.max.ms": "election_backoff_max_ms",
         "controller.quorum.fetch.timeout.ms": "fetch_timeout_ms",
@@ -126,7 +127,7 @@ class RaftConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], listener_name: str = "CONTROLLER") -> RaftConfig:
         """From server.properties-style keys (Kafka's names); missing keys keep Kafka's defaults."""
-        values = {field: int(props[key]) for key, field in cls._KEYS.items() if props.get(key) is not None}
+        values = {field: int(props[key]) for key, field in cls.KEYS.items() if props.get(key) is not None}
         return cls(listener_name=listener_name, **values)
 
 
@@ -891,16 +892,10 @@ class RaftNode:
                               last_offset=self.log.end_offset, pre_vote=self.role is Role.PROSPECTIVE)
 
     def _on_vote_response(self, source: int, request: Any, response: Any, now: int) -> bool:
-        if response.error_code != NONE:
-            return False
+        settled = self._quorum_epoch_response(response)
+        if settled is not None:
+            return settled
         p = m.single_partition(response.topics, "topic_name")
-        if p is None:
-            return False
-        handled = self._common_response(p.error_code, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch)
-        if handled is not None:
-            return handled
-        if p.error_code != NONE:
-            return False
         sent = request.topics[0].partitions[0]
         expected = Role.PROSPECTIVE if sent.pre_vote else Role.CANDIDATE
         if self.role is not expected or sent.replica_epoch != self.epoch or self._tally is None:
@@ -932,7 +927,9 @@ class RaftNode:
         return m.begin_quorum_epoch_response(NONE, partition_error=error or NONE, epoch=self.epoch,
                                              leader_id=self._leader_or_minus_one(), endpoints=self.voters)
 
-    def _on_begin_quorum_epoch_response(self, source: int, request: Any, response: Any, now: int) -> bool:
+    def _quorum_epoch_response(self, response: Any) -> bool | None:
+        """The checks Vote, BeginQuorumEpoch and EndQuorumEpoch responses share: ``None`` when the answer is a success for this epoch and the
+        API's own handler goes on, else whether the request is settled (Kafka's maybeHandleCommonResponse first)."""
         if response.error_code != NONE:
             return False
         p = m.single_partition(response.topics, "topic_name")
@@ -941,8 +938,12 @@ class RaftNode:
         handled = self._common_response(p.error_code, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch)
         if handled is not None:
             return handled
-        if p.error_code != NONE:
-            return False
+        return None if p.error_code == NONE else False
+
+    def _on_begin_quorum_epoch_response(self, source: int, request: Any, response: Any, now: int) -> bool:
+        settled = self._quorum_epoch_response(response)
+        if settled is not None:
+            return settled
         if self.role is Role.LEADER and self._leader is not None:
             self._leader.voters[source].acknowledged = True
             self._unacked.discard(source)
@@ -967,16 +968,9 @@ class RaftNode:
                                            leader_id=self._leader_or_minus_one(), endpoints=self.voters)
 
     def _on_end_quorum_epoch_response(self, source: int, request: Any, response: Any, now: int) -> bool:
-        if response.error_code != NONE:
-            return False
-        p = m.single_partition(response.topics, "topic_name")
-        if p is None:
-            return False
-        handled = self._common_response(p.error_code, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch)
-        if handled is not None:
-            return handled
-        if p.error_code != NONE:
-            return False
+        settled = self._quorum_epoch_response(response)
+        if settled is not None:
+            return settled
         if self.role is Role.RESIGNED:
             self._unacked.discard(source)
         return True
