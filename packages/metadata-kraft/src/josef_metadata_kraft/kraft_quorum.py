@@ -54,6 +54,7 @@ from josef_metadata_kraft.raft import (
     Outbound,
     RaftConfig,
     RaftNode,
+    Role,
     SnapshotLoaded,
 )
 from josef_metadata_kraft.snapshots import snapshot_records
@@ -214,7 +215,7 @@ class KRaftQuorum:
     async def close(self) -> None:
         for node_id in list(self._connections):
             await self._drop(node_id)
-        if self._node is not None and self._node.role.value == "leader" and not self._in_process:
+        if self._node is not None and self._node.role is Role.LEADER and not self._in_process:
             self._node.resign(_wall_ms())
         self._node = None
 

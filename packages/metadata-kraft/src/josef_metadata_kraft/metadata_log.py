@@ -166,9 +166,6 @@ class MetadataLog:
             f.seek(position)
             return f.read(max_bytes)
 
-    def snapshot_bytes(self, snapshot_id: OffsetAndEpoch) -> bytes:
-        return (self.dir / snapshot_name(snapshot_id)).read_bytes()
-
     def _write_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
         try:
             check_snapshot(data)

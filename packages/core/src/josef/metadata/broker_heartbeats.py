@@ -47,9 +47,6 @@ class BrokerHeartbeats:
         self._sessions = {b: BrokerSession(epoch, -1, now) for b, epoch in brokers}
         self._last_sweep = now
 
-    def forget(self, broker_id: int) -> None:
-        self._sessions.pop(broker_id, None)
-
     def expired(self, candidates: Iterable[int]) -> list[int]:
         """Which of ``candidates`` (the unfenced brokers) missed their session."""
         now = self._clock()

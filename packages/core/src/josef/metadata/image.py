@@ -204,7 +204,6 @@ class _Builder:
     """Applies records to copies of only the parts of an image they change."""
 
     def __init__(self, base: MetadataImage) -> None:
-        self.base = base
         # The base image's maps, copied by _own() the first time a record writes to one.
         self.brokers: dict = base.brokers  # type: ignore[assignment]
         self.topics: dict = base.topics  # type: ignore[assignment]
