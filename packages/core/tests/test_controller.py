@@ -4,7 +4,7 @@ import anyio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError
+from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError, IsrChange
 from josef.metadata.image import MetadataImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode, random_uuid
@@ -237,3 +237,75 @@ def test_placement_spreads_leaders_and_replicas():
     assert all(len(set(r)) == 3 for r in replicas)
     with pytest.raises(ValueError):
         assign_replicas([1], 1, 2)
+
+
+# AlterPartition --------------------------------------------------------------
+
+def isr_change(quorum, topic="t", partition=0, isr=None, epochs=None, **overrides):
+    """An AlterPartition change from the partition's current state, as its leader would send it."""
+    p = quorum.image.topics[topic].partitions[partition]
+    members = p.isr if isr is None else isr
+    new_isr = tuple((b, (epochs or {}).get(b, quorum.image.brokers[b].epoch if b in quorum.image.brokers else -1))
+                    for b in members)
+    fields = {"topic_id": quorum.image.topics[topic].topic_id, "partition": partition,
+              "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch, "new_isr": new_isr}
+    return IsrChange(**{**fields, **overrides})
+
+
+def alter(controller, quorum, *changes, broker=1):
+    return run(controller.alter_partition, broker, quorum.image.brokers[broker].epoch, list(changes))
+
+
+def test_alter_partition_shrinks_and_expands_the_isr_without_a_new_leader_epoch():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2, 3]})
+    [shrunk] = alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    p = quorum.image.topics["t"].partitions[0]
+    assert shrunk.error == ErrorCode.none and shrunk.partition == p
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (1, (1, 2), 0, 1)
+    [grown] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3)))
+    assert grown.partition.isr == (1, 2, 3) and grown.partition.partition_epoch == 2
+    # The same ISR again changes nothing and answers the current state.
+    offset = quorum.image.offset
+    [same] = alter(controller, quorum, isr_change(quorum))
+    assert same.error == ErrorCode.none and quorum.image.offset == offset and same.partition.partition_epoch == 2
+
+
+def test_alter_partition_refusals():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2], 1: [2, 1]})
+    run(controller.create_topic, "u", assignments={0: [1, 2, 3]})
+    cases = [
+        (isr_change(quorum, topic_id=random_uuid()), ErrorCode.unknown_topic_id),
+        (IsrChange(quorum.image.topics["t"].topic_id, 7, 0, 0, ((1, -1),)), ErrorCode.unknown_topic_or_partition),
+        (isr_change(quorum, leader_epoch=-1), ErrorCode.fenced_leader_epoch),
+        (isr_change(quorum, leader_epoch=5), ErrorCode.not_controller),
+        (isr_change(quorum, partition=1), ErrorCode.invalid_request),  # broker 1 does not lead t-1
+        (isr_change(quorum, partition_epoch=-1), ErrorCode.invalid_update_version),
+        (isr_change(quorum, isr=(2,)), ErrorCode.invalid_request),  # the leader left out
+        (isr_change(quorum, isr=(1, 1)), ErrorCode.invalid_request),
+        (isr_change(quorum, isr=(1, 3)), ErrorCode.invalid_request),  # 3 is not a replica of t-0
+        (isr_change(quorum, isr=(1,), leader_recovery_state=1), ErrorCode.invalid_request),  # RECOVERED -> RECOVERING
+        (isr_change(quorum, isr=(1, 2), epochs={2: 12345}), ErrorCode.ineligible_replica),  # v3: 2 restarted since
+    ]
+    results = alter(controller, quorum, *(change for change, _ in cases))
+    assert [r.error for r in results] == [code for _, code in cases]
+    assert all(r.partition is None for r in results)
+    assert quorum.image.topics["t"].partitions[0].partition_epoch == 0  # nothing was committed
+    # A fenced broker, or one shutting down, cannot join the ISR.
+    epoch3 = quorum.image.brokers[3].epoch
+    [shrunk] = alter(controller, quorum, isr_change(quorum, topic="u", isr=(1, 2)))
+    run(controller.broker_heartbeat, 3, epoch3, quorum.image.offset, True, False)
+    [fenced] = alter(controller, quorum, isr_change(quorum, topic="u", isr=(1, 2, 3), epochs={3: epoch3}))
+    assert (shrunk.error, fenced.error) == (ErrorCode.none, ErrorCode.ineligible_replica)
+    # A sender at the wrong broker epoch is refused as a whole.
+    with pytest.raises(ControllerError) as stale:
+        run(controller.alter_partition, 1, quorum.image.brokers[1].epoch + 1, [isr_change(quorum)])
+    assert stale.value.code == ErrorCode.stale_broker_epoch
+
+
+def test_alter_partition_v2_isr_members_have_no_epoch_to_check():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    [result] = alter(controller, quorum, isr_change(quorum, isr=(1, 2), epochs={1: -1, 2: -1}))
+    assert result.error == ErrorCode.none

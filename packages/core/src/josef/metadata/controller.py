@@ -9,9 +9,10 @@ previous one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import uuid
-from typing import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
 import attrs
@@ -20,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
-from josef.metadata.image import MetadataImage, TopicImage
+from josef.metadata.image import RECOVERED, RECOVERING, MetadataImage, PartitionImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum, NotControllerError
 from josef.metadata.features import FeatureError, SupportedFeature, UpgradeType, check_update
@@ -36,6 +37,7 @@ from josef.metadata.records import (
     FeatureLevelRecord,
     FenceBrokerRecord,
     UnfenceBrokerRecord,
+    NO_LEADER_CHANGE,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -44,6 +46,8 @@ from josef.metadata.records import (
     random_uuid,
     uuid_from_text,
 )
+
+log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -70,6 +74,30 @@ class ProducerIdBlock:
     broker_id: int
     first_id: int
     size: int
+
+
+@attrs.frozen
+class IsrChange:
+    """One partition of an AlterPartition request: the ISR its leader wants, at the epochs it knows.
+
+    ``new_isr`` holds ``(broker id, broker epoch)``; an epoch of -1 is not
+    checked (AlterPartition v2 sends none).
+    """
+
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[tuple[int, int], ...]
+    leader_recovery_state: int = RECOVERED
+
+
+@attrs.frozen
+class IsrChangeResult:
+    """The answer to one :class:`IsrChange`: an error, or the partition as it now is."""
+
+    error: ErrorCode
+    partition: PartitionImage | None = None
 
 
 @attrs.frozen
@@ -206,14 +234,14 @@ class Controller:
             records: list[MetadataRecord] = []
             if want_shut_down or want_fence:
                 if not broker.fenced:
-                    records += partition_changes.broker_leaving(image, broker_id)
+                    records += partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image))
                     records.append(FenceBrokerRecord(id=broker_id, epoch=epoch))
                 if want_shut_down and not broker.in_controlled_shutdown:
                     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
                                                                   in_controlled_shutdown=1))
             elif broker.fenced and caught_up:
                 records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
-                records += partition_changes.broker_returning(image, broker_id)
+                records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image))
             await self._commit(records)
             fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
             return caught_up, fenced, want_shut_down and fenced
@@ -225,7 +253,7 @@ class Controller:
             expired = self.heartbeats.expired(b for b, info in image.brokers.items() if not info.fenced)
             records: list[MetadataRecord] = []
             for broker_id in expired:
-                changes = [*partition_changes.broker_leaving(image, broker_id),
+                changes = [*partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image)),
                            FenceBrokerRecord(id=broker_id, epoch=image.brokers[broker_id].epoch)]
                 records += changes
                 # The next broker's changes must see this one gone.
@@ -241,6 +269,102 @@ class Controller:
     def resign(self) -> None:
         """Another node leads now: the broker sessions kept here go stale, so the next term adopts afresh."""
         self._was_active = False
+
+    # Partitions ------------------------------------------------------------
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              changes: Sequence[IsrChange]) -> list[IsrChangeResult]:
+        """Kafka's AlterPartition: a partition leader's ISR changes (and KIP-704 recovery), decided one by one.
+
+        Raises STALE_BROKER_EPOCH for a sender that is not registered at
+        ``broker_epoch``. A change that completes a reassignment may move
+        the leadership away from the sender, which is then told
+        NEW_LEADER_ELECTED while the change is still committed.
+        """
+        async with self._active():
+            image = self._image()
+            sender = image.brokers.get(broker_id)
+            if sender is None or sender.epoch != broker_epoch:
+                raise ControllerError(ErrorCode.stale_broker_epoch,
+                                      f"broker {broker_id} is not registered with epoch {broker_epoch}")
+            results: list[IsrChangeResult] = []
+            records: list[MetadataRecord] = []
+            for change in changes:
+                error = self._check_isr_change(image, broker_id, change)
+                if error is not None:
+                    results.append(IsrChangeResult(error))
+                    continue
+                topic = image.topic_by_id(change.topic_id)
+                assert topic is not None
+                record = partition_changes.build(
+                    topic, change.partition, partition_changes.leader_acceptor(image),
+                    isr=[b for b, _ in change.new_isr], recovery_state=change.leader_recovery_state,
+                    election=partition_changes.election_for(self._unclean_policy(image), topic.name))
+                if record is not None:
+                    records.append(record)
+                    image, _ = image.apply(image.offset, [record])
+                partition = image.topics[topic.name].partitions[change.partition]
+                if record is not None and record.leader not in (broker_id, NO_LEADER_CHANGE):
+                    log.info("AlterPartition from broker %d for %s-%d completed its reassignment and moved the "
+                             "leadership to %d", broker_id, topic.name, change.partition, partition.leader)
+                    results.append(IsrChangeResult(ErrorCode.new_leader_elected))
+                else:
+                    results.append(IsrChangeResult(ErrorCode.none, partition))
+            await self._commit(records)
+            return results
+
+    @staticmethod
+    def _check_isr_change(image: MetadataImage, broker_id: int, change: IsrChange) -> ErrorCode | None:
+        """Kafka's validateAlterPartitionData: why the change is refused, or None.
+
+        A member that is not a replica is INVALID_REQUEST, as Kafka's
+        Replicas.validateIsr; INELIGIBLE_REPLICA is for replicas that may
+        not be in sync now (unregistered, fenced, shutting down, or
+        registered again since the leader saw them).
+        """
+        topic = image.topic_by_id(change.topic_id)
+        if topic is None:
+            return ErrorCode.unknown_topic_id
+        partition = topic.partitions.get(change.partition)
+        if partition is None:
+            return ErrorCode.unknown_topic_or_partition
+        if change.leader_epoch > partition.leader_epoch or change.partition_epoch > partition.partition_epoch:
+            return ErrorCode.not_controller  # the sender saw a newer state: this controller is behind
+        if change.leader_epoch < partition.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if broker_id != partition.leader:
+            return ErrorCode.invalid_request
+        if change.partition_epoch < partition.partition_epoch:
+            return ErrorCode.invalid_update_version
+        isr = [b for b, _ in change.new_isr]
+        if len(set(isr)) != len(isr) or not set(isr) <= set(partition.replicas) or partition.leader not in isr:
+            return ErrorCode.invalid_request
+        if change.leader_recovery_state == RECOVERING and (len(isr) > 1
+                                                            or partition.leader_recovery_state == RECOVERED):
+            return ErrorCode.invalid_request
+        for member, epoch in change.new_isr:
+            broker = image.brokers.get(member)
+            if (broker is None or broker.fenced or broker.in_controlled_shutdown
+                    or epoch not in (-1, broker.epoch)):
+                return ErrorCode.ineligible_replica
+        return None
+
+    def _unclean_policy(self, image: MetadataImage) -> partition_changes.UncleanPolicy:
+        """Whether each topic allows unclean leader election, as configured now (topic, then broker configs)."""
+        return lambda topic: bool(self._topic_setting(image, topic, "unclean.leader.election.enable"))
+
+    def _topic_setting(self, image: MetadataImage, topic: str, broker_key: str) -> Any:
+        """A topic-level config's value for ``topic``: its override, else this node's then the cluster's dynamic
+        broker value, else the static one (Kafka's ConfigurationControlManager order)."""
+        key = self._config.definition[broker_key]
+        override = image.config(TOPIC_RESOURCE, topic).get(key.topic_name or broker_key)
+        if override is not None:
+            return key.parse(override)
+        for name in (str(self._node_id), ""):
+            value = image.config(BROKER_RESOURCE, name).get(broker_key)
+            if value is not None:
+                return key.parse(value)
+        return self._config[broker_key]
 
     # Features --------------------------------------------------------------
 
