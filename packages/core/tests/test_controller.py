@@ -6,8 +6,9 @@ from kio.schema.errors import ErrorCode
 
 from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError, IsrChange
 from josef.metadata.image import MetadataImage
+from josef.metadata.partition_changes import Election
 from josef.metadata.placement import assign_replicas
-from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode, random_uuid
+from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, Endpoint, decode, encode, random_uuid
 from josef.plugins import get_plugin_manager
 from josef.server_properties import load_config
 
@@ -309,3 +310,137 @@ def test_alter_partition_v2_isr_members_have_no_epoch_to_check():
     run(controller.create_topic, "t", assignments={0: [1, 2]})
     [result] = alter(controller, quorum, isr_change(quorum, isr=(1, 2), epochs={1: -1, 2: -1}))
     assert result.error == ErrorCode.none
+
+
+# Elections -------------------------------------------------------------------
+
+def fence(controller, quorum, broker):
+    run(controller.broker_heartbeat, broker, quorum.image.brokers[broker].epoch, quorum.image.offset, True, False)
+
+
+def unfence(controller, quorum, broker):
+    run(controller.broker_heartbeat, broker, quorum.image.brokers[broker].epoch, quorum.image.offset, False, False)
+
+
+def led_by_1_with_2_out_of_sync(**overrides):
+    controller, quorum = make(brokers=(1, 2), **overrides)
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    alter(controller, quorum, isr_change(quorum, isr=(1,)))
+    return controller, quorum
+
+
+def test_unclean_election_when_the_topic_allows_it_then_the_leader_recovers(caplog):
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("unclean.leader.election.enable", SET, "true")], False)
+    with caplog.at_level("WARNING", logger="josef.metadata.partition_changes"):
+        fence(controller, quorum, 1)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state, p.leader_epoch) == (2, (2,), 1, 1)
+    assert "t-0" in caplog.text and "broker 2" in caplog.text and "lost" in caplog.text
+    # While recovering the ISR stays the leader alone; then the leader says it recovered (KIP-704).
+    [grow] = alter(controller, quorum, isr_change(quorum, isr=(2, 1), leader_recovery_state=1), broker=2)
+    assert grow.error == ErrorCode.invalid_request
+    [recovered] = alter(controller, quorum, isr_change(quorum, leader_recovery_state=0), broker=2)
+    assert recovered.error == ErrorCode.none and recovered.partition.leader_recovery_state == 0
+
+
+def test_no_unclean_election_by_default_until_it_is_enabled_dynamically():
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    fence(controller, quorum, 1)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr) == (-1, (1,))
+    # The cluster-wide dynamic default counts too, and enabling it elects at once.
+    run(controller.alter_configs, BROKER_RESOURCE, "", [("unclean.leader.election.enable", SET, "true")], False)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), 1)
+
+
+def test_the_periodic_check_elects_uncleanly_where_the_config_allows():
+    now = [0.0]
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    controller._clock = lambda: now[0]
+    fence(controller, quorum, 1)
+    run(quorum.append, [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="t",
+                                     name="unclean.leader.election.enable", value="true")])
+    run(controller.elect_leaders_when_due)  # the first check runs at once
+    assert quorum.image.topics["t"].partitions[0].leader == 2
+
+
+def test_elect_preferred_leaders():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1, 2], 1: [2, 1]})
+    fence(controller, quorum, 1)
+    unfence(controller, quorum, 1)  # back, but out of sync: broker 2 keeps leading t-0
+    t = quorum.image.topics["t"]
+    assert (t.partitions[0].leader, t.partitions[0].isr) == (2, (2,))
+
+    def elect(partitions):
+        return [(r.topic, r.partition, r.error) for r in run(controller.elect_leaders, Election.PREFERRED, partitions)]
+
+    assert elect([("t", 0), ("t", 1), ("t", 9), ("nope", 0)]) == [
+        ("t", 0, ErrorCode.preferred_leader_not_available), ("t", 1, ErrorCode.election_not_needed),
+        ("t", 9, ErrorCode.unknown_topic_or_partition), ("nope", 0, ErrorCode.unknown_topic_or_partition)]
+    alter(controller, quorum, isr_change(quorum, isr=(2, 1)), broker=2)
+    assert elect(None) == [("t", 0, ErrorCode.none)]  # partitions already led by their preferred replica are left out
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_epoch) == (1, (2, 1), 2)
+    assert elect(None) == []
+
+
+def test_elect_unclean_leaders_on_request():
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    run(controller.create_topic, "gone", assignments={0: [1]})
+
+    def elect(partitions):
+        return [r.error for r in run(controller.elect_leaders, Election.UNCLEAN, partitions)]
+
+    assert elect([("t", 0)]) == [ErrorCode.election_not_needed]
+    fence(controller, quorum, 1)
+    assert elect([("gone", 0), ("t", 0)]) == [ErrorCode.eligible_leaders_not_available, ErrorCode.none]
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), 1)
+
+
+def test_leadership_returns_to_preferred_replicas_when_a_broker_is_imbalanced():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2), **{"leader.imbalance.per.broker.percentage": "40"})
+    controller._clock = lambda: now[0]
+    controller.activate()
+    run(controller.create_topic, "t", assignments={p: [1, 2] for p in range(3)})
+
+    def move_all_to_2():
+        fence(controller, quorum, 1)
+        unfence(controller, quorum, 1)
+        for p in range(3):
+            alter(controller, quorum, isr_change(quorum, partition=p, isr=(2, 1)), broker=2)
+
+    def leaders():
+        return [quorum.image.topics["t"].partitions[p].leader for p in range(3)]
+
+    move_all_to_2()
+    run(controller.elect_leaders, Election.PREFERRED, [("t", 0), ("t", 1)])
+    assert leaders() == [1, 1, 2]
+    now[0] = 301.0  # leader.imbalance.check.interval.seconds has passed: 1 of 3 (33%) is not above 40%
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [1, 1, 2]
+    move_all_to_2()
+    now[0] = 400.0  # imbalanced, but not yet time to check again
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [2, 2, 2]
+    now[0] = 602.0
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [1, 1, 1]
+
+
+def test_no_automatic_rebalance_when_disabled():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2), **{"auto.leader.rebalance.enable": "false"})
+    controller._clock = lambda: now[0]
+    controller.activate()
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    fence(controller, quorum, 1)
+    unfence(controller, quorum, 1)
+    alter(controller, quorum, isr_change(quorum, isr=(2, 1)), broker=2)
+    now[0] = 1000.0
+    run(controller.elect_leaders_when_due)
+    assert quorum.image.topics["t"].partitions[0].leader == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 import uuid
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
@@ -56,6 +57,13 @@ SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, Alt
 #: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 PRODUCER_ID_BLOCK_SIZE = 1000
 INT64_MAX = 2**63 - 1
+#: How often the active controller looks for leaderless partitions it may elect uncleanly (Kafka's 5 minutes).
+UNCLEAN_ELECTION_CHECK_S = 300.0
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+#: Kafka's default messages of the election errors.
+ELECTION_NOT_NEEDED = "Leader election not needed for topic partition."
+PREFERRED_LEADER_NOT_AVAILABLE = "The preferred leader was not available."
+ELIGIBLE_LEADERS_NOT_AVAILABLE = "Eligible topic partition leaders are not available."
 
 
 class ControllerError(Exception):
@@ -101,6 +109,16 @@ class IsrChangeResult:
 
 
 @attrs.frozen
+class ElectionResult:
+    """The outcome of one partition's election, with Kafka's error code and message."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None
+
+
+@attrs.frozen
 class CreatedTopic:
     topic: TopicImage
     replication_factor: int
@@ -132,6 +150,9 @@ class Controller:
         self._node_id: int = config["node.id"]
         self._was_active = False
         self.heartbeats = BrokerHeartbeats(config["broker.session.timeout.ms"])
+        self._clock: Callable[[], float] = time.monotonic
+        self._next_unclean_check = 0.0
+        self._next_balance_check = 0.0
 
     @contextlib.asynccontextmanager
     async def _active(self) -> AsyncIterator[None]:
@@ -264,6 +285,7 @@ class Controller:
     def activate(self) -> None:
         """This node just became the active controller: give every registered broker a full session."""
         self.heartbeats.adopt((b, info.epoch) for b, info in self._image().brokers.items())
+        self._next_balance_check = self._clock() + self._config["leader.imbalance.check.interval.seconds"]
         self._was_active = True
 
     def resign(self) -> None:
@@ -351,7 +373,7 @@ class Controller:
 
     def _unclean_policy(self, image: MetadataImage) -> partition_changes.UncleanPolicy:
         """Whether each topic allows unclean leader election, as configured now (topic, then broker configs)."""
-        return lambda topic: bool(self._topic_setting(image, topic, "unclean.leader.election.enable"))
+        return lambda topic: bool(self._topic_setting(image, topic, UNCLEAN_LEADER_ELECTION))
 
     def _topic_setting(self, image: MetadataImage, topic: str, broker_key: str) -> Any:
         """A topic-level config's value for ``topic``: its override, else this node's then the cluster's dynamic
@@ -365,6 +387,74 @@ class Controller:
             if value is not None:
                 return key.parse(value)
         return self._config[broker_key]
+
+    # Elections -------------------------------------------------------------
+
+    async def elect_leaders(self, election: partition_changes.Election,
+                            partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        """Kafka's ElectLeaders (PREFERRED or UNCLEAN): the outcome of each partition, all of them when None.
+
+        Partitions that already have the wanted leader are
+        ELECTION_NOT_NEEDED, and left out of the answer when every partition
+        was asked for, as Kafka does.
+        """
+        async with self._active():
+            image = self._image()
+            every = partitions is None
+            wanted = [(t.name, i) for t in image.topics.values() for i in sorted(t.partitions)] if every else partitions
+            results: list[ElectionResult] = []
+            records: list[MetadataRecord] = []
+            for name, index in wanted:
+                result = self._elect(image, election, name, index, records)
+                if not (every and result.error == ErrorCode.election_not_needed):
+                    results.append(result)
+            await self._commit(records)
+            return results
+
+    def _elect(self, image: MetadataImage, election: partition_changes.Election, name: str, index: int,
+               records: list[MetadataRecord]) -> ElectionResult:
+        """Kafka's ReplicationControlManager.electLeader for one partition; its change goes to ``records``."""
+        topic = image.topics.get(name)
+        if topic is None:
+            return ElectionResult(name, index, ErrorCode.unknown_topic_or_partition, f"No such topic as {name}")
+        partition = topic.partitions.get(index)
+        if partition is None:
+            return ElectionResult(name, index, ErrorCode.unknown_topic_or_partition,
+                                  f"No such partition as {name}-{index}")
+        if (partition.leader == partition.preferred_leader if election is partition_changes.Election.PREFERRED
+                else partition.leader != partition_changes.NO_LEADER):
+            return ElectionResult(name, index, ErrorCode.election_not_needed, ELECTION_NOT_NEEDED)
+        record = partition_changes.build(topic, index, partition_changes.leader_acceptor(image), election=election)
+        if record is None:
+            if election is partition_changes.Election.PREFERRED:
+                return ElectionResult(name, index, ErrorCode.preferred_leader_not_available,
+                                      PREFERRED_LEADER_NOT_AVAILABLE)
+            return ElectionResult(name, index, ErrorCode.eligible_leaders_not_available, ELIGIBLE_LEADERS_NOT_AVAILABLE)
+        records.append(record)
+        return ElectionResult(name, index, ErrorCode.none, None)
+
+    async def elect_leaders_when_due(self) -> None:
+        """The periodic elections of the active controller; call about once a second.
+
+        Every ``UNCLEAN_ELECTION_CHECK_S``, leaderless partitions of topics
+        that allow unclean election get a leader (the setting may have been
+        enabled since they lost theirs); every
+        ``leader.imbalance.check.interval.seconds``, when
+        ``auto.leader.rebalance.enable``, imbalanced leadership moves back
+        to preferred replicas.
+        """
+        async with self._active():
+            now = self._clock()
+            image = self._image()
+            records: list[MetadataRecord] = []
+            if now >= self._next_unclean_check:
+                self._next_unclean_check = now + UNCLEAN_ELECTION_CHECK_S
+                records += partition_changes.unclean_elections(image, self._unclean_policy(image))
+                image, _ = image.apply(image.offset, records)
+            if self._config["auto.leader.rebalance.enable"] and now >= self._next_balance_check:
+                self._next_balance_check = now + self._config["leader.imbalance.check.interval.seconds"]
+                records += partition_changes.rebalance(image, self._config["leader.imbalance.per.broker.percentage"])
+            await self._commit(records)
 
     # Features --------------------------------------------------------------
 
@@ -582,6 +672,10 @@ class Controller:
                         for k in sorted(current) if k not in wanted]
             if not validate_only:
                 await self._commit(records)
+                if any(r.name == UNCLEAN_LEADER_ELECTION for r in records):
+                    # Enabling it takes effect at once, not at the next periodic check (as Kafka's controller).
+                    image = self._image()
+                    await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image)))
 
     def _broker_key(self, name: str):  # type: ignore[no-untyped-def]
         if name not in self._config.definition:

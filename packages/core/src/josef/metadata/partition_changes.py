@@ -191,13 +191,26 @@ def unclean_elections(image: MetadataImage, unclean: UncleanPolicy) -> list[Part
                   for topic, index, p in _partitions(image) if p.leader == NO_LEADER and unclean(topic.name))
 
 
-def imbalanced(image: MetadataImage) -> Iterator[tuple[TopicImage, int, PartitionImage]]:
-    """Partitions led by another broker than their preferred (first) replica."""
-    return ((topic, index, p) for topic, index, p in _partitions(image) if p.leader != p.preferred_leader)
+def preferred_election(image: MetadataImage, topic: TopicImage, index: int) -> PartitionChangeRecord | None:
+    """The change that gives the partition its preferred leader, or None when that replica cannot lead now."""
+    return build(topic, index, leader_acceptor(image), election=Election.PREFERRED)
 
 
-def preferred_elections(image: MetadataImage,
-                        partitions: Iterator[tuple[TopicImage, int, PartitionImage]]) -> list[PartitionChangeRecord]:
-    """Changes that give each of ``partitions`` its preferred leader where that replica may lead and is in sync."""
-    acceptable = leader_acceptor(image)
-    return _built(build(topic, index, acceptable, election=Election.PREFERRED) for topic, index, _ in partitions)
+def rebalance(image: MetadataImage, percentage: int) -> list[PartitionChangeRecord]:
+    """Preferred-leader elections for the brokers whose leadership is imbalanced, as Kafka's auto rebalance.
+
+    A broker is imbalanced when more than ``percentage`` percent of the
+    partitions it is the preferred replica of are led by another broker
+    (``leader.imbalance.per.broker.percentage``). Partitions being
+    reassigned are left to the reassignment.
+    """
+    preferred: dict[int, list[tuple[TopicImage, int, PartitionImage]]] = {}
+    for topic, index, p in _partitions(image):
+        if p.replicas and not p.reassigning:
+            preferred.setdefault(p.preferred_leader, []).append((topic, index, p))
+    changes: list[PartitionChangeRecord | None] = []
+    for partitions in preferred.values():
+        elsewhere = [(topic, index) for topic, index, p in partitions if p.leader != p.preferred_leader]
+        if len(elsewhere) * 100 > percentage * len(partitions):
+            changes += [preferred_election(image, topic, index) for topic, index in elsewhere]
+    return _built(iter(changes))
