@@ -55,6 +55,9 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         35: {"topics": None},
         34: {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]},
         43: {"election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout": 5000},
+        45: {"timeout": 5000, "allow_replication_factor_change": True,
+             "topics": [{"name": topic, "partitions": [{"partition_index": 0, "replicas": None}]}]},
+        46: {"timeout": 5000, "topics": None},
         57: {"timeout": 5000, "validate_only": True, "feature_updates": [
             {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
     }
@@ -65,6 +68,7 @@ EXPECTED_ERRORS = {
     37: ErrorCode.invalid_partitions,  # asking for fewer partitions than the topic has
     34: ErrorCode.log_dir_not_found,  # a directory that is not one of log.dirs
     43: ErrorCode.election_not_needed,  # the only replica already leads
+    45: ErrorCode.no_reassignment_in_progress,  # cancelling what is not happening
 }
 
 

@@ -444,3 +444,71 @@ def test_no_automatic_rebalance_when_disabled():
     now[0] = 1000.0
     run(controller.elect_leaders_when_due)
     assert quorum.image.topics["t"].partitions[0].leader == 2
+
+
+# Reassignments ---------------------------------------------------------------
+
+def reassign(controller, *targets, **kwargs):
+    return [(r.error, r.message) for r in run(controller.alter_partition_reassignments, list(targets), **kwargs)]
+
+
+def partition(quorum, topic="t", index=0):
+    return quorum.image.topics[topic].partitions[index]
+
+
+def test_a_reassignment_moves_the_partition_once_the_new_replicas_are_in_sync():
+    controller, quorum = make(brokers=(1, 2, 3, 4))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    assert reassign(controller, ("t", 0, [3, 4])) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.isr, p.leader) == ((3, 4, 1, 2), (3, 4), (1, 2),
+                                                                                     (1, 2), 1)
+    assert [(t, i, q.replicas) for t, i, q in controller.list_partition_reassignments(None)] == [("t", 0, (3, 4, 1, 2))]
+    assert controller.list_partition_reassignments([("t", [1]), ("nope", [0])]) == []
+    [half] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3)))
+    assert half.error == ErrorCode.none and half.partition.reassigning
+    # The last new replica joins: the move completes, the old replicas leave and the leader moves to the target.
+    [done] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3, 4)))
+    p = partition(quorum)
+    assert done.error == ErrorCode.new_leader_elected
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas, p.removing_replicas) == ((3, 4), (3, 4), 3, (), ())
+    assert p.leader_epoch == 1 and controller.list_partition_reassignments(None) == []
+
+
+def test_a_reassignment_already_in_sync_completes_at_once_and_keeps_its_leader():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2, 3]})
+    assert reassign(controller, ("t", 0, [2, 1])) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.isr, p.leader, p.reassigning) == ((2, 1), (1, 2), 1, False)
+    assert p.leader_epoch == 1  # a replica left: its fetches are fenced by a new leader epoch
+    assert reassign(controller, ("t", 0, [2, 1])) == [(ErrorCode.none, None)]  # nothing to do
+    assert partition(quorum).partition_epoch == p.partition_epoch
+
+
+def test_cancelling_a_reassignment_reverts_it():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    assert reassign(controller, ("t", 0, None))[0][0] == ErrorCode.no_reassignment_in_progress
+    reassign(controller, ("t", 0, [3, 2]))
+    alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    assert reassign(controller, ("t", 0, None)) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.isr, p.leader, p.reassigning) == ((2, 1), (1, 2), 1, False)
+
+
+def test_reassignment_refusals():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1]})
+    results = reassign(controller, ("nope", 0, [1]), ("t", 3, [1]), ("t", 0, []), ("t", 0, [1, 7]), ("t", 0, [2, 2]))
+    assert results == [
+        (ErrorCode.unknown_topic_or_partition, "Unable to find a topic named nope."),
+        (ErrorCode.unknown_topic_or_partition, "Unable to find partition t:3."),
+        (ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."),
+        (ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes broker 7, but no such broker is registered."),
+        (ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes the broker 2 more than once."),
+    ]
+    [(code, _)] = reassign(controller, ("t", 0, [1, 2]), allow_replication_factor_change=False)
+    assert code == ErrorCode.invalid_replication_factor and not partition(quorum).reassigning

@@ -40,6 +40,7 @@ from josef.metadata.records import (
     UnfenceBrokerRecord,
     NO_LEADER_CHANGE,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RemoveTopicRecord,
@@ -111,6 +112,16 @@ class IsrChangeResult:
 @attrs.frozen
 class ElectionResult:
     """The outcome of one partition's election, with Kafka's error code and message."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None
+
+
+@attrs.frozen
+class ReassignmentResult:
+    """The outcome of one partition of an AlterPartitionReassignments request."""
 
     topic: str
     partition: int
@@ -455,6 +466,103 @@ class Controller:
                 self._next_balance_check = now + self._config["leader.imbalance.check.interval.seconds"]
                 records += partition_changes.rebalance(image, self._config["leader.imbalance.per.broker.percentage"])
             await self._commit(records)
+
+    # Reassignments ---------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Sequence[tuple[str, int, Sequence[int] | None]], allow_replication_factor_change: bool = True,
+    ) -> list[ReassignmentResult]:
+        """Kafka's AlterPartitionReassignments: move each partition to its target replicas, or cancel (None).
+
+        While a partition moves, its replicas are the target followed by
+        the replicas being removed, with adding/removing replicas set; the
+        move completes (in this call, or in the AlterPartition that brings
+        the last new replica into the ISR) once every adding replica is in
+        sync. Partitions are decided one by one, as Kafka does.
+        """
+        async with self._active():
+            image = self._image()
+            results: list[ReassignmentResult] = []
+            records: list[MetadataRecord] = []
+            for name, index, replicas in targets:
+                try:
+                    record = self._reassign(image, name, index, replicas, allow_replication_factor_change)
+                except ControllerError as exc:
+                    results.append(ReassignmentResult(name, index, exc.code, exc.message))
+                    continue
+                if record is not None:
+                    records.append(record)
+                    image, _ = image.apply(image.offset, [record])
+                results.append(ReassignmentResult(name, index, ErrorCode.none, None))
+            await self._commit(records)
+            return results
+
+    def _reassign(self, image: MetadataImage, name: str, index: int, replicas: Sequence[int] | None,
+                  allow_replication_factor_change: bool) -> PartitionChangeRecord | None:
+        topic = image.topics.get(name)
+        if topic is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {name}.")
+        partition = topic.partitions.get(index)
+        if partition is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Unable to find partition {name}:{index}.")
+        acceptable = partition_changes.leader_acceptor(image)
+        if replicas is None:
+            if not partition.reassigning:
+                raise ControllerError(ErrorCode.no_reassignment_in_progress,
+                                      "No partition reassignment is in progress for this topic or partition.")
+            revert = partition_changes.revert_reassignment(partition)
+            if revert.unclean and not self._unclean_policy(image)(name):
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"Unable to revert partition assignment for {name}:{index} because it would "
+                                      f"require an unclean leader election.")
+            return partition_changes.build(topic, index, acceptable, replicas=revert.replicas, isr=revert.isr,
+                                           adding=(), removing=())
+        self._check_assignment(image, replicas)
+        if not allow_replication_factor_change and len(replicas) != len(partition.replicas) - len(
+                partition.removing_replicas):
+            raise ControllerError(ErrorCode.invalid_replication_factor,
+                                  f"The replication factor is changed from "
+                                  f"{len(partition.replicas) - len(partition.removing_replicas)} to {len(replicas)} "
+                                  f"but allowReplicationFactorChange is false")
+        move = partition_changes.reassignment(partition.replicas, replicas)
+        return partition_changes.build(topic, index, acceptable, replicas=move.replicas, adding=move.adding,
+                                       removing=move.removing)
+
+    @staticmethod
+    def _check_assignment(image: MetadataImage, replicas: Sequence[int]) -> None:
+        """Kafka's validateManualPartitionAssignment: registered brokers (fenced ones too), each once."""
+        if not replicas:
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  "The manual partition assignment includes an empty replica list.")
+        seen: set[int] = set()
+        for broker_id in sorted(replicas):
+            if broker_id not in image.brokers:
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"The manual partition assignment includes broker {broker_id}, but no such "
+                                      f"broker is registered.")
+            if broker_id in seen:
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"The manual partition assignment includes the broker {broker_id} more than "
+                                      f"once.")
+            seen.add(broker_id)
+
+    def list_partition_reassignments(
+        self, wanted: Sequence[tuple[str, Sequence[int]]] | None,
+    ) -> list[tuple[str, int, PartitionImage]]:
+        """The partitions being reassigned, among ``wanted`` (all when None); unknown ones are left out, as Kafka."""
+        image = self._image()
+        if self._quorum.controller_id != self._node_id:
+            raise ControllerError(ErrorCode.not_controller, "this node is not the active controller")
+        if wanted is None:
+            wanted = [(name, sorted(topic.partitions)) for name, topic in sorted(image.topics.items())]
+        found = []
+        for name, indexes in wanted:
+            topic = image.topics.get(name)
+            for index in indexes if topic is not None else ():
+                partition = topic.partitions.get(index)  # type: ignore[union-attr]
+                if partition is not None and partition.reassigning:
+                    found.append((name, index, partition))
+        return found
 
     # Features --------------------------------------------------------------
 

@@ -156,6 +156,39 @@ def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
     return None if record == unchanged else record
 
 
+@attrs.frozen
+class Reassignment:
+    """Replicas, adding and removing replicas while a partition moves: Kafka's PartitionReassignmentReplicas."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def reassignment(current: Sequence[int], target: Sequence[int]) -> Reassignment:
+    """The move from ``current`` to ``target``: the target's replicas first (its order is the new preference),
+    then those being removed."""
+    removing = tuple(r for r in current if r not in target)
+    return Reassignment(tuple(target) + removing, tuple(r for r in target if r not in current), removing)
+
+
+@attrs.frozen
+class Revert:
+    """Replicas and ISR after cancelling a reassignment: Kafka's PartitionReassignmentRevert."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    #: Every ISR member was being added: the ISR becomes all the old replicas, an unclean choice.
+    unclean: bool
+
+
+def revert_reassignment(partition: PartitionImage) -> Revert:
+    """Take out the replicas the reassignment was adding, keep those it was removing."""
+    replicas = tuple(r for r in partition.replicas if r not in partition.adding_replicas)
+    isr = tuple(r for r in partition.isr if r not in partition.adding_replicas)
+    return Revert(replicas, isr or replicas, not isr)
+
+
 def _partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, int, PartitionImage]]:
     for topic in image.topics.values():
         for index, partition in topic.partitions.items():

@@ -22,6 +22,7 @@ from josef.server.apis import (
     produce,
     producer,
     producers,
+    reassignments,
     telemetry,
     topic_partitions,
 )
@@ -36,6 +37,8 @@ CONTROLLER_APIS = (
     (ApiKey.CREATE_PARTITIONS, admin.create_partitions, 0, 3),
     (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs, 0, 1),
     (ApiKey.ELECT_LEADERS, elect_leaders.elect_leaders, 0, 2),
+    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, reassignments.alter_partition_reassignments, 0, 1),
+    (ApiKey.LIST_PARTITION_REASSIGNMENTS, reassignments.list_partition_reassignments, 0, 0),
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
