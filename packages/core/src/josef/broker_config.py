@@ -130,6 +130,10 @@ CORE_KEYS = (
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", L, 5000, "How often high watermarks are written to replication-offset-checkpoint.", at_least(1)),
     ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
     ConfigKey("broker.rack", S, None, "The rack of this broker: rack-aware replica placement and follower fetching (KIP-392)."),
+    # Leadership (decided by the active controller)
+    ConfigKey("auto.leader.rebalance.enable", B, True, "Move leadership back to each partition's preferred replica when leaders are imbalanced."),
+    ConfigKey("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks whether leaders are imbalanced.", at_least(1)),
+    ConfigKey("leader.imbalance.per.broker.percentage", I, 10, "The share of a broker's preferred partitions led elsewhere above which the controller rebalances them.", at_least(0)),
     # Topic-level keys (broker default, topic override)
     ConfigKey("log.cleanup.policy", LST, ["delete"], "delete, compact or both.", one_of("delete", "compact"), topic_name="cleanup.policy", dynamic=True),
     ConfigKey("compression.type", S, "producer", "Codec of stored batches; producer keeps the producer's codec.", one_of(*COMPRESSION_TYPES), topic_name="compression.type", dynamic=True),
