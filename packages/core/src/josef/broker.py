@@ -228,13 +228,14 @@ class Broker:
         self.coordinators.on_metadata(MetadataDelta(), self.image)
 
     async def _controller_duties(self, controller: Controller) -> None:
-        """While this node is the active controller: finalize a new cluster's features, fence silent brokers."""
+        """While this node is the active controller: finalize a new cluster's features, fence silent brokers, elect leaders."""
         levels = bootstrap.levels(self.config, self.features)
         while True:
             if self.quorum.controller_id == self.node_id:
                 try:
                     await controller.bootstrap(levels)
                     await controller.fence_expired_brokers()
+                    await controller.elect_leaders_when_due()
                 except ControllerError as exc:
                     log.debug("controller duties: %s", exc.message)
             else:

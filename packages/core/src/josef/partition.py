@@ -21,7 +21,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from josef.log import Log, LogConfig
-from josef.metadata.image import PartitionImage
+from josef.metadata.image import RECOVERING, PartitionImage
 from josef.producer_state import AppendPlan, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
 from josef.protocol.records import (
@@ -92,6 +92,8 @@ class Partition:
         self.pending_isr: tuple[int, ...] | None = None
         #: Every other replica's fetch state (leader only).
         self.followers: dict[int, FollowerState] = {}
+        #: Elected uncleanly and not yet said so to the controller (KIP-704): the ISR stays this leader alone.
+        self.recovering = False
         #: The log end offset when this broker became leader: a follower joins the ISR only past it.
         self.leader_epoch_start_offset = -1
         # From the checkpoint, never the log end: what lies past it may not be replicated.
@@ -145,6 +147,7 @@ class Partition:
         self.partition_epoch = state.partition_epoch
         self.replicas = state.replicas
         self.isr = state.isr
+        self.recovering = state.leader_recovery_state == RECOVERING
         self.pending_isr = None
         if not self.is_leader:
             self.followers = {}
@@ -197,7 +200,7 @@ class Partition:
         this leader's epoch, and its broker is registered and not fenced or
         shutting down (``eligible``).
         """
-        if not self.is_leader or self.pending_isr is not None:
+        if not self.is_leader or self.pending_isr is not None or self.recovering:
             return None
         joining = [b for b, f in self.followers.items()
                    if b not in self.isr and f.log_end_offset >= max(self.high_watermark, self.leader_epoch_start_offset)
@@ -214,10 +217,10 @@ class Partition:
                    and not self.followers.get(b, FollowerState()).caught_up(end, now, max_lag_ms)}
         return tuple(b for b in self.isr if b not in lagging) if lagging else None
 
-    def isr_committed(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+    def isr_committed(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int, recovering: bool) -> None:
         """The controller accepted an ISR change (its AlterPartition answer, ahead of the metadata record)."""
         if leader_epoch == self.leader_epoch and partition_epoch > self.partition_epoch:
-            self.isr, self.partition_epoch = isr, partition_epoch
+            self.isr, self.partition_epoch, self.recovering = isr, partition_epoch, recovering
             self._maybe_advance_high_watermark()
 
     def check_enough_replicas(self) -> None:

@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
-from josef.metadata.image import MetadataDelta, MetadataImage
+from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage
 from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
 from josef.partition import Partition
 from josef.protocol.api_keys import ApiKey
@@ -110,6 +110,8 @@ class ReplicaManager:
                 new_term = partition.update_state(state)
             if partition.is_leader:
                 self.fetchers.stop_following(tp)
+                if partition.recovering:  # elected uncleanly: our log is the partition's now, say so (KIP-704)
+                    self._propose_isr(partition, partition.isr)
             elif new_term:
                 self.fetchers.follow(partition)
             self.purgatory.notify(tp)
@@ -165,6 +167,7 @@ class ReplicaManager:
         max_lag = self.config["replica.lag.time.max.ms"]
         while True:
             await anyio.sleep(max_lag / 2000)
+            self._report_recovered()
             for partition in list(self.partitions.values()):
                 shrunk = partition.isr_to_shrink(max_lag)
                 if shrunk is not None:
@@ -179,16 +182,22 @@ class ReplicaManager:
             return
         self._tg.start_soon(self._alter_partition, partition, isr, partition.leader_epoch, partition.partition_epoch)
 
+    def _report_recovered(self) -> None:
+        """Tell the controller that uncleanly elected leaders recovered (KIP-704): at start, then at each ISR check until it agrees."""
+        for partition in self.partitions.values():
+            if partition.is_leader and partition.recovering and partition.pending_isr is None:
+                self._propose_isr(partition, partition.isr)
+
     async def _alter_partition(self, partition: Partition, isr: tuple[int, ...], leader_epoch: int,
                                partition_epoch: int) -> None:
         """Send an ISR change to the controller and apply its answer (Kafka's AlterPartitionManager)."""
         image = self.broker.image
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker.lifecycle.epoch, "topics": [{
-            "topic_name": partition.tp.topic, "topic_id": uuid_from_text(partition.topic_id), "partitions": [{
-                "partition_index": partition.tp.partition, "leader_epoch": leader_epoch, "new_isr": list(isr),
+            "topic_id": uuid_from_text(partition.topic_id), "partitions": [{
+                "partition_index": partition.tp.partition, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
                 "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": image.brokers[b].epoch if b in image.brokers else -1}
                                         for b in isr],
-                "leader_recovery_state": 0, "partition_epoch": partition_epoch}]}]}
+                "leader_recovery_state": RECOVERED}]}]}
         try:
             response = await self.broker.channel.call(ApiKey.ALTER_PARTITION, body)
         except Exception as exc:  # no controller, or one that cannot answer: try again at the next check
@@ -205,7 +214,8 @@ class ReplicaManager:
         if code != ErrorCode.none or result is None:
             log.info("the controller refused the ISR %s for %s: %s", list(isr), partition.tp, code.name)
             return
-        partition.isr_committed(tuple(result.isr), result.leader_epoch, result.partition_epoch)
+        partition.isr_committed(tuple(result.isr), result.leader_epoch, result.partition_epoch,
+                                result.leader_recovery_state == RECOVERING)
         self.purgatory.notify(partition.tp)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -213,6 +223,7 @@ class ReplicaManager:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(self.fetchers.run)
+            self._report_recovered()
             tg.start_soon(self.run_isr_shrinking)
             tg.start_soon(self.run_high_watermark_checkpoints)
             tg.start_soon(self.run_housekeeping)
