@@ -23,15 +23,17 @@ controllers); readiness is waited for on the log, never by sleeping.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +89,12 @@ def _kill_leftovers() -> None:
 class NodeProcess:
     """One josef node as a child process: ``python -m josef server start server.properties``.
 
-    The process's stdout and stderr are read by a thread into :attr:`lines`;
+    The process's stdout and stderr are read by a thread into :attr:`lines`
+    and appended to :attr:`log_path` (so a person can ``tail -f`` a node);
     :meth:`wait_for_log` and readiness wait on a condition the thread
-    notifies, never by polling or sleeping. Signals go to the node's PID only.
+    notifies, never by polling or sleeping. Signals go to the node's PID only,
+    and the node runs in its own session so that a Ctrl-C in the terminal
+    reaches the process that started it, which stops the nodes in order.
     """
 
     def __init__(self, node_id: int, roles: Sequence[str], properties: Mapping[str, str], directory: Path, *,
@@ -131,6 +136,11 @@ class NodeProcess:
     @property
     def properties_path(self) -> Path:
         return self.directory / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        """The node's output, over all its starts."""
+        return self.directory / "server.log"
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -178,10 +188,13 @@ class NodeProcess:
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
+        with self.log_path.open("a", encoding="utf-8") as log_file:
+            for line in proc.stdout:
+                log_file.write(line)
+                log_file.flush()
+                with self._changed:
+                    self.lines.append(line)
+                    self._changed.notify_all()
         with self._changed:
             if proc is self.proc:
                 self._ended = True
@@ -240,7 +253,7 @@ class NodeProcess:
             self._paused = self._terminating = False
             self.bound_port = -1
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         cwd=self.directory, env=self._environment())
+                                         cwd=self.directory, env=self._environment(), start_new_session=True)
         _live.add(self)
         self._pump = threading.Thread(target=self._read, args=(self.proc,), daemon=True,
                                       name=f"josef-node-{self.node_id}-log")
@@ -331,9 +344,9 @@ class JosefCluster:
 
     ``combined`` nodes run ``process.roles=broker,controller``; ``controllers``
     and ``brokers`` run one role each. Ids go from ``first_node_id`` in that
-    order. Each node listens on free ports of ``host``
-    (``PLAINTEXT://`` for broker roles, ``CONTROLLER://`` for controller
-    roles), names every controller in ``controller.quorum.voters`` and keeps
+    order. Each node listens on free ports of ``host``, or on consecutive
+    ports from ``base_port`` when given (``PLAINTEXT://`` for broker roles,
+    ``CONTROLLER://`` for controller roles, in node order), names every controller in ``controller.quorum.voters`` and keeps
     its log directory under ``base_dir/node-<id>/``. ``overrides`` apply to
     every node and ``node_overrides[id]`` to one node, over the generated
     keys; an override of None removes a key.
@@ -348,7 +361,7 @@ class JosefCluster:
                  node_overrides: Mapping[int, Mapping[str, str | None]] | None = None,
                  cluster_id: str | None = None, host: str = "127.0.0.1", first_node_id: int = 1,
                  log_level: str = "INFO", env: Mapping[str, str] | None = None,
-                 start_timeout: float = START_TIMEOUT_S) -> None:
+                 start_timeout: float = START_TIMEOUT_S, base_port: int | None = None) -> None:
         if min(combined, controllers, brokers) < 0:
             raise ValueError("node counts cannot be negative")
         if combined + controllers == 0:
@@ -362,7 +375,8 @@ class JosefCluster:
         unknown = set(node_overrides or {}) - set(ids)
         if unknown:
             raise ValueError(f"node_overrides names nodes {sorted(unknown)}; this cluster's nodes are {ids}")
-        ports = iter(free_ports(sum(len(roles) for roles in layout), host))
+        count = sum(len(roles) for roles in layout)
+        ports = iter(free_ports(count, host) if base_port is None else range(base_port, base_port + count))
         listeners = {}
         for node_id, roles in zip(ids, layout):
             names = ([BROKER_LISTENER] if "broker" in roles else []) + (
@@ -480,15 +494,21 @@ class JosefCluster:
             node.wait_ready(max(0.0, deadline - time.monotonic()))
         return self
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop every process this cluster started, by PID: SIGTERM, brokers before controllers; SIGKILL after ``timeout``."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> dict[int, int | None]:
+        """Stop every process this cluster started, by PID: SIGTERM, brokers before controllers; SIGKILL after ``timeout``.
+
+        Returns each node's exit status (None for a node that was not started
+        or already reaped): 0 for a clean shutdown, -9 for one that had to be killed.
+        """
+        statuses: dict[int, int | None] = {}
         brokers_only = [n for n in self.nodes if not n.is_controller]
         for group in (brokers_only, [n for n in self.nodes if n.is_controller]):
             for node in group:
                 node.terminate()
             deadline = time.monotonic() + timeout
             for node in group:
-                node.stop(max(0.1, deadline - time.monotonic()))
+                statuses[node.node_id] = node.stop(max(0.1, deadline - time.monotonic()))
+        return statuses
 
     def kill(self) -> None:
         """SIGKILL every running node."""
@@ -505,3 +525,97 @@ class JosefCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# A local cluster in the foreground (josef cluster start) --------------------------------------------------
+
+
+def describe(cluster: JosefCluster) -> list[str]:
+    """One line per node (id, roles, pid, listeners, log file), then the addresses clients and tools need.
+
+    The ``bootstrap servers:`` line comes last: a script that waits for it has every node line already.
+    """
+    lines = [f"josef cluster {cluster.cluster_id}: {len(cluster.nodes)} nodes under {cluster.base_dir}"]
+    for node in cluster.nodes:
+        lines.append(f"node {node.node_id}  {','.join(node.roles):<17}  pid {node.pid}  "
+                     f"{node.properties['listeners']}  log {node.log_path}")
+    lines.append(f"controller quorum voters: {cluster.voters}")
+    lines.append(f"bootstrap servers: {cluster.bootstrap_servers}")
+    return lines
+
+
+def run_in_foreground(cluster: JosefCluster, echo: Callable[[str], None]) -> int:
+    """Start ``cluster``, print it, wait for SIGINT or SIGTERM, stop every node by PID; the exit status.
+
+    0 when every node that was running at the end stopped cleanly, 1 when one
+    did not (a non-zero status, or killed after the grace period) or start-up
+    was interrupted. During start-up SIGTERM raises KeyboardInterrupt as
+    Ctrl-C does, so :meth:`JosefCluster.start` stops what it started; while
+    the nodes stop, more signals are ignored so the stop always completes.
+    """
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        cluster.start()
+    except KeyboardInterrupt:
+        echo("interrupted while starting; every node started is stopped")
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    try:
+        with _signals_to_pipe(signal.SIGINT, signal.SIGTERM, signal.SIGCHLD) as signals:
+            for line in describe(cluster):
+                echo(line)
+            echo("Ctrl-C or SIGTERM stops the cluster")
+            signum = _wait_for_stop_signal(cluster, signals, echo)
+            echo(f"received {signum.name}, stopping every node with SIGTERM, brokers before controllers")
+            running = {node.node_id for node in cluster.nodes if node.running}
+            statuses = cluster.stop()
+    except BaseException:
+        cluster.stop()
+        raise
+    unclean = {node_id: status for node_id, status in statuses.items() if node_id in running and status != 0}
+    for node_id, status in sorted(unclean.items()):
+        echo(f"node {node_id} did not stop cleanly: exit status {status}")
+    echo("stopped" if not unclean else "stopped, not cleanly")
+    return 1 if unclean else 0
+
+
+@contextlib.contextmanager
+def _signals_to_pipe(*signums: int) -> Iterator[int]:
+    """Catch ``signums`` and write their numbers to a pipe; yields the pipe's read end.
+
+    CPython may run the C-level handler on any thread (here, the log pumps),
+    and only the wakeup-fd write is sure to wake a main thread blocked in
+    ``select``. The Python-level handlers do nothing: the pipe carries it all.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = {signum: signal.signal(signum, lambda *_: None) for signum in signums}
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    try:
+        yield read_fd
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _wait_for_stop_signal(cluster: JosefCluster, signals: int, echo: Callable[[str], None]) -> signal.Signals:
+    """Block until SIGINT or SIGTERM arrives on ``signals``; report each node that exits meanwhile (SIGCHLD).
+
+    A node may exit because it crashed or because the developer killed it to
+    try a failover; the others keep running either way.
+    """
+    reported: set[int] = set()
+    while True:
+        select.select([signals], [], [])
+        for signum in os.read(signals, 64):
+            if signum in (signal.SIGINT, signal.SIGTERM):
+                return signal.Signals(signum)
+        for node in cluster.nodes:
+            if node.node_id not in reported and node.proc is not None and node.proc.poll() is not None:
+                reported.add(node.node_id)
+                echo(f"node {node.node_id} (pid {node.pid}) exited with status {node.proc.returncode}; "
+                     f"the others keep running. Its log ends:\n{node.tail(20).rstrip()}")
