@@ -83,8 +83,8 @@ def test_describe_prints_kafkas_format(broker, admin):
     lines = ok("topics", "describe", *b, "--topic", "t").stdout.splitlines()
     assert lines == [
         f"Topic: t\tTopicId: {topic_id}\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=60000",
-        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
-        "\tTopic: t\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1",
+        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \tLastKnownElr: ",
+        "\tTopic: t\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \tLastKnownElr: ",
     ]
     everything = ok("topics", "describe", *b).stdout.splitlines()
     assert everything[:3] == lines

@@ -54,6 +54,10 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
              "validate_only": True},
         35: {"topics": None},
         34: {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]},
+        43: {"election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout": 5000},
+        45: {"timeout": 5000, "allow_replication_factor_change": True,
+             "topics": [{"name": topic, "partitions": [{"partition_index": 0, "replicas": None}]}]},
+        46: {"timeout": 5000, "topics": None},
         57: {"timeout": 5000, "validate_only": True, "feature_updates": [
             {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
     }
@@ -63,6 +67,8 @@ EXPECTED_ERRORS = {
     20: ErrorCode.unknown_topic_or_partition,  # deleting a topic that does not exist
     37: ErrorCode.invalid_partitions,  # asking for fewer partitions than the topic has
     34: ErrorCode.log_dir_not_found,  # a directory that is not one of log.dirs
+    43: ErrorCode.election_not_needed,  # the only replica already leads
+    45: ErrorCode.no_reassignment_in_progress,  # cancelling what is not happening
 }
 
 

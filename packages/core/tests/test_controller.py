@@ -4,10 +4,11 @@ import anyio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError
+from josef.metadata.controller import APPEND, DELETE, SET, SUBTRACT, Controller, ControllerError, IsrChange
 from josef.metadata.image import MetadataImage
+from josef.metadata.partition_changes import Election
 from josef.metadata.placement import assign_replicas
-from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Endpoint, decode, encode, random_uuid
+from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, Endpoint, decode, encode, random_uuid
 from josef.plugins import get_plugin_manager
 from josef.server_properties import load_config
 
@@ -237,3 +238,277 @@ def test_placement_spreads_leaders_and_replicas():
     assert all(len(set(r)) == 3 for r in replicas)
     with pytest.raises(ValueError):
         assign_replicas([1], 1, 2)
+
+
+# AlterPartition --------------------------------------------------------------
+
+def isr_change(quorum, topic="t", partition=0, isr=None, epochs=None, **overrides):
+    """An AlterPartition change from the partition's current state, as its leader would send it."""
+    p = quorum.image.topics[topic].partitions[partition]
+    members = p.isr if isr is None else isr
+    new_isr = tuple((b, (epochs or {}).get(b, quorum.image.brokers[b].epoch if b in quorum.image.brokers else -1))
+                    for b in members)
+    fields = {"topic_id": quorum.image.topics[topic].topic_id, "partition": partition,
+              "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch, "new_isr": new_isr}
+    return IsrChange(**{**fields, **overrides})
+
+
+def alter(controller, quorum, *changes, broker=1):
+    return run(controller.alter_partition, broker, quorum.image.brokers[broker].epoch, list(changes))
+
+
+def test_alter_partition_shrinks_and_expands_the_isr_without_a_new_leader_epoch():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2, 3]})
+    [shrunk] = alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    p = quorum.image.topics["t"].partitions[0]
+    assert shrunk.error == ErrorCode.none and shrunk.partition == p
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (1, (1, 2), 0, 1)
+    [grown] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3)))
+    assert grown.partition.isr == (1, 2, 3) and grown.partition.partition_epoch == 2
+    # The same ISR again changes nothing and answers the current state.
+    offset = quorum.image.offset
+    [same] = alter(controller, quorum, isr_change(quorum))
+    assert same.error == ErrorCode.none and quorum.image.offset == offset and same.partition.partition_epoch == 2
+
+
+def test_alter_partition_refusals():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2], 1: [2, 1]})
+    run(controller.create_topic, "u", assignments={0: [1, 2, 3]})
+    cases = [
+        (isr_change(quorum, topic_id=random_uuid()), ErrorCode.unknown_topic_id),
+        (IsrChange(quorum.image.topics["t"].topic_id, 7, 0, 0, ((1, -1),)), ErrorCode.unknown_topic_or_partition),
+        (isr_change(quorum, leader_epoch=-1), ErrorCode.fenced_leader_epoch),
+        (isr_change(quorum, leader_epoch=5), ErrorCode.not_controller),
+        (isr_change(quorum, partition=1), ErrorCode.invalid_request),  # broker 1 does not lead t-1
+        (isr_change(quorum, partition_epoch=-1), ErrorCode.invalid_update_version),
+        (isr_change(quorum, isr=(2,)), ErrorCode.invalid_request),  # the leader left out
+        (isr_change(quorum, isr=(1, 1)), ErrorCode.invalid_request),
+        (isr_change(quorum, isr=(1, 3)), ErrorCode.invalid_request),  # 3 is not a replica of t-0
+        (isr_change(quorum, isr=(1,), leader_recovery_state=1), ErrorCode.invalid_request),  # RECOVERED -> RECOVERING
+        (isr_change(quorum, isr=(1, 2), epochs={2: 12345}), ErrorCode.ineligible_replica),  # v3: 2 restarted since
+    ]
+    results = alter(controller, quorum, *(change for change, _ in cases))
+    assert [r.error for r in results] == [code for _, code in cases]
+    assert all(r.partition is None for r in results)
+    assert quorum.image.topics["t"].partitions[0].partition_epoch == 0  # nothing was committed
+    # A fenced broker, or one shutting down, cannot join the ISR.
+    epoch3 = quorum.image.brokers[3].epoch
+    [shrunk] = alter(controller, quorum, isr_change(quorum, topic="u", isr=(1, 2)))
+    run(controller.broker_heartbeat, 3, epoch3, quorum.image.offset, True, False)
+    [fenced] = alter(controller, quorum, isr_change(quorum, topic="u", isr=(1, 2, 3), epochs={3: epoch3}))
+    assert (shrunk.error, fenced.error) == (ErrorCode.none, ErrorCode.ineligible_replica)
+    # A sender at the wrong broker epoch is refused as a whole.
+    with pytest.raises(ControllerError) as stale:
+        run(controller.alter_partition, 1, quorum.image.brokers[1].epoch + 1, [isr_change(quorum)])
+    assert stale.value.code == ErrorCode.stale_broker_epoch
+
+
+def test_alter_partition_v2_isr_members_have_no_epoch_to_check():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    [result] = alter(controller, quorum, isr_change(quorum, isr=(1, 2), epochs={1: -1, 2: -1}))
+    assert result.error == ErrorCode.none
+
+
+# Elections -------------------------------------------------------------------
+
+def fence(controller, quorum, broker):
+    run(controller.broker_heartbeat, broker, quorum.image.brokers[broker].epoch, quorum.image.offset, True, False)
+
+
+def unfence(controller, quorum, broker):
+    run(controller.broker_heartbeat, broker, quorum.image.brokers[broker].epoch, quorum.image.offset, False, False)
+
+
+def led_by_1_with_2_out_of_sync(**overrides):
+    controller, quorum = make(brokers=(1, 2), **overrides)
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    alter(controller, quorum, isr_change(quorum, isr=(1,)))
+    return controller, quorum
+
+
+def test_unclean_election_when_the_topic_allows_it_then_the_leader_recovers(caplog):
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("unclean.leader.election.enable", SET, "true")], False)
+    with caplog.at_level("WARNING", logger="josef.metadata.partition_changes"):
+        fence(controller, quorum, 1)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state, p.leader_epoch) == (2, (2,), 1, 1)
+    assert "t-0" in caplog.text and "broker 2" in caplog.text and "lost" in caplog.text
+    # While recovering the ISR stays the leader alone; then the leader says it recovered (KIP-704).
+    [grow] = alter(controller, quorum, isr_change(quorum, isr=(2, 1), leader_recovery_state=1), broker=2)
+    assert grow.error == ErrorCode.invalid_request
+    [recovered] = alter(controller, quorum, isr_change(quorum, leader_recovery_state=0), broker=2)
+    assert recovered.error == ErrorCode.none and recovered.partition.leader_recovery_state == 0
+
+
+def test_no_unclean_election_by_default_until_it_is_enabled_dynamically():
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    fence(controller, quorum, 1)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr) == (-1, (1,))
+    # The cluster-wide dynamic default counts too, and enabling it elects at once.
+    run(controller.alter_configs, BROKER_RESOURCE, "", [("unclean.leader.election.enable", SET, "true")], False)
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), 1)
+
+
+def test_the_periodic_check_elects_uncleanly_where_the_config_allows():
+    now = [0.0]
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    controller._clock = lambda: now[0]
+    fence(controller, quorum, 1)
+    run(quorum.append, [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="t",
+                                     name="unclean.leader.election.enable", value="true")])
+    run(controller.elect_leaders_when_due)  # the first check runs at once
+    assert quorum.image.topics["t"].partitions[0].leader == 2
+
+
+def test_elect_preferred_leaders():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1, 2], 1: [2, 1]})
+    fence(controller, quorum, 1)
+    unfence(controller, quorum, 1)  # back, but out of sync: broker 2 keeps leading t-0
+    t = quorum.image.topics["t"]
+    assert (t.partitions[0].leader, t.partitions[0].isr) == (2, (2,))
+
+    def elect(partitions):
+        return [(r.topic, r.partition, r.error) for r in run(controller.elect_leaders, Election.PREFERRED, partitions)]
+
+    assert elect([("t", 0), ("t", 1), ("t", 9), ("nope", 0)]) == [
+        ("t", 0, ErrorCode.preferred_leader_not_available), ("t", 1, ErrorCode.election_not_needed),
+        ("t", 9, ErrorCode.unknown_topic_or_partition), ("nope", 0, ErrorCode.unknown_topic_or_partition)]
+    alter(controller, quorum, isr_change(quorum, isr=(2, 1)), broker=2)
+    assert elect(None) == [("t", 0, ErrorCode.none)]  # partitions already led by their preferred replica are left out
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_epoch) == (1, (2, 1), 2)
+    assert elect(None) == []
+
+
+def test_elect_unclean_leaders_on_request():
+    controller, quorum = led_by_1_with_2_out_of_sync()
+    run(controller.create_topic, "gone", assignments={0: [1]})
+
+    def elect(partitions):
+        return [r.error for r in run(controller.elect_leaders, Election.UNCLEAN, partitions)]
+
+    assert elect([("t", 0)]) == [ErrorCode.election_not_needed]
+    fence(controller, quorum, 1)
+    assert elect([("gone", 0), ("t", 0)]) == [ErrorCode.eligible_leaders_not_available, ErrorCode.none]
+    p = quorum.image.topics["t"].partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), 1)
+
+
+def test_leadership_returns_to_preferred_replicas_when_a_broker_is_imbalanced():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2), **{"leader.imbalance.per.broker.percentage": "40"})
+    controller._clock = lambda: now[0]
+    controller.activate()
+    run(controller.create_topic, "t", assignments={p: [1, 2] for p in range(3)})
+
+    def move_all_to_2():
+        fence(controller, quorum, 1)
+        unfence(controller, quorum, 1)
+        for p in range(3):
+            alter(controller, quorum, isr_change(quorum, partition=p, isr=(2, 1)), broker=2)
+
+    def leaders():
+        return [quorum.image.topics["t"].partitions[p].leader for p in range(3)]
+
+    move_all_to_2()
+    run(controller.elect_leaders, Election.PREFERRED, [("t", 0), ("t", 1)])
+    assert leaders() == [1, 1, 2]
+    now[0] = 301.0  # leader.imbalance.check.interval.seconds has passed: 1 of 3 (33%) is not above 40%
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [1, 1, 2]
+    move_all_to_2()
+    now[0] = 400.0  # imbalanced, but not yet time to check again
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [2, 2, 2]
+    now[0] = 602.0
+    run(controller.elect_leaders_when_due)
+    assert leaders() == [1, 1, 1]
+
+
+def test_no_automatic_rebalance_when_disabled():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2), **{"auto.leader.rebalance.enable": "false"})
+    controller._clock = lambda: now[0]
+    controller.activate()
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    fence(controller, quorum, 1)
+    unfence(controller, quorum, 1)
+    alter(controller, quorum, isr_change(quorum, isr=(2, 1)), broker=2)
+    now[0] = 1000.0
+    run(controller.elect_leaders_when_due)
+    assert quorum.image.topics["t"].partitions[0].leader == 2
+
+
+# Reassignments ---------------------------------------------------------------
+
+def reassign(controller, *targets, **kwargs):
+    return [(r.error, r.message) for r in run(controller.alter_partition_reassignments, list(targets), **kwargs)]
+
+
+def partition(quorum, topic="t", index=0):
+    return quorum.image.topics[topic].partitions[index]
+
+
+def test_a_reassignment_moves_the_partition_once_the_new_replicas_are_in_sync():
+    controller, quorum = make(brokers=(1, 2, 3, 4))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    assert reassign(controller, ("t", 0, [3, 4])) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.isr, p.leader) == ((3, 4, 1, 2), (3, 4), (1, 2),
+                                                                                     (1, 2), 1)
+    assert [(t, i, q.replicas) for t, i, q in controller.list_partition_reassignments(None)] == [("t", 0, (3, 4, 1, 2))]
+    assert controller.list_partition_reassignments([("t", [1]), ("nope", [0])]) == []
+    [half] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3)))
+    assert half.error == ErrorCode.none and half.partition.reassigning
+    # The last new replica joins: the move completes, the old replicas leave and the leader moves to the target.
+    [done] = alter(controller, quorum, isr_change(quorum, isr=(1, 2, 3, 4)))
+    p = partition(quorum)
+    assert done.error == ErrorCode.new_leader_elected
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas, p.removing_replicas) == ((3, 4), (3, 4), 3, (), ())
+    assert p.leader_epoch == 1 and controller.list_partition_reassignments(None) == []
+
+
+def test_a_reassignment_already_in_sync_completes_at_once_and_keeps_its_leader():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2, 3]})
+    assert reassign(controller, ("t", 0, [2, 1])) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.isr, p.leader, p.reassigning) == ((2, 1), (1, 2), 1, False)
+    assert p.leader_epoch == 1  # a replica left: its fetches are fenced by a new leader epoch
+    assert reassign(controller, ("t", 0, [2, 1])) == [(ErrorCode.none, None)]  # nothing to do
+    assert partition(quorum).partition_epoch == p.partition_epoch
+
+
+def test_cancelling_a_reassignment_reverts_it():
+    controller, quorum = make(brokers=(1, 2, 3))
+    run(controller.create_topic, "t", assignments={0: [1, 2]})
+    assert reassign(controller, ("t", 0, None))[0][0] == ErrorCode.no_reassignment_in_progress
+    reassign(controller, ("t", 0, [3, 2]))
+    alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    assert reassign(controller, ("t", 0, None)) == [(ErrorCode.none, None)]
+    p = partition(quorum)
+    assert (p.replicas, p.isr, p.leader, p.reassigning) == ((2, 1), (1, 2), 1, False)
+
+
+def test_reassignment_refusals():
+    controller, quorum = make(brokers=(1, 2))
+    run(controller.create_topic, "t", assignments={0: [1]})
+    results = reassign(controller, ("nope", 0, [1]), ("t", 3, [1]), ("t", 0, []), ("t", 0, [1, 7]), ("t", 0, [2, 2]))
+    assert results == [
+        (ErrorCode.unknown_topic_or_partition, "Unable to find a topic named nope."),
+        (ErrorCode.unknown_topic_or_partition, "Unable to find partition t:3."),
+        (ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."),
+        (ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes broker 7, but no such broker is registered."),
+        (ErrorCode.invalid_replica_assignment,
+         "The manual partition assignment includes the broker 2 more than once."),
+    ]
+    [(code, _)] = reassign(controller, ("t", 0, [1, 2]), allow_replication_factor_change=False)
+    assert code == ErrorCode.invalid_replication_factor and not partition(quorum).reassigning

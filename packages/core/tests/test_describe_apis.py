@@ -6,7 +6,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from josef.metadata.image import BrokerImage
-from josef.metadata.records import Endpoint, random_uuid, uuid_from_text
+from josef.metadata.records import Endpoint, PartitionChangeRecord, random_uuid, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.testing import RawClient
@@ -198,3 +198,15 @@ def test_describe_producers_after_idempotent_produce(josef_broker):
     assert idem.partitions[1].active_producers == ()
     assert (nope.name, [(p.partition_index, p.error_code) for p in nope.partitions]) == (
         "nope", [(0, E.unknown_topic_or_partition)])
+
+
+def test_describe_topic_partitions_reports_eligible_leader_replicas(josef_broker):
+    """KIP-966's fields come from the partition's registration; Metadata has none to report."""
+    client = RawClient(josef_broker.port)
+    create_topics(client, {"elr": 1})
+    broker = josef_broker.broker
+    change = PartitionChangeRecord(partition_id=0, topic_id=uuid_from_text(broker.image.topics["elr"].topic_id),
+                                   eligible_leader_replicas=(1,), last_known_elr=(1,))
+    josef_broker.call(broker.quorum.append, [change])
+    (partition,) = describe_partitions(client, ["elr"]).topics[0].partitions
+    assert (partition.eligible_leader_replicas, partition.last_known_elr) == ((1,), (1,))

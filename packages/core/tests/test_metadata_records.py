@@ -88,6 +88,28 @@ def test_a_partition_change_bumps_epochs_as_kafka_merges_it():
     assert (p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((1, 2), 2, 1, 2)
 
 
+def test_a_partition_keeps_its_reassignment_recovery_state_and_elr_as_kafka_does():
+    """PartitionRecord loads every field; a change merges what it names; a snapshot writes them back."""
+    topic = R.TopicRecord(name="t", topic_id=TOPIC_ID)
+    image, _ = MetadataImage().apply(0, [topic, R.PartitionRecord(
+        partition_id=0, topic_id=TOPIC_ID, replicas=(4, 1, 2), isr=(1, 2), adding_replicas=(4,),
+        removing_replicas=(2,), leader=1, leader_epoch=3, partition_epoch=5, leader_recovery_state=1,
+        eligible_leader_replicas=(2,), last_known_elr=(1,))])
+    p = image.topics["t"].partitions[0]
+    assert (p.adding_replicas, p.removing_replicas, p.leader_recovery_state, p.elr, p.last_known_elr) == (
+        (4,), (2,), 1, (2,), (1,))
+    assert p.reassigning and p.preferred_leader == 4
+    rebuilt, _ = MetadataImage().apply(0, list(image.records()))
+    assert rebuilt.topics["t"].partitions[0] == p
+    image, _ = image.apply(1, [R.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, adding_replicas=(),
+                                                       removing_replicas=(), replicas=(4, 1), leader_recovery_state=0,
+                                                       eligible_leader_replicas=())])
+    p = image.topics["t"].partitions[0]
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.leader_recovery_state, p.elr, p.last_known_elr) == (
+        (4, 1), (), (), 0, (), (1,))
+    assert not p.reassigning and (p.leader_epoch, p.partition_epoch) == (3, 6)
+
+
 def test_fencing_names_the_registration_it_fences():
     broker = BrokerImage(3, (R.Endpoint("PLAINTEXT", "h", 1),), None, True, 10, "AAAAAAAAAAAAAAAAAAAAAA")
     image, _ = MetadataImage().apply(0, [broker.to_record()])

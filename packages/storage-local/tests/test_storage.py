@@ -107,3 +107,18 @@ def test_a_closed_log_is_opened_again(harness):
     again = harness.open()
     assert again is not log
     assert again.log_end_offset == 1
+
+
+def test_high_watermarks_are_checkpointed_beside_their_logs_in_kafkas_format(tmp_path, clock):
+    first, second = tmp_path / "a", tmp_path / "b"
+    config = Config.build(ConfigDef(CORE_KEYS), {"log.dirs": f"{first},{second}"})
+    storage = LocalLogStorage(config, clock=clock)
+    here, there = TopicPartition("t", 0), TopicPartition("t", 1)
+    storage.open(here, LogConfig())
+    storage.open(there, LogConfig())
+    storage.move(there, str(second))
+    storage.checkpoint_high_watermarks({here: 7, there: 3, TopicPartition("gone", 0): 9})
+    assert (first / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 7\n"
+    assert (second / "replication-offset-checkpoint").read_text() == "0\n1\nt 1 3\n"
+    storage.close()
+    assert LocalLogStorage(config, clock=clock).high_watermarks() == {here: 7, there: 3}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import enum
 import time
 import uuid
@@ -45,8 +46,9 @@ from josef_client.sync import LoopThread
 
 __all__ = [
     "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription", "ConfigEntry",
-    "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "NewPartitions", "NewTopic", "OffsetInfo",
-    "OffsetSpec", "PartitionDescription", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
+    "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "NewPartitions", "NewTopic", "OffsetInfo",
+    "OffsetSpec", "PartitionDescription", "PartitionReassignment", "ResourceType", "TopicDescription", "TopicListing",
+    "TopicPartition",
 ]
 
 
@@ -136,6 +138,25 @@ class PartitionDescription:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...] = ()
+    #: Eligible leader replicas (KIP-966); None when the broker only answered Metadata, which has no such field.
+    elr: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
+
+
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' election types, as Kafka's ElectionType."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@attrs.frozen
+class PartitionReassignment:
+    """A move in progress: the replicas now (target then removing) and those being added or removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @attrs.frozen
@@ -222,6 +243,17 @@ def topic_id_text(value: uuid.UUID | None) -> str | None:
     if value is None or value.int == 0:
         return None
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for tp in partitions:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return grouped
+
+
+def _optional(nodes: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if nodes is None else tuple(nodes)
 
 
 def _error(code: ErrorCode, message: str | None, what: str) -> KafkaError:
@@ -378,9 +410,11 @@ class AsyncAdmin:
         wanted = None if names is None else list(dict.fromkeys(names))
         if wanted == []:
             return {}
-        response = await self._metadata(wanted)
+        topics = await self._describe_topic_partitions(wanted) if wanted else None
+        if topics is None:
+            topics = (await self._metadata(wanted)).topics
         results: dict[str, TopicDescription | KafkaError] = {}
-        for t in response.topics:
+        for t in topics:
             if t.error_code != ErrorCode.none:
                 what = f"topic {t.name!r} does not exist" if t.error_code == ErrorCode.unknown_topic_or_partition else f"topic {t.name!r}"
                 results[t.name] = KafkaError(t.error_code, what)
@@ -388,7 +422,9 @@ class AsyncAdmin:
             results[t.name] = TopicDescription(
                 t.name, topic_id_text(getattr(t, "topic_id", None)), bool(t.is_internal),
                 tuple(PartitionDescription(p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
-                                           tuple(p.isr_nodes), tuple(getattr(p, "offline_replicas", ())))
+                                           tuple(p.isr_nodes), tuple(getattr(p, "offline_replicas", ())),
+                                           _optional(getattr(p, "eligible_leader_replicas", None)),
+                                           _optional(getattr(p, "last_known_elr", None)))
                       for p in sorted(t.partitions, key=lambda p: p.partition_index)))
         if wanted is None:
             results = dict(sorted(results.items()))
@@ -396,6 +432,27 @@ class AsyncAdmin:
             results = {n: results.get(n, KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {n!r} does not exist"))
                        for n in wanted}
         return _finish(results, raise_errors)
+
+    async def _describe_topic_partitions(self, names: Sequence[str]) -> list[Any] | None:
+        """The topics as DescribeTopicPartitions pages them (with ELR), or None from a broker without that API."""
+        conn = await self._any()
+        partitions: dict[str, list[Any]] = {}
+        described: dict[str, Any] = {}
+        cursor = None
+        while True:
+            try:
+                response = await conn.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, {
+                    "topics": [{"name": n} for n in names], "response_partition_limit": 2000, "cursor": cursor})
+            except UnsupportedVersionError:
+                return None
+            for t in response.topics:
+                described.setdefault(t.name, t)
+                partitions.setdefault(t.name, []).extend(t.partitions)
+            if response.next_cursor is None:
+                break
+            cursor = {"topic_name": response.next_cursor.topic_name,
+                      "partition_index": response.next_cursor.partition_index}
+        return [dataclasses.replace(t, partitions=tuple(partitions[n])) for n, t in described.items()]
 
     async def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], *, validate_only: bool = False,
                                 timeout_ms: int | None = None, raise_errors: bool = True) -> dict[str, KafkaError | None]:
@@ -598,6 +655,54 @@ class AsyncAdmin:
 
     # Cluster ----------------------------------------------------------------------------------
 
+    # Leadership and reassignments ------------------------------------------------------------
+
+    async def elect_leaders(self, election_type: ElectionType, partitions: Iterable[TopicPartition] | None = None,
+                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Preferred or unclean leader elections; None elects wherever needed (and answers only those)."""
+        wanted = None if partitions is None else _by_topic(partitions)
+        body = {"election_type": int(election_type), "timeout": self._timeout_ms,
+                "topic_partitions": None if wanted is None else [{"topic": t, "partitions": ps}
+                                                                 for t, ps in wanted.items()]}
+        response = await self._to_controller(ApiKey.ELECT_LEADERS, body,
+                                             lambda r: r.error_code == ErrorCode.not_controller)
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, None, "elect leaders")
+        return {TopicPartition(t.topic, p.partition_id): None if p.error_code == ErrorCode.none else
+                _error(p.error_code, p.error_message, f"partition {t.topic}-{p.partition_id}")
+                for t in response.replica_election_results for p in t.partition_result}
+
+    async def alter_partition_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Move partitions to new replicas (None cancels a move in progress); each maps to None when accepted."""
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for tp, replicas in targets.items():
+            grouped.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "replicas": None if replicas is None else [int(b) for b in replicas]})
+        body = {"timeout": self._timeout_ms, "allow_replication_factor_change": True,
+                "topics": [{"name": t, "partitions": ps} for t, ps in grouped.items()]}
+        response = await self._to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, body,
+                                             lambda r: r.error_code == ErrorCode.not_controller)
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "alter partition reassignments")
+        return {TopicPartition(t.name, p.partition_index): None if p.error_code == ErrorCode.none else
+                _error(p.error_code, p.error_message, f"partition {t.name}-{p.partition_index}")
+                for t in response.responses for p in t.partitions}
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
+                                           ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress, among ``partitions`` (None: all)."""
+        wanted = None if partitions is None else _by_topic(partitions)
+        body = {"timeout": self._timeout_ms, "topics": None if wanted is None else [
+            {"name": t, "partition_indexes": ps} for t, ps in wanted.items()]}
+        response = await self._to_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, body,
+                                             lambda r: r.error_code == ErrorCode.not_controller)
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "list partition reassignments")
+        return {TopicPartition(t.name, p.partition_index): PartitionReassignment(
+                    tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+                for t in response.topics for p in t.partitions}
+
     async def describe_cluster(self) -> ClusterDescription:
         """The cluster id, the controller and the live brokers."""
         conn = await self._any()
@@ -665,6 +770,18 @@ class Admin:
 
     def delete_records(self, before: Mapping[TopicPartition, int], **options: Any) -> dict[TopicPartition, int]:
         return self._run(self._admin.delete_records(before, **options))
+
+    def elect_leaders(self, election_type: ElectionType, partitions: Iterable[TopicPartition] | None = None,
+                      ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(self._admin.elect_leaders(election_type, partitions))
+
+    def alter_partition_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                      ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(self._admin.alter_partition_reassignments(targets))
+
+    def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
+                                     ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._run(self._admin.list_partition_reassignments(partitions))
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())

@@ -21,7 +21,8 @@ CONFIG_KEYS = (
               "Partitions of __consumer_offsets; fixed once the topic exists (it decides which broker coordinates a group).",
               at_least(1)),
     ConfigKey("offsets.topic.replication.factor", S, 3,
-              "Replication factor of __consumer_offsets; capped at the number of live brokers when the topic is created.",
+              "Replication factor of __consumer_offsets. Until that many brokers are live the topic is not created and "
+              "group requests answer COORDINATOR_NOT_AVAILABLE.",
               at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", I, 104857600,
               "Segment size of __consumer_offsets, kept small so compaction and loading stay fast.", at_least(1)),

@@ -151,7 +151,7 @@ class Broker:
         if self.is_controller:
             self.controller = Controller(self.quorum, self.config, lambda: self.image)
         if self.is_broker:
-            self.replicas = ReplicaManager(self.node_id, self.config, self.storage)
+            self.replicas = ReplicaManager(self)
         try:
             async with anyio.create_task_group() as tg:
                 await self._listen(tg, controller=True)
@@ -222,7 +222,7 @@ class Broker:
         await self.lifecycle.unfenced.wait()
         self.replicas.load(self.image)
         self._replicas_loaded = True
-        tg.start_soon(self.replicas.run_housekeeping)
+        await tg.start(self.replicas.run)
         await tg.start(self.coordinators.run)
         self._coordinating = True
         self.coordinators.on_metadata(MetadataDelta(), self.image)
@@ -279,6 +279,15 @@ class Broker:
         """The bound listeners, clients' first (tools and tests read the first PLAINTEXT address from the line)."""
         ordered = sorted(self.bound, key=lambda l: self._is_controller_listener(l.name))
         return ", ".join(f"{l.name}://{l.host}:{l.port}" for l in ordered)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener followers fetch from their leaders on: ``inter.broker.listener.name``, or the first client one."""
+        configured = self.config["inter.broker.listener.name"]
+        if configured:
+            return configured
+        return next((parse_listener(t).name for t in self.config["listeners"]
+                     if not self._is_controller_listener(parse_listener(t).name)), "PLAINTEXT")
 
     def broker_endpoints(self) -> list[Endpoint]:
         """The client listeners as advertised to clients (``advertised.listeners`` over the bound ones)."""

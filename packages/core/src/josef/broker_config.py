@@ -118,7 +118,22 @@ CORE_KEYS = (
     ConfigKey("num.partitions", I, 1, "Partitions of an automatically created topic.", at_least(1)),
     ConfigKey("default.replication.factor", I, 1, "Replication factor of an automatically created topic.", at_least(1)),
     ConfigKey("delete.topic.enable", B, True, "Whether DeleteTopics may delete topics."),
+    # Replication
     ConfigKey("replica.lag.time.max.ms", L, 30000, "A follower that has not caught up for this long leaves the ISR.", at_least(0)),
+    ConfigKey("num.replica.fetchers", I, 1, "Fetcher tasks per leader broker; partitions are spread over them by hash.", at_least(1), dynamic=True),
+    ConfigKey("replica.fetch.max.bytes", I, 1048576, "Bytes a follower asks for per partition in one fetch (at least one batch).", at_least(0)),
+    ConfigKey("replica.fetch.response.max.bytes", I, 10485760, "Bytes a follower asks for in one fetch in all.", at_least(0)),
+    ConfigKey("replica.fetch.wait.max.ms", I, 500, "How long a follower's fetch waits at the leader for new data.", at_least(0)),
+    ConfigKey("replica.fetch.min.bytes", I, 1, "Bytes a follower's fetch waits for at the leader.", at_least(1)),
+    ConfigKey("replica.fetch.backoff.ms", I, 1000, "Pause after a fetch error before fetching that partition again.", at_least(0)),
+    ConfigKey("replica.socket.timeout.ms", I, 30000, "How long a follower waits for a fetch response.", at_least(1)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", L, 5000, "How often high watermarks are written to replication-offset-checkpoint.", at_least(1)),
+    ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
+    ConfigKey("broker.rack", S, None, "The rack of this broker: rack-aware replica placement and follower fetching (KIP-392)."),
+    # Leadership (decided by the active controller)
+    ConfigKey("auto.leader.rebalance.enable", B, True, "Move leadership back to each partition's preferred replica when leaders are imbalanced."),
+    ConfigKey("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks whether leaders are imbalanced.", at_least(1)),
+    ConfigKey("leader.imbalance.per.broker.percentage", I, 10, "The share of a broker's preferred partitions led elsewhere above which the controller rebalances them.", at_least(0)),
     # Topic-level keys (broker default, topic override)
     ConfigKey("log.cleanup.policy", LST, ["delete"], "delete, compact or both.", one_of("delete", "compact"), topic_name="cleanup.policy", dynamic=True),
     ConfigKey("compression.type", S, "producer", "Codec of stored batches; producer keeps the producer's codec.", one_of(*COMPRESSION_TYPES), topic_name="compression.type", dynamic=True),

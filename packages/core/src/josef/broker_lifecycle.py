@@ -53,7 +53,7 @@ class BrokerLifecycle:
                           for e in node.broker_endpoints()],
             "features": [{"name": n, "min_supported_version": f.min_level, "max_supported_version": f.max_level}
                          for n, f in sorted(node.features.items())],
-            "rack": node.config["broker.rack"] if "broker.rack" in node.config.definition else None,
+            "rack": node.config["broker.rack"],
             "is_migrating_zk_broker": False, "log_dirs": [], "previous_broker_epoch": self.epoch,
         }
         while True:

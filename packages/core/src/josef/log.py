@@ -257,5 +257,21 @@ class LogStorage(Protocol):
         fails (the log then stays where it was).
         """
 
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """The high watermarks written by the last :meth:`checkpoint_high_watermarks`, of every directory.
+
+        A restarted replica starts from these, never from its log end: what
+        is past its high watermark may not be replicated, and must not be
+        shown to consumers before the ISR has it.
+        """
+
+    def checkpoint_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Store the high watermarks of the hosted partitions (Kafka's ``replication-offset-checkpoint``).
+
+        Each entry goes with the log it belongs to (one file per log
+        directory for local storage); partitions missing from ``offsets``
+        are dropped. Atomic per file; blocking, so run in a worker thread.
+        """
+
     def close(self) -> None:
         """Close every open log and mark the shutdown clean, so the next start skips recovery."""

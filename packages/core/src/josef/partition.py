@@ -14,7 +14,9 @@ to the log, which snapshots it when a segment rolls and when it closes.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+import attrs
 
 from kio.schema.errors import ErrorCode
 
@@ -22,7 +24,14 @@ from josef.log import Log, LogConfig
 from josef.metadata.image import PartitionImage
 from josef.producer_state import AppendPlan, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
-from josef.protocol.records import AppendInfo, ProducerBatch, recompress, validate_and_assign
+from josef.protocol.records import (
+    AppendInfo,
+    ProducerBatch,
+    describe_batches,
+    iter_batches,
+    recompress,
+    validate_and_assign,
+)
 from josef.protocol.topic_partition import TopicPartition
 
 
@@ -35,9 +44,39 @@ class PartitionError(Exception):
         self.message = message
 
 
+@attrs.define
+class FollowerState:
+    """What a leader knows of one follower, learnt from its fetches (Kafka's ``Replica``)."""
+
+    #: The follower's log end offset: the offset it fetches from (-1 until its first fetch).
+    log_end_offset: int = -1
+    #: The last time it had everything the leader had; a follower silent past replica.lag.time.max.ms leaves the ISR.
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    #: The leader's log end offset at that fetch.
+    last_fetch_leader_end: int = -1
+
+    def fetched(self, offset: int, leader_end: int, now_ms: int) -> None:
+        """Kafka's ``Replica.updateFetchState``: caught up if it asked for the leader's end now or at its last fetch."""
+        if offset >= leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif offset >= self.last_fetch_leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = offset
+        self.last_fetch_leader_end = leader_end
+        self.last_fetch_ms = now_ms
+
+    def caught_up(self, leader_end: int, now_ms: int, max_lag_ms: int) -> bool:
+        return self.log_end_offset >= leader_end or now_ms - self.last_caught_up_ms <= max_lag_ms
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class Partition:
     def __init__(self, tp: TopicPartition, topic_id: str, broker_id: int, log: Log,
-                 topic_config: Mapping[str, Any]) -> None:
+                 topic_config: Mapping[str, Any], high_watermark: int | None = None) -> None:
         self.tp = tp
         self.topic_id = topic_id
         self.broker_id = broker_id
@@ -47,10 +86,16 @@ class Partition:
         self.leader_epoch = -1
         self.partition_epoch = -1
         self.replicas: tuple[int, ...] = ()
+        #: The ISR the controller committed; min.insync.replicas counts these.
         self.isr: tuple[int, ...] = ()
-        #: LEO of each follower in the ISR, as learnt from their fetches (leader only).
-        self.follower_end_offsets: dict[int, int] = {}
-        self.high_watermark = log.log_end_offset
+        #: An ISR sent to the controller in AlterPartition and not answered yet (leader only).
+        self.pending_isr: tuple[int, ...] | None = None
+        #: Every other replica's fetch state (leader only).
+        self.followers: dict[int, FollowerState] = {}
+        #: The log end offset when this broker became leader: a follower joins the ISR only past it.
+        self.leader_epoch_start_offset = -1
+        # From the checkpoint, never the log end: what lies past it may not be replicated.
+        self.high_watermark = min(log.log_end_offset, max(high_watermark or 0, log.log_start_offset))
         self.producers = self._load_producer_state()
         log.attach_producer_state(self.producers.snapshot)
 
@@ -75,32 +120,113 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
-    def update_state(self, state: PartitionImage) -> None:
-        """Apply the controller's view: leader, epoch, replicas, ISR."""
-        became_leader = state.leader == self.broker_id and (not self.is_leader or state.leader_epoch != self.leader_epoch)
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark waits for: the committed one plus any member being added (Kafka's maximalIsr).
+
+        A follower being added must have the data before the controller
+        confirms it, so that an ISR it joins never lacks a committed record.
+        """
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(b for b in self.pending_isr if b not in self.isr)
+
+    def update_state(self, state: PartitionImage, at_ms: int | None = None) -> bool:
+        """Apply the controller's view (leader, epochs, replicas, ISR); True when the leader or its epoch changed.
+
+        A state older than the one applied (an AlterPartition answer can
+        arrive before the metadata record that carries it) is ignored.
+        """
+        if state.partition_epoch < self.partition_epoch:
+            return False
+        new_term = state.leader != self.leader_id or state.leader_epoch != self.leader_epoch
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch
         self.replicas = state.replicas
         self.isr = state.isr
-        if became_leader:
+        self.pending_isr = None
+        if not self.is_leader:
+            self.followers = {}
+        elif new_term:
+            # Kafka's makeLeader: a new epoch starts at the log end; ISR members count as caught up now.
             self.log.assign_epoch(self.leader_epoch, self.log.log_end_offset)
-            self.follower_end_offsets = {b: -1 for b in self.isr if b != self.broker_id}
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            now = now_ms() if at_ms is None else at_ms
+            self.followers = {b: FollowerState(last_caught_up_ms=now if b in self.isr else 0)
+                              for b in self.replicas if b != self.broker_id}
+        else:
+            self.followers = {b: self.followers.get(b) or FollowerState() for b in self.replicas if b != self.broker_id}
         self._maybe_advance_high_watermark()
+        return new_term
 
     def update_config(self, topic_config: Mapping[str, Any]) -> None:
         self.topic_config = dict(topic_config)
         self.log.update_config(LogConfig.from_topic_config(topic_config))
 
     def _maybe_advance_high_watermark(self) -> bool:
-        end_offsets = [self.log.log_end_offset] + [
-            self.follower_end_offsets.get(b, -1) for b in self.isr if b != self.broker_id
-        ]
-        new = max(min(end_offsets), self.log.log_start_offset)
+        """The leader's high watermark: the smallest log end offset over the (maximal) ISR; it never goes back."""
+        if not self.is_leader:
+            return False
+        new = self.log.log_end_offset
+        for b in self.maximal_isr:
+            if b != self.broker_id:
+                follower = self.followers.get(b)
+                new = min(new, follower.log_end_offset if follower is not None else -1)
+        new = max(new, self.log.log_start_offset)
         if new > self.high_watermark:
             self.high_watermark = new
             return True
         return False
+
+    # Leader side: followers' fetches and the ISR ------------------------------------
+
+    def follower_fetched(self, replica_id: int, offset: int, at_ms: int | None = None) -> bool:
+        """A follower fetched from ``offset`` (its log end); True when the high watermark moved."""
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"broker {replica_id} is not a replica of {self.tp} (replicas {list(self.replicas)})")
+        follower.fetched(offset, self.log.log_end_offset, now_ms() if at_ms is None else at_ms)
+        return self._maybe_advance_high_watermark()
+
+    def isr_to_expand(self, eligible: Callable[[int], bool]) -> tuple[int, ...] | None:
+        """The ISR with every follower that caught up (Kafka's isFollowerInSync), or None if nobody joins.
+
+        A follower joins once it holds the high watermark and something of
+        this leader's epoch, and its broker is registered and not fenced or
+        shutting down (``eligible``).
+        """
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        joining = [b for b, f in self.followers.items()
+                   if b not in self.isr and f.log_end_offset >= max(self.high_watermark, self.leader_epoch_start_offset)
+                   and eligible(b)]
+        return self.isr + tuple(sorted(joining)) if joining else None
+
+    def isr_to_shrink(self, max_lag_ms: int, at_ms: int | None = None) -> tuple[int, ...] | None:
+        """The ISR without the followers that have not caught up for ``max_lag_ms``, or None if all have."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        now = now_ms() if at_ms is None else at_ms
+        end = self.log.log_end_offset
+        lagging = {b for b in self.isr if b != self.broker_id
+                   and not self.followers.get(b, FollowerState()).caught_up(end, now, max_lag_ms)}
+        return tuple(b for b in self.isr if b not in lagging) if lagging else None
+
+    def isr_committed(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+        """The controller accepted an ISR change (its AlterPartition answer, ahead of the metadata record)."""
+        if leader_epoch == self.leader_epoch and partition_epoch > self.partition_epoch:
+            self.isr, self.partition_epoch = isr, partition_epoch
+            self._maybe_advance_high_watermark()
+
+    def check_enough_replicas(self) -> None:
+        """acks=all after the high watermark passed a write: fail if the ISR shrank below min.insync.replicas meanwhile."""
+        min_isr = self.topic_config.get("min.insync.replicas", 1)
+        if len(self.isr) < min_isr:
+            raise PartitionError(ErrorCode.not_enough_replicas_after_append,
+                                 f"{self.tp} has {len(self.isr)} in-sync replicas after the append, "
+                                 f"min.insync.replicas is {min_isr}")
 
     def check_leader_epoch(self, requested: int) -> None:
         """Kafka's fencing of a client or follower that knows a different leader epoch (-1: not checked)."""
@@ -155,12 +281,70 @@ class Partition:
         except ProducerStateError as exc:
             raise PartitionError(exc.code, f"{self.tp}: {exc}") from None
 
+    # Follower side ------------------------------------------------------------------
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_log_start: int) -> int:
+        """Append the leader's batches unchanged, learn its epochs, high watermark and log start; returns bytes appended.
+
+        The batches are checked (whole, CRC, contiguous from our log end, no
+        epoch above the leader's) but never rewritten: every replica holds
+        the same bytes at the same offsets. Producer state follows the
+        batches, so a follower that becomes leader keeps deduplicating.
+        """
+        if records:
+            info = describe_batches(records, self.log.log_end_offset, self.leader_epoch)
+            latest = self.log.epoch_entries()[-1].epoch if self.log.epoch_entries() else -1
+            for _, header in iter_batches(records):
+                if header.partition_leader_epoch > latest:
+                    latest = header.partition_leader_epoch
+                    self.log.assign_epoch(latest, header.base_offset)
+            self.log.append(records, info)
+            for batch in info.producer_ids:
+                self.producers.replay(batch)
+        self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+        if leader_log_start > self.log.log_start_offset:
+            self.log.delete_records_before(min(leader_log_start, self.high_watermark))
+        return len(records)
+
+    def truncation_point(self, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
+        """Where to cut the log, given the leader's ``(epoch, end offset)`` for our latest epoch (KIP-101, KIP-279).
+
+        Kafka's ``getOffsetTruncationState``: the second value is False when
+        we do not know the leader's epoch, so after cutting to our own end of
+        the epoch below it we must ask again with our new latest epoch.
+        """
+        end = self.log.log_end_offset
+        if leader_end_offset < 0:  # the leader knows no epoch that old: fall back to the high watermark
+            return min(self.high_watermark, end), True
+        if leader_epoch < 0:
+            return min(leader_end_offset, end), True
+        ours, our_end = self.log.end_offset_for_epoch(leader_epoch)
+        if ours < 0:
+            return min(leader_end_offset, end), True
+        if ours != leader_epoch:
+            return min(our_end, end), False
+        return min(leader_end_offset, our_end, end), True
+
+    def latest_epoch(self) -> int:
+        entries = self.log.epoch_entries()
+        return entries[-1].epoch if entries else -1
+
     def truncate_to(self, offset: int) -> None:
         """Drop the log from ``offset`` on (a follower diverging from its leader) and rebuild the producer state."""
-        self.log.truncate_to(offset)
+        if offset < self.log.log_end_offset:
+            self.log.truncate_to(offset)
+            self._reload_producers()
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Start empty at the leader's log start: everything we hold is below it (Kafka's OFFSET_OUT_OF_RANGE handling)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self._reload_producers()
+        self.high_watermark = offset
+
+    def _reload_producers(self) -> None:
         self.producers = self._load_producer_state()
         self.log.attach_producer_state(self.producers.snapshot)
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation_committed: bool = True) -> bytes:
         """Batches from ``offset`` below the high watermark (consumers) or the log end (followers)."""

@@ -2,27 +2,41 @@
 
 The replica manager is the only place that creates, updates and removes
 :class:`josef.partition.Partition` objects: it reacts to metadata deltas
-(become leader, update ISR, delete a topic, new topic configs) and offers
-the produce and fetch operations the API handlers call, with their waiting
-(acks=all, long-poll fetch) done through the purgatory.
+(become leader, become follower, update ISR, delete a topic, new topic
+configs) and offers the produce and fetch operations the API handlers call,
+with their waiting (acks=all, long-poll fetch) done through the purgatory.
+
+It also runs what replication needs on this broker: the replica fetchers of
+the partitions it follows (:mod:`josef.replica_fetcher`), the ISR changes of
+the partitions it leads (AlterPartition to the controller, KIP-497: shrink
+when a follower lags past ``replica.lag.time.max.ms``, expand when one
+catches up), and the high-watermark checkpoint every
+``replica.high.watermark.checkpoint.interval.ms``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import anyio
+import anyio.abc
 import anyio.to_thread
+from kio.schema.errors import ErrorCode
 
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.image import MetadataDelta, MetadataImage
-from josef.metadata.records import TOPIC_RESOURCE
+from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
 from josef.partition import Partition
+from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
 from josef.purgatory import Purgatory
+from josef.replica_fetcher import ReplicaFetchers
+
+if TYPE_CHECKING:
+    from josef.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +45,17 @@ INTERNAL_LOGS = frozenset({"__cluster_metadata"})
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, config: Config, storage: LogStorage) -> None:
-        self.broker_id = broker_id
-        self.config = config
-        self.storage = storage
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.broker_id: int = broker.node_id
+        self.config: Config = broker.config
+        self.storage: LogStorage = broker.storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
+        self.fetchers = ReplicaFetchers(self.broker_id, self.config, self._endpoint_of, lambda: broker.lifecycle.epoch,
+                                        self.appended, broker.inter_broker_listener)
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -47,8 +66,14 @@ class ReplicaManager:
 
     # Metadata ---------------------------------------------------------------
 
+    def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.broker.image.brokers.get(broker_id)
+        endpoint = broker.endpoint(self.fetchers.listener) if broker is not None else None
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
+
     def load(self, image: MetadataImage) -> None:
         """At start-up: open every partition the image gives this broker; delete stray logs of deleted topics."""
+        self._high_watermarks = self.storage.high_watermarks()
         hosted = set()
         for topic in image.topics.values():
             for index, state in topic.partitions.items():
@@ -77,8 +102,16 @@ class ReplicaManager:
             if partition is None:
                 config = self.topic_config(image, name)
                 log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
-                partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config)
-            partition.update_state(state)
+                partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config,
+                                                            self._high_watermarks.get(tp))
+                partition.update_state(state)
+                new_term = True
+            else:
+                new_term = partition.update_state(state)
+            if partition.is_leader:
+                self.fetchers.stop_following(tp)
+            elif new_term:
+                self.fetchers.follow(partition)
             self.purgatory.notify(tp)
         for resource_type, name in delta.changed_configs:
             if resource_type == TOPIC_RESOURCE and name in image.topics:
@@ -98,6 +131,7 @@ class ReplicaManager:
         return [p for tp, p in self.partitions.items() if tp.topic == topic]
 
     def _remove(self, tp: TopicPartition) -> None:
+        self.fetchers.stop_following(tp)
         if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
             self.storage.delete(tp)
             self.purgatory.notify(tp)
@@ -110,6 +144,91 @@ class ReplicaManager:
     def appended(self, tp: TopicPartition) -> None:
         """Wake fetchers of ``tp`` after an append moved its end or high watermark."""
         self.purgatory.notify(tp)
+
+    # Leading: followers' fetches and the ISR -------------------------------------
+
+    def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
+        """A follower fetched: move the high watermark (waking acks=all producers) and let it into the ISR if it caught up."""
+        if partition.follower_fetched(replica_id, offset):
+            self.purgatory.notify(partition.tp)
+        joining = partition.isr_to_expand(self._isr_eligible)
+        if joining is not None:
+            self._propose_isr(partition, joining)
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        """A broker may join an ISR only while registered, unfenced and not shutting down (KIP-841)."""
+        broker = self.broker.image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    async def run_isr_shrinking(self) -> None:
+        """Every half of replica.lag.time.max.ms, drop lagging followers from the ISRs this broker leads."""
+        max_lag = self.config["replica.lag.time.max.ms"]
+        while True:
+            await anyio.sleep(max_lag / 2000)
+            for partition in list(self.partitions.values()):
+                shrunk = partition.isr_to_shrink(max_lag)
+                if shrunk is not None:
+                    log.info("shrinking the ISR of %s from %s to %s: followers lag more than %d ms", partition.tp,
+                             list(partition.isr), list(shrunk), max_lag)
+                    self._propose_isr(partition, shrunk)
+
+    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        partition.pending_isr = isr
+        if self._tg is None:
+            partition.pending_isr = None
+            return
+        self._tg.start_soon(self._alter_partition, partition, isr, partition.leader_epoch, partition.partition_epoch)
+
+    async def _alter_partition(self, partition: Partition, isr: tuple[int, ...], leader_epoch: int,
+                               partition_epoch: int) -> None:
+        """Send an ISR change to the controller and apply its answer (Kafka's AlterPartitionManager)."""
+        image = self.broker.image
+        body = {"broker_id": self.broker_id, "broker_epoch": self.broker.lifecycle.epoch, "topics": [{
+            "topic_name": partition.tp.topic, "topic_id": uuid_from_text(partition.topic_id), "partitions": [{
+                "partition_index": partition.tp.partition, "leader_epoch": leader_epoch, "new_isr": list(isr),
+                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": image.brokers[b].epoch if b in image.brokers else -1}
+                                        for b in isr],
+                "leader_recovery_state": 0, "partition_epoch": partition_epoch}]}]}
+        try:
+            response = await self.broker.channel.call(ApiKey.ALTER_PARTITION, body)
+        except Exception as exc:  # no controller, or one that cannot answer: try again at the next check
+            log.warning("AlterPartition for %s failed: %s", partition.tp, exc)
+            code, result = ErrorCode.request_timed_out, None
+        else:
+            code = response.error_code
+            result = response.topics[0].partitions[0] if code == ErrorCode.none else None
+            if result is not None:
+                code = result.error_code
+        if partition.pending_isr != isr or partition.partition_epoch != partition_epoch:
+            return  # the metadata moved on meanwhile
+        partition.pending_isr = None
+        if code != ErrorCode.none or result is None:
+            log.info("the controller refused the ISR %s for %s: %s", list(isr), partition.tp, code.name)
+            return
+        partition.isr_committed(tuple(result.isr), result.leader_epoch, result.partition_epoch)
+        self.purgatory.notify(partition.tp)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The broker's replication duties, until cancelled: fetchers, ISR checks, checkpoints, retention."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await tg.start(self.fetchers.run)
+            tg.start_soon(self.run_isr_shrinking)
+            tg.start_soon(self.run_high_watermark_checkpoints)
+            tg.start_soon(self.run_housekeeping)
+            task_status.started()
+
+    async def run_high_watermark_checkpoints(self) -> None:
+        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        while True:
+            await anyio.sleep(interval)
+            await anyio.to_thread.run_sync(self.checkpoint_high_watermarks)
+
+    def checkpoint_high_watermarks(self) -> None:
+        try:
+            self.storage.checkpoint_high_watermarks({tp: p.high_watermark for tp, p in list(self.partitions.items())})
+        except LogDirError as exc:
+            log.error("checkpointing high watermarks failed: %s", exc)
 
     # Log directories ----------------------------------------------------------
 
@@ -143,6 +262,7 @@ class ReplicaManager:
         return deleted
 
     def close(self) -> None:
+        self.checkpoint_high_watermarks()
         self.partitions.clear()
         self.storage.close()
 

@@ -11,16 +11,32 @@ from josef.config import Config, ConfigDef, parse_overrides, read_properties
 from josef.plugins import get_plugin_manager
 
 
+#: What ``josef server start`` without a file runs with, over Kafka's defaults: the settings of Kafka's
+#: own single-node ``config/server.properties``. Internal topics then have one replica, where Kafka's
+#: defaults (3) would leave a lone broker without group or transaction coordinators. Keys no installed
+#: plugin declares are left out.
+SINGLE_NODE_DEFAULTS = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+
 def load_config(
     path: Path | None,
     overrides: Iterable[str] | Mapping[str, str] = (),
     pm: pluggy.PluginManager | None = None,
 ) -> Config:
-    """The typed configuration of ``path`` (None: embedded defaults) with overrides applied.
+    """The typed configuration of ``path`` (None: :data:`SINGLE_NODE_DEFAULTS`) with overrides applied.
 
     Raises :class:`josef.config.ConfigError` naming the key of any bad value.
     """
-    raw = read_properties(path) if path is not None else {}
-    raw.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
     definition = ConfigDef.from_plugins(pm or get_plugin_manager())
+    if path is not None:
+        raw = read_properties(path)
+    else:
+        raw = {key: value for key, value in SINGLE_NODE_DEFAULTS.items() if key in definition}
+    raw.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
     return Config.build(definition, raw)

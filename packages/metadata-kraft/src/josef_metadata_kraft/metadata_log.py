@@ -22,7 +22,7 @@ from pathlib import Path
 
 from josef.config import ConfigError
 from josef.log import Log, OffsetOutOfRangeError
-from josef.protocol.records import AppendInfo, BatchInfo, batch_is_valid, iter_batches
+from josef.protocol.records import AppendInfo, describe_batches
 from josef_metadata_kraft.raft import AppendResult, OffsetAndEpoch, RaftLogError
 from josef_metadata_kraft.raft.log import end_offset_for_epoch, epoch_cache_end_offset
 from josef_metadata_kraft.snapshots import SnapshotError, check_snapshot
@@ -43,28 +43,10 @@ def snapshot_name(snapshot_id: OffsetAndEpoch) -> str:
 
 def _append_info(buf: bytes, expected_base: int, max_epoch: int | None) -> AppendInfo:
     """Check batches that already carry their offsets (fetched, or built by the leader) and describe them."""
-    batches = []
-    next_offset = expected_base
-    epoch = -1
-    count = 0
-    max_ts, max_ts_offset = -1, -1
-    for pos, header in iter_batches(buf):
-        if header.magic != 2 or not batch_is_valid(buf, pos, header):
-            raise RaftLogError(f"batch at offset {header.base_offset} fails its CRC or magic check")
-        if header.base_offset != next_offset:
-            raise RaftLogError(f"batch starts at offset {header.base_offset}, expected {next_offset}")
-        if header.partition_leader_epoch < epoch or (max_epoch is not None and header.partition_leader_epoch > max_epoch):
-            raise RaftLogError(f"batch at offset {header.base_offset} has epoch {header.partition_leader_epoch} "
-                               f"out of order (previous {epoch}, leader {max_epoch})")
-        epoch = header.partition_leader_epoch
-        batches.append(BatchInfo(pos, header.size, header.base_offset, header.last_offset, header.max_timestamp))
-        if header.max_timestamp > max_ts:
-            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-        count += header.records_count
-        next_offset = header.last_offset + 1
-    if not batches or sum(b.size for b in batches) != len(buf):
-        raise RaftLogError(f"{len(buf)} bytes are not whole record batches")
-    return AppendInfo(expected_base, next_offset - 1, max_ts, max_ts_offset, count, tuple(batches))
+    try:
+        return describe_batches(buf, expected_base, max_epoch)
+    except ValueError as exc:
+        raise RaftLogError(str(exc)) from exc
 
 
 class MetadataLog:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from josef.protocol.topic_partition import TopicPartition
@@ -22,6 +22,7 @@ from josef_storage_local.files import write_atomically
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 #: Suffix of a partition directory being deleted (``topic-0.<uuid>-delete``), as Kafka names it.
 DELETE_SUFFIX = "-delete"
 
@@ -118,6 +119,12 @@ class LogDir:
         """
         if self._clock() - self._last_checkpoint_ms >= self._checkpoint_interval_ms:
             self.checkpoint()
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        return _read_or_empty(self.path / HIGH_WATERMARK_FILE)
+
+    def write_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> None:
+        write_offsets(self.path / HIGH_WATERMARK_FILE, offsets)
 
     def mark_clean_shutdown(self) -> bool:
         """Write the clean-shutdown marker, unless a log here still awaits its recovery; returns whether written."""

@@ -7,6 +7,7 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
+from typing import Mapping
 
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogDirInfo, LogDirNotFoundError
@@ -192,6 +193,24 @@ class LocalLogStorage:
         if not target.holds(tp):
             shutil.rmtree(future, ignore_errors=True)
             target.forget(tp)
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        found: dict[TopicPartition, int] = {}
+        for log_dir in self._dirs:
+            found.update((tp, offset) for tp, offset in log_dir.high_watermarks().items() if log_dir.holds(tp))
+        return found
+
+    def checkpoint_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> None:
+        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir.path: {} for log_dir in self._dirs}
+        for tp, offset in offsets.items():
+            holder = self._holding(tp)
+            if holder is not None:
+                by_dir[holder.path][tp] = offset
+        for log_dir in self._dirs:
+            try:
+                log_dir.write_high_watermarks(by_dir[log_dir.path])
+            except OSError as exc:
+                raise dir_error(exc, "checkpointing high watermarks in", log_dir.path) from exc
 
     def close(self) -> None:
         """Close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""

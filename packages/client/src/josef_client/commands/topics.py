@@ -142,6 +142,11 @@ def _ids(nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in nodes)
 
 
+def _optional_ids(nodes: tuple[int, ...] | None) -> str:
+    """Kafka prints N/A where the broker could not say (Metadata has no ELR fields)."""
+    return "N/A" if nodes is None else _ids(nodes)
+
+
 def describe_lines(description: TopicDescription, configs: dict[str, str | None] | None,
                    partitions: list[PartitionDescription] | None = None) -> list[str]:
     """Kafka's describe output for one topic: its summary line (when ``configs`` is given) and a line per partition."""
@@ -154,6 +159,7 @@ def describe_lines(description: TopicDescription, configs: dict[str, str | None]
     for p in description.partitions if partitions is None else partitions:
         leader = str(p.leader) if p.leader >= 0 else "none"
         line = f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+        line += f"\tElr: {_optional_ids(p.elr)}\tLastKnownElr: {_optional_ids(p.last_known_elr)}"
         if p.offline_replicas:
             line += f"\tOffline: {_ids(p.offline_replicas)}"
         lines.append(line)

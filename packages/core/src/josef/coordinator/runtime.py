@@ -249,13 +249,18 @@ class CoordinatorRuntime:
         return partition_for(key, coordinator.topic_settings()[0])
 
     async def ensure_topic(self, coordinator: Coordinator) -> None:
-        """Create the internal topic on first use, as Kafka does on the first FindCoordinator."""
+        """Create the internal topic on first use, as Kafka does on the first FindCoordinator.
+
+        Always with its configured replication factor: with fewer live
+        brokers the creation fails and clients are told
+        COORDINATOR_NOT_AVAILABLE until enough brokers run, as in Kafka,
+        rather than keeping offsets on fewer replicas than asked.
+        """
         if coordinator.internal_topic in self.broker.image.topics:
             return
         partitions, replication, configs = coordinator.topic_settings()
-        live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
         error, message = await self.broker.channel.create_topic(
-            coordinator.internal_topic, partitions, min(replication, max(live, 1)), dict(configs))
+            coordinator.internal_topic, partitions, replication, dict(configs))
         if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
             raise CoordinatorError(ErrorCode.coordinator_not_available, message or error.name)
 

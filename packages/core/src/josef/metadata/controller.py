@@ -9,9 +9,11 @@ previous one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
+import time
 import uuid
-from typing import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
 import attrs
@@ -20,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
-from josef.metadata.image import MetadataImage, TopicImage
+from josef.metadata.image import RECOVERED, RECOVERING, MetadataImage, PartitionImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum, NotControllerError
 from josef.metadata.features import FeatureError, SupportedFeature, UpgradeType, check_update
@@ -36,7 +38,9 @@ from josef.metadata.records import (
     FeatureLevelRecord,
     FenceBrokerRecord,
     UnfenceBrokerRecord,
+    NO_LEADER_CHANGE,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RemoveTopicRecord,
@@ -45,6 +49,8 @@ from josef.metadata.records import (
     uuid_from_text,
 )
 
+log = logging.getLogger(__name__)
+
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
@@ -52,6 +58,13 @@ SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, Alt
 #: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 PRODUCER_ID_BLOCK_SIZE = 1000
 INT64_MAX = 2**63 - 1
+#: How often the active controller looks for leaderless partitions it may elect uncleanly (Kafka's 5 minutes).
+UNCLEAN_ELECTION_CHECK_S = 300.0
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+#: Kafka's default messages of the election errors.
+ELECTION_NOT_NEEDED = "Leader election not needed for topic partition."
+PREFERRED_LEADER_NOT_AVAILABLE = "The preferred leader was not available."
+ELIGIBLE_LEADERS_NOT_AVAILABLE = "Eligible topic partition leaders are not available."
 
 
 class ControllerError(Exception):
@@ -70,6 +83,50 @@ class ProducerIdBlock:
     broker_id: int
     first_id: int
     size: int
+
+
+@attrs.frozen
+class IsrChange:
+    """One partition of an AlterPartition request: the ISR its leader wants, at the epochs it knows.
+
+    ``new_isr`` holds ``(broker id, broker epoch)``; an epoch of -1 is not
+    checked (AlterPartition v2 sends none).
+    """
+
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[tuple[int, int], ...]
+    leader_recovery_state: int = RECOVERED
+
+
+@attrs.frozen
+class IsrChangeResult:
+    """The answer to one :class:`IsrChange`: an error, or the partition as it now is."""
+
+    error: ErrorCode
+    partition: PartitionImage | None = None
+
+
+@attrs.frozen
+class ElectionResult:
+    """The outcome of one partition's election, with Kafka's error code and message."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None
+
+
+@attrs.frozen
+class ReassignmentResult:
+    """The outcome of one partition of an AlterPartitionReassignments request."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None
 
 
 @attrs.frozen
@@ -104,6 +161,9 @@ class Controller:
         self._node_id: int = config["node.id"]
         self._was_active = False
         self.heartbeats = BrokerHeartbeats(config["broker.session.timeout.ms"])
+        self._clock: Callable[[], float] = time.monotonic
+        self._next_unclean_check = 0.0
+        self._next_balance_check = 0.0
 
     @contextlib.asynccontextmanager
     async def _active(self) -> AsyncIterator[None]:
@@ -206,14 +266,14 @@ class Controller:
             records: list[MetadataRecord] = []
             if want_shut_down or want_fence:
                 if not broker.fenced:
-                    records += partition_changes.broker_leaving(image, broker_id)
+                    records += partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image))
                     records.append(FenceBrokerRecord(id=broker_id, epoch=epoch))
                 if want_shut_down and not broker.in_controlled_shutdown:
                     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
                                                                   in_controlled_shutdown=1))
             elif broker.fenced and caught_up:
                 records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
-                records += partition_changes.broker_returning(image, broker_id)
+                records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image))
             await self._commit(records)
             fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
             return caught_up, fenced, want_shut_down and fenced
@@ -225,7 +285,7 @@ class Controller:
             expired = self.heartbeats.expired(b for b, info in image.brokers.items() if not info.fenced)
             records: list[MetadataRecord] = []
             for broker_id in expired:
-                changes = [*partition_changes.broker_leaving(image, broker_id),
+                changes = [*partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image)),
                            FenceBrokerRecord(id=broker_id, epoch=image.brokers[broker_id].epoch)]
                 records += changes
                 # The next broker's changes must see this one gone.
@@ -236,11 +296,273 @@ class Controller:
     def activate(self) -> None:
         """This node just became the active controller: give every registered broker a full session."""
         self.heartbeats.adopt((b, info.epoch) for b, info in self._image().brokers.items())
+        self._next_balance_check = self._clock() + self._config["leader.imbalance.check.interval.seconds"]
         self._was_active = True
 
     def resign(self) -> None:
         """Another node leads now: the broker sessions kept here go stale, so the next term adopts afresh."""
         self._was_active = False
+
+    # Partitions ------------------------------------------------------------
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              changes: Sequence[IsrChange]) -> list[IsrChangeResult]:
+        """Kafka's AlterPartition: a partition leader's ISR changes (and KIP-704 recovery), decided one by one.
+
+        Raises STALE_BROKER_EPOCH for a sender that is not registered at
+        ``broker_epoch``. A change that completes a reassignment may move
+        the leadership away from the sender, which is then told
+        NEW_LEADER_ELECTED while the change is still committed.
+        """
+        async with self._active():
+            image = self._image()
+            sender = image.brokers.get(broker_id)
+            if sender is None or sender.epoch != broker_epoch:
+                raise ControllerError(ErrorCode.stale_broker_epoch,
+                                      f"broker {broker_id} is not registered with epoch {broker_epoch}")
+            results: list[IsrChangeResult] = []
+            records: list[MetadataRecord] = []
+            for change in changes:
+                error = self._check_isr_change(image, broker_id, change)
+                if error is not None:
+                    results.append(IsrChangeResult(error))
+                    continue
+                topic = image.topic_by_id(change.topic_id)
+                assert topic is not None
+                record = partition_changes.build(
+                    topic, change.partition, partition_changes.leader_acceptor(image),
+                    isr=[b for b, _ in change.new_isr], recovery_state=change.leader_recovery_state,
+                    election=partition_changes.election_for(self._unclean_policy(image), topic.name))
+                if record is not None:
+                    records.append(record)
+                    image, _ = image.apply(image.offset, [record])
+                partition = image.topics[topic.name].partitions[change.partition]
+                if record is not None and record.leader not in (broker_id, NO_LEADER_CHANGE):
+                    log.info("AlterPartition from broker %d for %s-%d completed its reassignment and moved the "
+                             "leadership to %d", broker_id, topic.name, change.partition, partition.leader)
+                    results.append(IsrChangeResult(ErrorCode.new_leader_elected))
+                else:
+                    results.append(IsrChangeResult(ErrorCode.none, partition))
+            await self._commit(records)
+            return results
+
+    @staticmethod
+    def _check_isr_change(image: MetadataImage, broker_id: int, change: IsrChange) -> ErrorCode | None:
+        """Kafka's validateAlterPartitionData: why the change is refused, or None.
+
+        A member that is not a replica is INVALID_REQUEST, as Kafka's
+        Replicas.validateIsr; INELIGIBLE_REPLICA is for replicas that may
+        not be in sync now (unregistered, fenced, shutting down, or
+        registered again since the leader saw them).
+        """
+        topic = image.topic_by_id(change.topic_id)
+        if topic is None:
+            return ErrorCode.unknown_topic_id
+        partition = topic.partitions.get(change.partition)
+        if partition is None:
+            return ErrorCode.unknown_topic_or_partition
+        if change.leader_epoch > partition.leader_epoch or change.partition_epoch > partition.partition_epoch:
+            return ErrorCode.not_controller  # the sender saw a newer state: this controller is behind
+        if change.leader_epoch < partition.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if broker_id != partition.leader:
+            return ErrorCode.invalid_request
+        if change.partition_epoch < partition.partition_epoch:
+            return ErrorCode.invalid_update_version
+        isr = [b for b, _ in change.new_isr]
+        if len(set(isr)) != len(isr) or not set(isr) <= set(partition.replicas) or partition.leader not in isr:
+            return ErrorCode.invalid_request
+        if change.leader_recovery_state == RECOVERING and (len(isr) > 1
+                                                            or partition.leader_recovery_state == RECOVERED):
+            return ErrorCode.invalid_request
+        for member, epoch in change.new_isr:
+            broker = image.brokers.get(member)
+            if (broker is None or broker.fenced or broker.in_controlled_shutdown
+                    or epoch not in (-1, broker.epoch)):
+                return ErrorCode.ineligible_replica
+        return None
+
+    def _unclean_policy(self, image: MetadataImage) -> partition_changes.UncleanPolicy:
+        """Whether each topic allows unclean leader election, as configured now (topic, then broker configs)."""
+        return lambda topic: bool(self._topic_setting(image, topic, UNCLEAN_LEADER_ELECTION))
+
+    def _topic_setting(self, image: MetadataImage, topic: str, broker_key: str) -> Any:
+        """A topic-level config's value for ``topic``: its override, else this node's then the cluster's dynamic
+        broker value, else the static one (Kafka's ConfigurationControlManager order)."""
+        key = self._config.definition[broker_key]
+        override = image.config(TOPIC_RESOURCE, topic).get(key.topic_name or broker_key)
+        if override is not None:
+            return key.parse(override)
+        for name in (str(self._node_id), ""):
+            value = image.config(BROKER_RESOURCE, name).get(broker_key)
+            if value is not None:
+                return key.parse(value)
+        return self._config[broker_key]
+
+    # Elections -------------------------------------------------------------
+
+    async def elect_leaders(self, election: partition_changes.Election,
+                            partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        """Kafka's ElectLeaders (PREFERRED or UNCLEAN): the outcome of each partition, all of them when None.
+
+        Partitions that already have the wanted leader are
+        ELECTION_NOT_NEEDED, and left out of the answer when every partition
+        was asked for, as Kafka does.
+        """
+        async with self._active():
+            image = self._image()
+            every = partitions is None
+            wanted = [(t.name, i) for t in image.topics.values() for i in sorted(t.partitions)] if every else partitions
+            results: list[ElectionResult] = []
+            records: list[MetadataRecord] = []
+            for name, index in wanted:
+                result = self._elect(image, election, name, index, records)
+                if not (every and result.error == ErrorCode.election_not_needed):
+                    results.append(result)
+            await self._commit(records)
+            return results
+
+    def _elect(self, image: MetadataImage, election: partition_changes.Election, name: str, index: int,
+               records: list[MetadataRecord]) -> ElectionResult:
+        """Kafka's ReplicationControlManager.electLeader for one partition; its change goes to ``records``."""
+        topic = image.topics.get(name)
+        if topic is None:
+            return ElectionResult(name, index, ErrorCode.unknown_topic_or_partition, f"No such topic as {name}")
+        partition = topic.partitions.get(index)
+        if partition is None:
+            return ElectionResult(name, index, ErrorCode.unknown_topic_or_partition,
+                                  f"No such partition as {name}-{index}")
+        if (partition.leader == partition.preferred_leader if election is partition_changes.Election.PREFERRED
+                else partition.leader != partition_changes.NO_LEADER):
+            return ElectionResult(name, index, ErrorCode.election_not_needed, ELECTION_NOT_NEEDED)
+        record = partition_changes.build(topic, index, partition_changes.leader_acceptor(image), election=election)
+        if record is None:
+            if election is partition_changes.Election.PREFERRED:
+                return ElectionResult(name, index, ErrorCode.preferred_leader_not_available,
+                                      PREFERRED_LEADER_NOT_AVAILABLE)
+            return ElectionResult(name, index, ErrorCode.eligible_leaders_not_available, ELIGIBLE_LEADERS_NOT_AVAILABLE)
+        records.append(record)
+        return ElectionResult(name, index, ErrorCode.none, None)
+
+    async def elect_leaders_when_due(self) -> None:
+        """The periodic elections of the active controller; call about once a second.
+
+        Every ``UNCLEAN_ELECTION_CHECK_S``, leaderless partitions of topics
+        that allow unclean election get a leader (the setting may have been
+        enabled since they lost theirs); every
+        ``leader.imbalance.check.interval.seconds``, when
+        ``auto.leader.rebalance.enable``, imbalanced leadership moves back
+        to preferred replicas.
+        """
+        async with self._active():
+            now = self._clock()
+            image = self._image()
+            records: list[MetadataRecord] = []
+            if now >= self._next_unclean_check:
+                self._next_unclean_check = now + UNCLEAN_ELECTION_CHECK_S
+                records += partition_changes.unclean_elections(image, self._unclean_policy(image))
+                image, _ = image.apply(image.offset, records)
+            if self._config["auto.leader.rebalance.enable"] and now >= self._next_balance_check:
+                self._next_balance_check = now + self._config["leader.imbalance.check.interval.seconds"]
+                records += partition_changes.rebalance(image, self._config["leader.imbalance.per.broker.percentage"])
+            await self._commit(records)
+
+    # Reassignments ---------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Sequence[tuple[str, int, Sequence[int] | None]], allow_replication_factor_change: bool = True,
+    ) -> list[ReassignmentResult]:
+        """Kafka's AlterPartitionReassignments: move each partition to its target replicas, or cancel (None).
+
+        While a partition moves, its replicas are the target followed by
+        the replicas being removed, with adding/removing replicas set; the
+        move completes (in this call, or in the AlterPartition that brings
+        the last new replica into the ISR) once every adding replica is in
+        sync. Partitions are decided one by one, as Kafka does.
+        """
+        async with self._active():
+            image = self._image()
+            results: list[ReassignmentResult] = []
+            records: list[MetadataRecord] = []
+            for name, index, replicas in targets:
+                try:
+                    record = self._reassign(image, name, index, replicas, allow_replication_factor_change)
+                except ControllerError as exc:
+                    results.append(ReassignmentResult(name, index, exc.code, exc.message))
+                    continue
+                if record is not None:
+                    records.append(record)
+                    image, _ = image.apply(image.offset, [record])
+                results.append(ReassignmentResult(name, index, ErrorCode.none, None))
+            await self._commit(records)
+            return results
+
+    def _reassign(self, image: MetadataImage, name: str, index: int, replicas: Sequence[int] | None,
+                  allow_replication_factor_change: bool) -> PartitionChangeRecord | None:
+        topic = image.topics.get(name)
+        if topic is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {name}.")
+        partition = topic.partitions.get(index)
+        if partition is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Unable to find partition {name}:{index}.")
+        acceptable = partition_changes.leader_acceptor(image)
+        if replicas is None:
+            if not partition.reassigning:
+                raise ControllerError(ErrorCode.no_reassignment_in_progress,
+                                      "No partition reassignment is in progress for this topic or partition.")
+            revert = partition_changes.revert_reassignment(partition)
+            if revert.unclean and not self._unclean_policy(image)(name):
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"Unable to revert partition assignment for {name}:{index} because it would "
+                                      f"require an unclean leader election.")
+            return partition_changes.build(topic, index, acceptable, replicas=revert.replicas, isr=revert.isr,
+                                           adding=(), removing=())
+        self._check_assignment(image, replicas)
+        if not allow_replication_factor_change and len(replicas) != len(partition.replicas) - len(
+                partition.removing_replicas):
+            raise ControllerError(ErrorCode.invalid_replication_factor,
+                                  f"The replication factor is changed from "
+                                  f"{len(partition.replicas) - len(partition.removing_replicas)} to {len(replicas)} "
+                                  f"but allowReplicationFactorChange is false")
+        move = partition_changes.reassignment(partition.replicas, replicas)
+        return partition_changes.build(topic, index, acceptable, replicas=move.replicas, adding=move.adding,
+                                       removing=move.removing)
+
+    @staticmethod
+    def _check_assignment(image: MetadataImage, replicas: Sequence[int]) -> None:
+        """Kafka's validateManualPartitionAssignment: registered brokers (fenced ones too), each once."""
+        if not replicas:
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  "The manual partition assignment includes an empty replica list.")
+        seen: set[int] = set()
+        for broker_id in sorted(replicas):
+            if broker_id not in image.brokers:
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"The manual partition assignment includes broker {broker_id}, but no such "
+                                      f"broker is registered.")
+            if broker_id in seen:
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      f"The manual partition assignment includes the broker {broker_id} more than "
+                                      f"once.")
+            seen.add(broker_id)
+
+    def list_partition_reassignments(
+        self, wanted: Sequence[tuple[str, Sequence[int]]] | None,
+    ) -> list[tuple[str, int, PartitionImage]]:
+        """The partitions being reassigned, among ``wanted`` (all when None); unknown ones are left out, as Kafka."""
+        image = self._image()
+        if self._quorum.controller_id != self._node_id:
+            raise ControllerError(ErrorCode.not_controller, "this node is not the active controller")
+        if wanted is None:
+            wanted = [(name, sorted(topic.partitions)) for name, topic in sorted(image.topics.items())]
+        found = []
+        for name, indexes in wanted:
+            topic = image.topics.get(name)
+            for index in indexes if topic is not None else ():
+                partition = topic.partitions.get(index)  # type: ignore[union-attr]
+                if partition is not None and partition.reassigning:
+                    found.append((name, index, partition))
+        return found
 
     # Features --------------------------------------------------------------
 
@@ -458,6 +780,10 @@ class Controller:
                         for k in sorted(current) if k not in wanted]
             if not validate_only:
                 await self._commit(records)
+                if any(r.name == UNCLEAN_LEADER_ELECTION for r in records):
+                    # Enabling it takes effect at once, not at the next periodic check (as Kafka's controller).
+                    image = self._image()
+                    await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image)))
 
     def _broker_key(self, name: str):  # type: ignore[no-untyped-def]
         if name not in self._config.definition:

@@ -8,6 +8,7 @@ ZooKeeper) produced the records.
 
 from __future__ import annotations
 
+import uuid
 from typing import Iterable, Iterator, Mapping
 
 import attrs
@@ -75,23 +76,74 @@ class BrokerImage:
             rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown)
 
 
+#: ``leader_recovery_state`` of a leader elected from the ISR, or one that has recovered (KIP-704).
+RECOVERED = 0
+#: ``leader_recovery_state`` of a leader chosen by an unclean election, until it tells the controller it recovered.
+RECOVERING = 1
+
+
+def _changed(current: tuple[int, ...], change: tuple[int, ...] | None) -> tuple[int, ...]:
+    return current if change is None else tuple(change)
+
+
 @attrs.frozen
 class PartitionImage:
+    """One partition as Kafka's PartitionRegistration keeps it.
+
+    ``adding_replicas`` and ``removing_replicas`` are non-empty while a
+    reassignment moves the partition (``replicas`` is then the target plus
+    the replicas being removed); ``elr`` and ``last_known_elr`` are the
+    eligible leader replicas of KIP-966.
+    """
+
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     leader: int
     leader_epoch: int
     partition_epoch: int
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader_recovery_state: int = RECOVERED
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else -1
+
+    @classmethod
+    def from_record(cls, record: PartitionRecord) -> PartitionImage:
+        return cls(tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
+                   tuple(record.removing_replicas), tuple(record.adding_replicas), record.leader_recovery_state,
+                   tuple(record.eligible_leader_replicas or ()), tuple(record.last_known_elr or ()))
+
+    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
+        return PartitionRecord(
+            partition_id=partition_id, topic_id=topic_id, replicas=self.replicas, isr=self.isr,
+            removing_replicas=self.removing_replicas, adding_replicas=self.adding_replicas, leader=self.leader,
+            leader_recovery_state=self.leader_recovery_state, leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch, eligible_leader_replicas=self.elr or None,
+            last_known_elr=self.last_known_elr or None)
 
     def merge(self, change: PartitionChangeRecord) -> PartitionImage:
-        """This partition after ``change``: Kafka's PartitionRegistration.merge for the fields josef keeps."""
+        """This partition after ``change``: Kafka's PartitionRegistration.merge.
+
+        Any change bumps the partition epoch; naming a leader, even the
+        current one, bumps the leader epoch.
+        """
         leader, leader_epoch = self.leader, self.leader_epoch
         if change.leader != NO_LEADER_CHANGE:
             leader, leader_epoch = change.leader, leader_epoch + 1
+        recovery = self.leader_recovery_state if change.leader_recovery_state == -1 else change.leader_recovery_state
         return PartitionImage(
-            self.replicas if change.replicas is None else change.replicas,
-            self.isr if change.isr is None else change.isr,
-            leader, leader_epoch, self.partition_epoch + 1)
+            _changed(self.replicas, change.replicas), _changed(self.isr, change.isr), leader, leader_epoch,
+            self.partition_epoch + 1, _changed(self.removing_replicas, change.removing_replicas),
+            _changed(self.adding_replicas, change.adding_replicas), recovery,
+            _changed(self.elr, change.eligible_leader_replicas), _changed(self.last_known_elr, change.last_known_elr))
 
 
 @attrs.frozen
@@ -187,8 +239,7 @@ class MetadataImage:
             topic_id = uuid_from_text(topic.topic_id)
             yield TopicRecord(name=topic.name, topic_id=topic_id)
             for partition_id, p in topic.partitions.items():
-                yield PartitionRecord(partition_id=partition_id, topic_id=topic_id, replicas=p.replicas, isr=p.isr,
-                                      leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch)
+                yield p.to_record(topic_id, partition_id)
         for (resource_type, resource_name), values in self.configs.items():
             for name, value in values.items():
                 yield ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=name, value=value)
@@ -245,8 +296,7 @@ class _Builder:
     def apply(self, record: MetadataRecord) -> None:  # noqa: C901 - one branch per record type
         if isinstance(record, PartitionRecord):
             name, partitions = self._partitions_of(uuid_to_text(record.topic_id))
-            partitions[record.partition_id] = PartitionImage(record.replicas, record.isr, record.leader,
-                                                             record.leader_epoch, record.partition_epoch)
+            partitions[record.partition_id] = PartitionImage.from_record(record)
             self.changed_partitions.append((name, record.partition_id))
         elif isinstance(record, PartitionChangeRecord):
             name, partitions = self._partitions_of(uuid_to_text(record.topic_id))

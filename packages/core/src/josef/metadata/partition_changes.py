@@ -1,55 +1,249 @@
-"""Leader and ISR changes when a broker is fenced or comes back: pure functions of the image.
+"""How a partition's leader, ISR and replicas change: pure functions of the image.
 
 Both metadata backends use them, so a Raft controller and a ZooKeeper one
-decide the same. They follow Kafka's ReplicationControlManager: a fenced
-broker leaves every ISR it is in unless it is the last member (the ISR
-never becomes empty, so the partition remembers who has its data); a
-partition it led gets the first live replica of the remaining ISR, in
-replica order, or no leader (-1) when none is live; when the broker is
-unfenced, partitions without a leader whose ISR holds it are led by it
-again. Unclean election (a leader from outside the ISR) is not done here.
+decide the same. :func:`build` is Kafka's PartitionChangeBuilder: given the
+ISR, replicas and reassignment a caller wants, it completes a reassignment
+whose new replicas have all joined the ISR, elects a leader, and returns
+the one PartitionChangeRecord that gets there (or None when nothing would
+change). Everything else here says what to ask of it when a broker is
+fenced, comes back, or when leaders are rebalanced.
+
+As in Kafka's ReplicationControlManager, a fenced broker leaves every ISR it
+is in unless it is the last member (the ISR never becomes empty, so the
+partition remembers who has its data); a partition it led gets the first
+live replica of the remaining ISR, in replica order, or no leader (-1) when
+none is live, unless the topic allows unclean elections.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+import enum
+import logging
+from typing import Callable, Iterator, Sequence
 
-from josef.metadata.image import MetadataImage, PartitionImage
+import attrs
+
+from josef.metadata.image import RECOVERING, MetadataImage, PartitionImage, TopicImage
 from josef.metadata.records import NO_LEADER_CHANGE, PartitionChangeRecord, uuid_from_text
 
+log = logging.getLogger(__name__)
+
 NO_LEADER = -1
+#: Whether a broker may lead now: Kafka's LeaderAcceptor.
+LeaderAcceptor = Callable[[int], bool]
+#: Whether a topic (by name) allows unclean leader election.
+UncleanPolicy = Callable[[str], bool]
 
 
-def _live(image: MetadataImage, broker_id: int, leaving: int) -> bool:
-    broker = image.brokers.get(broker_id)
-    return broker_id != leaving and broker is not None and not broker.fenced
+class Election(enum.Enum):
+    """Which leader :func:`build` looks for, as Kafka's PartitionChangeBuilder.Election."""
+
+    #: The first replica if it is in the ISR and may lead; else as ONLINE without the unclean step.
+    PREFERRED = "preferred"
+    #: Keep the leader if it may still lead, else the first replica in the ISR that may.
+    ONLINE = "online"
+    #: As ONLINE, and when no ISR member may lead, the first live replica: records it lacks are lost.
+    UNCLEAN = "unclean"
 
 
-def _partitions(image: MetadataImage) -> Iterator[tuple[str, int, PartitionImage]]:
+def leader_acceptor(image: MetadataImage, leaving: int = NO_LEADER, returning: int = NO_LEADER) -> LeaderAcceptor:
+    """Brokers that may lead: registered, unfenced and not shutting down.
+
+    ``leaving`` is treated as already gone and ``returning`` as already
+    back, for changes committed together with the broker's own fence or
+    unfence record.
+    """
+    def acceptable(broker_id: int) -> bool:
+        if broker_id == returning:
+            return True
+        broker = image.brokers.get(broker_id)
+        return (broker_id != leaving and broker is not None and not broker.fenced
+                and not broker.in_controlled_shutdown)
+    return acceptable
+
+
+def never_unclean(topic: str) -> bool:
+    return False
+
+
+def election_for(unclean: UncleanPolicy, topic: str) -> Election:
+    return Election.UNCLEAN if unclean(topic) else Election.ONLINE
+
+
+@attrs.frozen
+class _Target:
+    """What the partition should become; starts as what it is."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def _complete_reassignment(target: _Target) -> _Target:
+    """The target after a reassignment whose adding replicas all joined the ISR: Kafka's maybeCompleteReassignment.
+
+    The removing replicas leave the replicas and the ISR; nothing happens
+    while an adding replica is missing from the ISR, or when the ISR would
+    become empty.
+    """
+    if not (target.adding or target.removing) or not set(target.adding) <= set(target.isr):
+        return target
+    isr = tuple(r for r in target.isr if r not in target.removing)
+    if not isr:
+        return target
+    return _Target(tuple(r for r in target.replicas if r not in target.removing), isr, (), ())
+
+
+def _elect(current: PartitionImage, target: _Target, election: Election,
+           acceptable: LeaderAcceptor) -> tuple[int, bool]:
+    """``(leader, unclean)`` for the target: Kafka's electPreferredLeader / electAnyLeader."""
+    def valid(replica: int) -> bool:
+        return replica in target.isr and acceptable(replica)
+
+    if election is Election.PREFERRED and target.replicas and valid(target.replicas[0]):
+        return target.replicas[0], False
+    if valid(current.leader):
+        return current.leader, False
+    leader = next((r for r in target.replicas if valid(r)), NO_LEADER)
+    if leader != NO_LEADER:
+        return leader, False
+    if election is Election.UNCLEAN:
+        leader = next((r for r in target.replicas if acceptable(r)), NO_LEADER)
+        if leader != NO_LEADER:
+            return leader, True
+    return NO_LEADER, False
+
+
+def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
+          isr: Sequence[int] | None = None, replicas: Sequence[int] | None = None,
+          adding: Sequence[int] | None = None, removing: Sequence[int] | None = None,
+          election: Election = Election.ONLINE, recovery_state: int | None = None) -> PartitionChangeRecord | None:
+    """The record that takes ``topic``'s partition ``index`` to the wanted state, or None when it is already there.
+
+    Fields left as None keep their current value. The ISR is never set
+    empty. The leader epoch is bumped (by naming the leader) when the
+    leader changes or a replica leaves the replicas, not on an ISR shrink,
+    as in Kafka 4.x metadata versions.
+    """
+    current = topic.partitions[index]
+    target = _complete_reassignment(_Target(
+        current.replicas if replicas is None else tuple(replicas), current.isr if isr is None else tuple(isr),
+        current.adding_replicas if adding is None else tuple(adding),
+        current.removing_replicas if removing is None else tuple(removing)))
+    leader, unclean = _elect(current, target, election, acceptable)
+    new_leader = NO_LEADER_CHANGE
+    new_isr: tuple[int, ...] | None = None
+    new_recovery = current.leader_recovery_state if recovery_state is None else recovery_state
+    if leader != current.leader:
+        new_leader = leader
+        if unclean:
+            new_isr, new_recovery = (leader,), RECOVERING
+            log.warning("Unclean leader election for partition %s-%d: broker %d, which is not in the ISR %s, "
+                        "becomes the leader; records only the old ISR had may be lost",
+                        topic.name, index, leader, list(current.isr))
+    elif not set(current.replicas) <= set(target.replicas):
+        new_leader = current.leader  # a replica leaves: its fetches must be fenced by a new leader epoch
+    if new_isr is None and target.isr and target.isr != current.isr:
+        new_isr = target.isr
+    record = PartitionChangeRecord(
+        partition_id=index, topic_id=uuid_from_text(topic.topic_id), isr=new_isr, leader=new_leader,
+        replicas=None if target.replicas == current.replicas else target.replicas,
+        removing_replicas=None if target.removing == current.removing_replicas else target.removing,
+        adding_replicas=None if target.adding == current.adding_replicas else target.adding,
+        leader_recovery_state=-1 if new_recovery == current.leader_recovery_state else new_recovery)
+    unchanged = PartitionChangeRecord(partition_id=index, topic_id=record.topic_id)
+    return None if record == unchanged else record
+
+
+@attrs.frozen
+class Reassignment:
+    """Replicas, adding and removing replicas while a partition moves: Kafka's PartitionReassignmentReplicas."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def reassignment(current: Sequence[int], target: Sequence[int]) -> Reassignment:
+    """The move from ``current`` to ``target``: the target's replicas first (its order is the new preference),
+    then those being removed."""
+    removing = tuple(r for r in current if r not in target)
+    return Reassignment(tuple(target) + removing, tuple(r for r in target if r not in current), removing)
+
+
+@attrs.frozen
+class Revert:
+    """Replicas and ISR after cancelling a reassignment: Kafka's PartitionReassignmentRevert."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    #: Every ISR member was being added: the ISR becomes all the old replicas, an unclean choice.
+    unclean: bool
+
+
+def revert_reassignment(partition: PartitionImage) -> Revert:
+    """Take out the replicas the reassignment was adding, keep those it was removing."""
+    replicas = tuple(r for r in partition.replicas if r not in partition.adding_replicas)
+    isr = tuple(r for r in partition.isr if r not in partition.adding_replicas)
+    return Revert(replicas, isr or replicas, not isr)
+
+
+def _partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, int, PartitionImage]]:
     for topic in image.topics.values():
         for index, partition in topic.partitions.items():
-            yield topic.topic_id, index, partition
+            yield topic, index, partition
 
 
-def broker_leaving(image: MetadataImage, broker_id: int) -> list[PartitionChangeRecord]:
+def _built(changes: Iterator[PartitionChangeRecord | None]) -> list[PartitionChangeRecord]:
+    return [change for change in changes if change is not None]
+
+
+def broker_leaving(image: MetadataImage, broker_id: int,
+                   unclean: UncleanPolicy = never_unclean) -> list[PartitionChangeRecord]:
     """Changes that take ``broker_id`` out of every ISR and leadership, before it is fenced or shut down."""
-    changes = []
-    for topic_id, index, p in _partitions(image):
-        if broker_id not in p.isr and p.leader != broker_id:
-            continue
-        isr = tuple(r for r in p.isr if r != broker_id) or p.isr
-        leader = p.leader
-        if p.leader == broker_id:
-            leader = next((r for r in p.replicas if r in isr and _live(image, r, broker_id)), NO_LEADER)
-        if isr == p.isr and leader == p.leader:
-            continue
-        changes.append(PartitionChangeRecord(
-            partition_id=index, topic_id=uuid_from_text(topic_id), isr=None if isr == p.isr else isr,
-            leader=NO_LEADER_CHANGE if leader == p.leader else leader))
-    return changes
+    acceptable = leader_acceptor(image, leaving=broker_id)
+    return _built(
+        build(topic, index, acceptable, isr=[r for r in p.isr if r != broker_id],
+              election=election_for(unclean, topic.name))
+        for topic, index, p in _partitions(image) if broker_id in p.isr or p.leader == broker_id)
 
 
-def broker_returning(image: MetadataImage, broker_id: int) -> list[PartitionChangeRecord]:
-    """Changes that make an unfenced ``broker_id`` leader of the leaderless partitions whose ISR holds it."""
-    return [PartitionChangeRecord(partition_id=index, topic_id=uuid_from_text(topic_id), leader=broker_id)
-            for topic_id, index, p in _partitions(image) if p.leader == NO_LEADER and broker_id in p.isr]
+def broker_returning(image: MetadataImage, broker_id: int,
+                     unclean: UncleanPolicy = never_unclean) -> list[PartitionChangeRecord]:
+    """Changes that give leaderless partitions a leader now that ``broker_id`` is unfenced (in the same commit)."""
+    acceptable = leader_acceptor(image, returning=broker_id)
+    return _built(build(topic, index, acceptable, election=election_for(unclean, topic.name))
+                  for topic, index, p in _partitions(image) if p.leader == NO_LEADER)
+
+
+def unclean_elections(image: MetadataImage, unclean: UncleanPolicy) -> list[PartitionChangeRecord]:
+    """Leaders for leaderless partitions of topics that allow unclean election, which may have enabled it since."""
+    acceptable = leader_acceptor(image)
+    return _built(build(topic, index, acceptable, election=Election.UNCLEAN)
+                  for topic, index, p in _partitions(image) if p.leader == NO_LEADER and unclean(topic.name))
+
+
+def preferred_election(image: MetadataImage, topic: TopicImage, index: int) -> PartitionChangeRecord | None:
+    """The change that gives the partition its preferred leader, or None when that replica cannot lead now."""
+    return build(topic, index, leader_acceptor(image), election=Election.PREFERRED)
+
+
+def rebalance(image: MetadataImage, percentage: int) -> list[PartitionChangeRecord]:
+    """Preferred-leader elections for the brokers whose leadership is imbalanced, as Kafka's auto rebalance.
+
+    A broker is imbalanced when more than ``percentage`` percent of the
+    partitions it is the preferred replica of are led by another broker
+    (``leader.imbalance.per.broker.percentage``). Partitions being
+    reassigned are left to the reassignment.
+    """
+    preferred: dict[int, list[tuple[TopicImage, int, PartitionImage]]] = {}
+    for topic, index, p in _partitions(image):
+        if p.replicas and not p.reassigning:
+            preferred.setdefault(p.preferred_leader, []).append((topic, index, p))
+    changes: list[PartitionChangeRecord | None] = []
+    for partitions in preferred.values():
+        elsewhere = [(topic, index) for topic, index, p in partitions if p.leader != p.preferred_leader]
+        if len(elsewhere) * 100 > percentage * len(partitions):
+            changes += [preferred_election(image, topic, index) for topic, index in elsewhere]
+    return _built(iter(changes))

@@ -208,6 +208,44 @@ def validate_and_assign(
     return AppendInfo(first, next_offset - 1, max_ts, max_ts_offset, count, tuple(batches), tuple(producers))
 
 
+def describe_batches(buf: bytes | bytearray | memoryview, next_offset: int, max_epoch: int | None = None) -> AppendInfo:
+    """Check batches that already carry their offsets (a follower's fetch, a Raft log) and describe them.
+
+    Unlike :func:`validate_and_assign` nothing is rewritten: a replica
+    stores its leader's batches byte for byte. Each batch must be whole,
+    pass its magic and CRC checks and start where the previous one ended;
+    one header read per batch, never per record. Leader epochs must not go
+    down, nor above ``max_epoch`` (the epoch of the leader they came from).
+    """
+    batches = []
+    epoch = -1
+    producers = []
+    first = next_offset
+    max_ts, max_ts_offset = NO_TIMESTAMP, -1
+    count = 0
+    pos = 0
+    for pos, header in iter_batches(buf):
+        if not batch_is_valid(buf, pos, header):
+            raise CorruptRecordError(f"batch at offset {header.base_offset} fails its CRC or magic check")
+        if header.base_offset != next_offset:
+            raise InvalidRecordError(f"batch starts at offset {header.base_offset}, expected {next_offset}")
+        if header.partition_leader_epoch < epoch or (max_epoch is not None and header.partition_leader_epoch > max_epoch):
+            raise InvalidRecordError(f"batch at offset {header.base_offset} has leader epoch {header.partition_leader_epoch} "
+                                     f"out of order (previous {epoch}, leader {max_epoch})")
+        epoch = header.partition_leader_epoch
+        batches.append(BatchInfo(pos, header.size, header.base_offset, header.last_offset, header.max_timestamp))
+        if header.max_timestamp > max_ts:
+            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+        if header.producer_id >= 0 and not header.is_control:
+            producers.append(ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
+                                           header.base_offset, header.last_offset, header.max_timestamp))
+        count += header.records_count
+        next_offset = header.last_offset + 1
+    if not batches or batches[-1].position + batches[-1].size != len(buf):
+        raise CorruptRecordError(f"{len(buf)} bytes are not whole record batches")
+    return AppendInfo(first, next_offset - 1, max_ts, max_ts_offset, count, tuple(batches), tuple(producers))
+
+
 def iter_batches(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` of each complete batch in ``buf``; stops at a partial tail."""
     end = len(buf)

@@ -7,11 +7,13 @@ from typing import Any
 from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
     admin,
+    alter_partition,
     api_versions,
     brokers,
     client_quotas,
     cluster,
     configs,
+    elect_leaders,
     envelope,
     features,
     fetch,
@@ -20,6 +22,7 @@ from josef.server.apis import (
     produce,
     producer,
     producers,
+    reassignments,
     telemetry,
     topic_partitions,
 )
@@ -33,12 +36,16 @@ CONTROLLER_APIS = (
     (ApiKey.ALTER_CONFIGS, configs.alter_configs, 0, 2),
     (ApiKey.CREATE_PARTITIONS, admin.create_partitions, 0, 3),
     (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs, 0, 1),
+    (ApiKey.ELECT_LEADERS, elect_leaders.elect_leaders, 0, 2),
+    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, reassignments.alter_partition_reassignments, 0, 1),
+    (ApiKey.LIST_PARTITION_REASSIGNMENTS, reassignments.list_partition_reassignments, 0, 0),
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
     (ApiKey.BROKER_HEARTBEAT, brokers.broker_heartbeat, 0, 1),
     (ApiKey.ALLOCATE_PRODUCER_IDS, brokers.allocate_producer_ids, 0, 0),
+    (ApiKey.ALTER_PARTITION, alter_partition.alter_partition, 2, 3),
     (ApiKey.ENVELOPE, envelope.envelope, 0, 0),
 )
 

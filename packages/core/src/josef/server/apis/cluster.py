@@ -48,12 +48,11 @@ def missing_topic(code: ErrorCode, name: str | None, topic_id: Any = None) -> di
 
 
 def _partition(index: int, p: PartitionImage) -> dict[str, Any]:
-    # Eligible leader replicas (KIP-966) only exist with several replicas; DescribeTopicPartitions
-    # answers them empty, Metadata has no such fields.
+    # Metadata has no ELR fields (the builder drops them); DescribeTopicPartitions reports KIP-966's.
     return {"error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
             "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
             "replica_nodes": p.replicas, "isr_nodes": p.isr, "offline_replicas": (),
-            "eligible_leader_replicas": (), "last_known_elr": ()}
+            "eligible_leader_replicas": p.elr, "last_known_elr": p.last_known_elr}
 
 
 def topic_metadata(topic: TopicImage, indexes: Iterable[int] | None = None) -> dict[str, Any]:

@@ -54,3 +54,28 @@ def partition_for(ctx: RequestContext, topic: str | None, index: int) -> Partiti
             raise PartitionError(ErrorCode.not_leader_or_follower, f"{topic}-{index} is not hosted here")
         raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
     return partition
+
+
+#: Errors after which a client should go to another leader: KIP-951 tells it which one in the response.
+LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})
+
+
+def current_leader(ctx: RequestContext, topic: str | None, index: int, code: ErrorCode) -> dict[str, int]:
+    """The leader and epoch the image names for a partition whose request failed with ``code`` (KIP-951)."""
+    topic_image = ctx.broker.image.topics.get(topic or "")
+    state = topic_image.partitions.get(index) if topic_image is not None and code in LEADER_MOVED else None
+    if state is None:
+        return {"leader_id": -1, "leader_epoch": -1}
+    return {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+
+
+def leader_endpoints(ctx: RequestContext, leaders: list[dict[str, int] | None]) -> list[dict[str, Any]]:
+    """The endpoints, on the request's listener, of the leaders named in a response's ``current_leader`` fields."""
+    image = ctx.broker.image
+    endpoints = []
+    for node_id in sorted({leader["leader_id"] for leader in leaders if leader and leader["leader_id"] >= 0}):
+        broker = image.brokers.get(node_id)
+        endpoint = broker.endpoint(ctx.listener_name) if broker is not None else None
+        if endpoint is not None:
+            endpoints.append({"node_id": node_id, "host": endpoint.host, "port": endpoint.port, "rack": broker.rack})
+    return endpoints

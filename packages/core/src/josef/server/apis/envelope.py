@@ -30,7 +30,9 @@ _VERSION = struct.Struct(">h")
 QUORUM_APIS_ON_BROKERS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
 #: What a broker may forward in an Envelope: the admin requests the controller decides (Kafka's forwardable APIs).
 ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
-                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES}
+                       ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES,
+                       ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                       ApiKey.LIST_PARTITION_REASSIGNMENTS}
                       | QUORUM_APIS_ON_BROKERS)
 ANONYMOUS = DefaultPrincipalData(type_="User", name="ANONYMOUS", token_authenticated=False)  # type: ignore[call-arg]
 

@@ -1,4 +1,12 @@
-"""Produce: append whole batches to partition leaders; acks 0, 1 and all."""
+"""Produce: append whole batches to partition leaders; acks 0, 1 and all.
+
+acks=all waits until the high watermark covers the batch, that is, until
+every member of the ISR has it. The ISR must hold ``min.insync.replicas``
+members before the append (NOT_ENOUGH_REPLICAS, nothing written) and still
+when the wait ends (NOT_ENOUGH_REPLICAS_AFTER_APPEND: written, but not as
+safely as asked). A leader that loses its leadership while a producer waits
+answers NOT_LEADER_OR_FOLLOWER: the new leader may not have the batch.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.server.apis.common import error_of, partition_for, topic_name
+from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import RequestContext
 
 log = logging.getLogger(__name__)
@@ -36,27 +44,46 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
                 code, message = error_of(exc)
                 log.debug("produce to %s-%s failed: %s", name, data.index, message)
                 result["error_code"], result["error_message"] = code, message
+                result["current_leader"] = current_leader(ctx, name, data.index, code)
                 continue
             replicas.appended(partition.tp)
             result["base_offset"] = info.first_offset
             result["log_append_time"] = append_time
             result["log_start_offset"] = partition.log.log_start_offset
-            if acks == -1 and partition.high_watermark <= info.last_offset:
+            if acks == -1:
                 waiting.append((partition, info.last_offset, result))
         topics.append({"name": name or "", "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions})
     if acks == 0:
         return None
     if waiting:
         await _await_replication(ctx, waiting, request.timeout.total_seconds())
-    return {"responses": topics, "throttle_time": 0}
+    leaders = [p.get("current_leader") for t in topics for p in t["partition_responses"]]
+    return {"responses": topics, "throttle_time": 0, "node_endpoints": leader_endpoints(ctx, leaders)}
 
 
 async def _await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]], timeout_s: float) -> None:
-    """acks=all: hold the response until the ISR has every appended batch, or time out."""
+    """acks=all: hold the response until the ISR has every appended batch (Kafka's DelayedProduce), or time out."""
+    epochs = {id(partition): partition.leader_epoch for partition, _, _ in waiting}
     with anyio.move_on_after(timeout_s):
         while waiting:
-            waiting = [w for w in waiting if w[0].high_watermark <= w[1]]
+            waiting = [w for w in waiting if not _replicated(w, epochs[id(w[0])])]
             if waiting:
                 await ctx.broker.replicas.purgatory.wait([w[0].tp for w in waiting], timeout_s)
     for _, _, result in waiting:
         result["error_code"] = ErrorCode.request_timed_out
+
+
+def _replicated(waiting: tuple[Any, int, dict[str, Any]], leader_epoch: int) -> bool:
+    """Whether a waiting write is settled: committed, failed, or orphaned by a leadership change."""
+    partition, last_offset, result = waiting
+    if not partition.is_leader or partition.leader_epoch != leader_epoch:
+        result["error_code"] = ErrorCode.not_leader_or_follower
+        result["error_message"] = f"{partition.tp}: leadership moved while waiting for replication"
+        return True
+    if partition.high_watermark <= last_offset:
+        return False
+    try:
+        partition.check_enough_replicas()
+    except Exception as exc:
+        result["error_code"], result["error_message"] = error_of(exc)
+    return True

@@ -1,0 +1,313 @@
+"""Followers copy their leaders' logs: Kafka's ReplicaFetcherManager and ReplicaFetcherThread.
+
+A broker follows a partition by fetching it from the leader's broker, with
+Fetch requests that name the follower (``replica_state``), so the leader
+serves it up to its log end and learns the follower's log end offset from
+the fetch offset. That is how the leader's high watermark and ISR move.
+
+Partitions are spread over ``num.replica.fetchers`` tasks per leader broker
+(Kafka's ``abs(31 * topic.hashCode + partition) % numFetchers``), each with
+one connection. A partition joins its task in the *truncating* state: after
+any leadership change the follower asks the leader, with
+OffsetForLeaderEpoch, where the log of its latest leader epoch ends, and cuts
+its own log there (KIP-101, KIP-279), repeating with an older epoch when the
+leader does not know ours. Only then does it fetch. Fetches also carry the
+last fetched epoch, so a divergence the leader spots later (``diverging_epoch``)
+is cut the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import anyio
+import anyio.abc
+import attrs
+from kio.schema.errors import ErrorCode
+
+from josef.config import Config
+from josef.log import LogDirError
+from josef.metadata.records import uuid_to_text
+from josef.partition import Partition
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.connection import Connection
+from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
+from josef.protocol.records import CorruptRecordError, InvalidRecordError
+from josef.protocol.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean our metadata is behind the leader's: wait for the next metadata change.
+STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+                   ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (for BMP text), so partitions land on the same fetcher as in Kafka."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def fetcher_id(tp: TopicPartition, fetchers: int) -> int:
+    h = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
+    h = h - (1 << 32) if h & 0x80000000 else h
+    return (h & 0x7FFFFFFF) % fetchers
+
+
+@attrs.define
+class FetchState:
+    """One followed partition: the leader epoch it follows and whether its log still needs cutting."""
+
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    #: After an error: not fetched again before this (monotonic seconds).
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcher:
+    """Fetches the partitions that one leader broker leads, over one connection, in one task."""
+
+    def __init__(self, manager: ReplicaFetchers, leader_id: int, index: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.index = index
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._changed = anyio.Event()
+        self._conn: Connection | None = None
+        self.scope = anyio.CancelScope()
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.tp] = FetchState(partition, partition.leader_epoch)
+        self._changed.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def run(self) -> None:
+        with self.scope:
+            try:
+                while True:
+                    if not self.partitions:
+                        self._changed = anyio.Event()
+                        await self._changed.wait()
+                        continue
+                    try:
+                        conn = await self._connection()
+                        if any(s.truncating for s in self.partitions.values()):
+                            await self._truncate(conn)
+                        elif not await self._fetch(conn):
+                            await self._wait_for_work()
+                    except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+                        log.info("replica fetcher %d-%d: leader %d unreachable (%s); retrying", self.leader_id,
+                                 self.index, self.leader_id, exc)
+                        await self._close()
+                        await anyio.sleep(self.manager.backoff_s)
+                    except Exception:  # a bug must not stop replication of every other partition, nor the broker
+                        log.exception("replica fetcher %d-%d failed; retrying", self.leader_id, self.index)
+                        await self._close()
+                        await anyio.sleep(self.manager.backoff_s)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._close()
+
+    async def _wait_for_work(self) -> None:
+        """Nothing is fetchable now (every partition backing off): sleep until one is, or partitions change."""
+        now = time.monotonic()
+        wake = min((s.delayed_until for s in self.partitions.values()), default=now)
+        self._changed = anyio.Event()
+        with anyio.move_on_after(max(wake - now, 0.01)):
+            await self._changed.wait()
+
+    async def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            endpoint = self.manager.endpoint_of(self.leader_id)
+            if endpoint is None:
+                raise KafkaConnectionError(f"broker {self.leader_id} has no {self.manager.listener} listener")
+            self._conn = await Connection.open(
+                *endpoint, client_id=f"broker-{self.manager.broker_id}-fetcher-{self.index}",
+                request_timeout_ms=self.manager.config["replica.socket.timeout.ms"])
+        return self._conn
+
+    async def _close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    # Truncation ------------------------------------------------------------------
+
+    async def _truncate(self, conn: Connection) -> None:
+        """Ask the leader where our latest epoch ends, for every truncating partition, and cut there."""
+        states = {tp: s for tp, s in self.partitions.items() if s.truncating}
+        without_epoch = [s for s in states.values() if s.partition.latest_epoch() < 0]
+        for state in without_epoch:  # nothing to compare: only what the high watermark covers is certainly the leader's
+            state.partition.truncate_to(state.partition.high_watermark)
+            state.truncating = False
+        asking = {tp: s for tp, s in states.items() if s.truncating}
+        if not asking:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, state in asking.items():
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": state.leader_epoch,
+                "leader_epoch": state.partition.latest_epoch()})
+        response = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+            "replica_id": self.manager.broker_id,
+            "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()]})
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                state = asking.get(tp)
+                if state is None or self.partitions.get(tp) is not state:
+                    continue
+                if part.error_code != ErrorCode.none:
+                    self._failed(tp, state, part.error_code)
+                    continue
+                self._cut(state, part.leader_epoch, part.end_offset)
+
+    def _cut(self, state: FetchState, leader_epoch: int, leader_end_offset: int) -> None:
+        partition = state.partition
+        offset, done = partition.truncation_point(leader_epoch, leader_end_offset)
+        if offset < partition.log.log_end_offset:
+            log.info("truncating %s from %d to %d: the leader's epoch %d ends at %d", partition.tp,
+                     partition.log.log_end_offset, offset, leader_epoch, leader_end_offset)
+            partition.truncate_to(offset)
+        state.truncating = not done
+
+    # Fetching ----------------------------------------------------------------------
+
+    async def _fetch(self, conn: Connection) -> bool:
+        """One Fetch for every partition not backing off; False when there was none to fetch."""
+        now = time.monotonic()
+        wanted = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+        if not wanted:
+            return False
+        config = self.manager.config
+        topics: dict[str, dict[str, Any]] = {}
+        for tp, state in wanted.items():
+            partition = state.partition
+            topic = topics.setdefault(tp.topic, {"topic": tp.topic, "topic_id": partition.topic_id, "partitions": []})
+            topic["partitions"].append({
+                "partition": tp.partition, "current_leader_epoch": state.leader_epoch,
+                "fetch_offset": partition.log.log_end_offset, "last_fetched_epoch": partition.latest_epoch(),
+                "log_start_offset": partition.log.log_start_offset,
+                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+        broker_id = self.manager.broker_id
+        response = await conn.request(ApiKey.FETCH, {
+            "replica_id": broker_id, "replica_state": {"replica_id": broker_id, "replica_epoch": self.manager.broker_epoch()},
+            "max_wait": config["replica.fetch.wait.max.ms"], "min_bytes": config["replica.fetch.min.bytes"],
+            "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "topics": list(topics.values()), "forgotten_topics_data": [],
+            "rack_id": config["broker.rack"] or ""})
+        if response.error_code != ErrorCode.none:
+            raise KafkaConnectionError(f"the leader refused the fetch: {response.error_code.name}")
+        by_id = {s.partition.topic_id: tp.topic for tp, s in wanted.items()}
+        for topic in response.responses:
+            topic_id = getattr(topic, "topic_id", None)
+            name = getattr(topic, "topic", None) or by_id.get(uuid_to_text(topic_id) if topic_id else "", "")
+            for part in topic.partitions:
+                tp = TopicPartition(name, part.partition_index)
+                state = wanted.get(tp)
+                if state is not None and self.partitions.get(tp) is state:
+                    self._fetched(tp, state, part)
+        return True
+
+    def _fetched(self, tp: TopicPartition, state: FetchState, part: Any) -> None:
+        partition = state.partition
+        code = part.error_code
+        if code == ErrorCode.none:
+            diverging = part.diverging_epoch
+            if diverging is not None and diverging.epoch >= 0:
+                self._cut(state, diverging.epoch, diverging.end_offset)
+                return
+            try:
+                appended = partition.append_as_follower(part.records or b"", part.high_watermark, part.log_start_offset)
+            except (CorruptRecordError, InvalidRecordError) as exc:
+                log.error("replica fetcher: %s from leader %d cannot be appended: %s", tp, self.leader_id, exc)
+                self._delay(state)
+                return
+            except LogDirError as exc:
+                log.error("replica fetcher: appending %s failed: %s", tp, exc)
+                self._delay(state)
+                return
+            if appended:
+                self.manager.appended(tp)
+        elif code == ErrorCode.offset_out_of_range:
+            self._out_of_range(state, part)
+        else:
+            self._failed(tp, state, code)
+
+    def _out_of_range(self, state: FetchState, part: Any) -> None:
+        """Our log end is outside the leader's log: behind its start (retention moved on), or past its end."""
+        partition = state.partition
+        if partition.log.log_end_offset < part.log_start_offset:
+            log.info("%s: the leader's log starts at %d, past our end %d; starting over there", partition.tp,
+                     part.log_start_offset, partition.log.log_end_offset)
+            partition.truncate_fully_and_start_at(part.log_start_offset)
+        else:
+            state.truncating = True
+
+    def _failed(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
+        if code not in STALE:
+            log.warning("replica fetcher: %s from leader %d failed with %s", tp, self.leader_id, code.name)
+        self._delay(state)
+
+    def _delay(self, state: FetchState) -> None:
+        state.delayed_until = time.monotonic() + self.manager.backoff_s
+
+
+class ReplicaFetchers:
+    """Every fetcher of this broker: which partition is followed from which leader, and their tasks."""
+
+    def __init__(self, broker_id: int, config: Config, endpoint_of: Callable[[int], tuple[str, int] | None],
+                 broker_epoch: Callable[[], int], appended: Callable[[TopicPartition], None], listener: str) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.endpoint_of = endpoint_of
+        self.broker_epoch = broker_epoch
+        self.appended = appended
+        self.listener = listener
+        self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._following: dict[TopicPartition, ReplicaFetcher] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            for fetcher in self._fetchers.values():
+                tg.start_soon(fetcher.run)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def follow(self, partition: Partition) -> None:
+        """Fetch ``partition`` from its leader from now on, starting with truncation (a new leader or epoch)."""
+        tp = partition.tp
+        self.stop_following(tp)
+        if partition.leader_id < 0 or partition.is_leader:
+            return
+        key = (partition.leader_id, fetcher_id(tp, self.config["num.replica.fetchers"]))
+        fetcher = self._fetchers.get(key)
+        if fetcher is None:
+            fetcher = self._fetchers[key] = ReplicaFetcher(self, *key)
+            if self._tg is not None:
+                self._tg.start_soon(fetcher.run)
+        fetcher.add(partition)
+        self._following[tp] = fetcher
+
+    def stop_following(self, tp: TopicPartition) -> None:
+        fetcher = self._following.pop(tp, None)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not fetcher.partitions:
+            del self._fetchers[(fetcher.leader_id, fetcher.index)]
+            fetcher.scope.cancel()
+
+    def following(self) -> dict[TopicPartition, int]:
+        """Each followed partition's leader: for tests and metrics."""
+        return {tp: fetcher.leader_id for tp, fetcher in self._following.items()}
