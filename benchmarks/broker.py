@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 try:
     import confluent_kafka
@@ -57,6 +57,14 @@ TARGETS = {
 
 class BenchmarkError(RuntimeError):
     """A failed run: delivery error, short consume, broker that does not start..."""
+
+
+class Server(Protocol):
+    """What a phase measures and blames: one broker here, every node of a cluster in replication.py."""
+
+    def cpu_seconds(self) -> float: ...
+
+    def tail(self, lines: int = 60) -> str: ...
 
 
 # --------------------------------------------------------------------------- broker process
@@ -212,16 +220,7 @@ class Broker:
 
     def cpu_seconds(self) -> float:
         """utime+stime of the broker and its descendants, in seconds."""
-        total = 0
-        for pid in self.pids():
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            # after "comm)": state(3) ppid(4) ... utime(14) stime(15) -> indexes 11, 12
-            total += int(fields[11]) + int(fields[12])
-        return total / CLK_TCK
+        return cpu_seconds_of(self.pids())
 
     def rss_bytes(self) -> int:
         """VmRSS of the broker (plus descendants, if it has any)."""
@@ -236,6 +235,20 @@ class Broker:
             except OSError:
                 continue
         return total
+
+
+def cpu_seconds_of(pids: list[int]) -> float:
+    """utime+stime of these processes, in seconds (a process that is gone counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # after "comm)": state(3) ppid(4) ... utime(14) stime(15) -> indexes 11, 12
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
 
 
 # --------------------------------------------------------------------------- client helpers
@@ -259,7 +272,7 @@ def machine_busy_seconds() -> float:
 class Meter:
     """Wall time, broker CPU, this process's CPU and everybody else's CPU over one phase."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Server) -> None:
         self.broker = broker
         self.b0, self.c0, self.m0 = broker.cpu_seconds(), client_cpu_seconds(), machine_busy_seconds()
         self.t0 = time.perf_counter()
@@ -347,7 +360,7 @@ def consumer_config(bootstrap: str, extra: dict[str, str]) -> dict[str, Any]:
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int, extra: dict[str, str],
-            broker: Broker, timeout: float) -> dict[str, Any]:
+            broker: Server, timeout: float) -> dict[str, Any]:
     """Produce ``count`` records of ``size`` bytes (null key); every one must be acknowledged."""
     acked = 0
     errors: list[str] = []
