@@ -17,9 +17,9 @@ producer tuned as benchmarks/broker.py tunes it:
   them and takes now - send time (``time.monotonic_ns``: one clock, one process). After
   ``--warmup`` s it keeps ``--latency-seconds`` s of samples: p50, p99, max and the rate achieved.
   A record is visible to consumers only once the ISR has it (high watermark), so this is the
-  latency of a replicated write.
+  latency of a replicated write; send-to-acknowledgement percentiles are reported beside it.
 
-Every acks=all phase first sends one probe record and fails with a message if it is not
+Each throughput phase first sends one probe record and fails with a message if it is not
 acknowledged within ``--probe-timeout`` s (followers that do not replicate leave acks=all waiting),
 and every phase fails after ``--timeout`` s rather than hang. See benchmarks/README.md.
 """
@@ -184,12 +184,19 @@ def latency(bootstrap: str, topic: str, a: argparse.Namespace, nodes: Nodes) -> 
     errors: list[str] = []
     sent_at: dict[str, int] = {}
 
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None and len(errors) < 20:
-            errors.append(str(err))
+    acked: list[int] = []  # send-to-acknowledgement ns of the measured records: where the end-to-end time goes
 
-    producer = Producer({**producer_config(bootstrap, a.producer_config), "acks": "all",
-                         "linger.ms": a.latency_linger_ms, "on_delivery": on_delivery})
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            if len(errors) < 20:
+                errors.append(str(err))
+            return
+        seq, at = STAMP.unpack_from(msg.value())
+        if seq >= warmup_n:
+            acked.append(time.monotonic_ns() - at)
+
+    settings = {**producer_config(bootstrap, a.producer_config), "acks": "all"}
+    producer = Producer({**settings, "on_delivery": on_delivery})
     consumer = Consumer(consumer_config(bootstrap, a.consumer_config))
     for client in (producer, consumer):
         wait_for_leaders(client, topic, a.partitions, timeout=60)
@@ -257,12 +264,19 @@ def latency(bootstrap: str, topic: str, a: argparse.Namespace, nodes: Nodes) -> 
     measured_s = (sent_at["last"] - sent_at["first"]) / 1e9
     kept = total - warmup_n
     ms = sorted(s / 1e6 for s in samples)
+    ack_ms = sorted(s / 1e6 for s in acked)
     return {
         "offered_mb_per_s": a.rate, "record_bytes": a.record_size, "records": kept, "warmup_records": warmup_n,
         "achieved_mb_per_s": kept * a.record_size / measured_s / MB, "achieved_records_per_s": kept / measured_s,
-        "p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))], "max_ms": ms[-1],
-        "linger_ms": a.latency_linger_ms, **figures,
+        "p50_ms": statistics.median(ms), "p99_ms": percentile(ms, 0.99), "max_ms": ms[-1],
+        "ack_p50_ms": statistics.median(ack_ms), "ack_p99_ms": percentile(ack_ms, 0.99),
+        "linger_ms": settings["linger.ms"], **figures,
     }
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of an ascending list."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 def run(a: argparse.Namespace, results: dict[str, Any], problems: list[str]) -> None:
@@ -309,7 +323,10 @@ def print_report(a: argparse.Namespace, info: dict[str, Any], results: dict[str,
               f"acks=all, RF {a.rf}, linger.ms {x['linger_ms']}):")
         print(f"  p50 {x['p50_ms']:.1f} ms   p99 {x['p99_ms']:.1f} ms   max {x['max_ms']:.1f} ms   over "
               f"{x['records']:,} records; achieved {x['achieved_mb_per_s']:.1f} MB/s "
-              f"({x['achieved_records_per_s']:,.0f} rec/s)")
+              f"({x['achieved_records_per_s']:,.0f} rec/s); nodes {x['broker_cpu_util']:.0%} CPU, "
+              f"client {x['client_cpu_util']:.0%}, other {x['other_cpu_util']:.0%}")
+        print(f"  produce acknowledgement (send to acks=all delivery report): p50 {x['ack_p50_ms']:.1f} ms   "
+              f"p99 {x['ack_p99_ms']:.1f} ms")
     if problems:
         print("\nproblems observed:")
         for problem in problems:
@@ -331,8 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="MB/s offered in the latency phase")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of the latency phase not measured")
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="seconds of latency measured")
-    parser.add_argument("--latency-linger-ms", type=float, default=1.0,
-                        help="linger.ms of the latency phase's producer (the throughput phases use broker.py's 5)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="server property for every node (repeatable)")
     parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
