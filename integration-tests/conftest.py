@@ -3,6 +3,11 @@
 Each test starts its own broker and the fixture stops it by its PID. The
 backend under test comes from ``JOSEF_TEST_METADATA``/``JOSEF_TEST_STORAGE``,
 which the nox matrix sets.
+
+A test that takes ``brokers`` (or ``brokers_factory``) runs twice: against one
+broker, and against a cluster of three combined nodes whose topics, the
+internal ones too, have three replicas and need two in sync, so the same
+assertions check that replication keeps them true.
 """
 
 from __future__ import annotations
@@ -13,13 +18,26 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
+from josef.cluster import JosefCluster
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient
+
 READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
 START_TIMEOUT_S = 30
+#: Every node of the 3-broker runs: new and internal topics replicated three ways, acks=all needing two replicas.
+REPLICATED = {"offsets.topic.replication.factor": "3", "default.replication.factor": "3", "min.insync.replicas": "2"}
+
+
+def backend_overrides() -> dict[str, str]:
+    """The metadata quorum and log storage under test, as the nox matrix names them."""
+    return {"metadata.quorum": os.environ.get("JOSEF_TEST_METADATA", "kraft"),
+            "log.storage": os.environ.get("JOSEF_TEST_STORAGE", "local")}
 
 
 class BrokerProcess:
@@ -30,8 +48,7 @@ class BrokerProcess:
         self.overrides = {
             "listeners": "PLAINTEXT://127.0.0.1:0",
             "log.dirs": str(data_dir),
-            "metadata.quorum": os.environ.get("JOSEF_TEST_METADATA", "kraft"),
-            "log.storage": os.environ.get("JOSEF_TEST_STORAGE", "local"),
+            **backend_overrides(),
             **overrides,
         }
         self.proc: subprocess.Popen[str] | None = None
@@ -66,6 +83,10 @@ class BrokerProcess:
                 self.port = int(match.group(2))
                 ready.set()
         ready.set()  # the process ended: let start() fail with the log
+
+    def leader_port(self, topic: str, partition: int = 0) -> int:
+        """The port of the partition's leader: this broker leads every partition."""
+        return self.port
 
     def wait_for_log(self, text: str, timeout: float = 10) -> bool:
         """Whether a line containing ``text`` is logged within ``timeout`` seconds (lines are read by a thread)."""
@@ -112,3 +133,56 @@ def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture
 def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
+
+
+class ClusterBrokers:
+    """A started 3-node :class:`JosefCluster` with the part of :class:`BrokerProcess` that tests of clients use."""
+
+    def __init__(self, cluster: JosefCluster) -> None:
+        self.cluster = cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def leader_port(self, topic: str, partition: int = 0, timeout: float = 30) -> int:
+        """The port of the partition's leader, as the first broker's metadata names it once it has one.
+
+        Raw requests (Produce, Fetch of stored batches) must go to the leader; right after
+        CreateTopics a broker may not know the leader yet, so this waits for one. The partition
+        must have three replicas: these runs are meant to check replicated partitions.
+        """
+        port = self.cluster.brokers[0].listener("PLAINTEXT")[1]  # type: ignore[index]
+        deadline = time.monotonic() + timeout
+        client = RawClient(port)
+        try:
+            while True:
+                answer = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                           "allow_auto_topic_creation": False,
+                                                           "include_topic_authorized_operations": False})
+                found = [p for t in answer.topics for p in t.partitions if p.partition_index == partition]
+                ports = {b.node_id: b.port for b in answer.brokers}
+                if found and found[0].leader_id in ports:
+                    assert len(found[0].replica_nodes) == 3, f"{topic}-{partition} is not replicated: {found[0]}"
+                    return ports[found[0].leader_id]
+                assert time.monotonic() < deadline, f"{topic}-{partition} has no leader after {timeout}s: {answer}"
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+
+@pytest.fixture(params=["1-broker", "3-brokers"])
+def brokers_factory(request: pytest.FixtureRequest, broker_factory, josef_cluster) -> Callable[..., Any]:
+    """``make(**overrides)``: one broker process, or (second run) three combined nodes with :data:`REPLICATED`."""
+
+    def make(**overrides: str) -> BrokerProcess | ClusterBrokers:
+        if request.param == "1-broker":
+            return broker_factory(**overrides)
+        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **REPLICATED, **overrides}))
+
+    return make
+
+
+@pytest.fixture
+def brokers(brokers_factory) -> BrokerProcess | ClusterBrokers:
+    return brokers_factory()

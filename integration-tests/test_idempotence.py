@@ -3,6 +3,9 @@
 The raw tests speak the protocol themselves (InitProducerId, Produce, Fetch)
 so they can do what a client only does after a lost acknowledgement: send
 the very same batch again, also after the broker restarted or was killed.
+Tests taking ``brokers`` run against one broker and against three with
+every topic replicated three ways (conftest.py); raw requests go to the
+partition's leader.
 """
 
 from __future__ import annotations
@@ -105,8 +108,9 @@ class Raw:
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """A topic with the brokers' default.replication.factor (3 in the 3-broker runs)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
 
 
 def batch(producer_id: int, epoch: int, sequence: int, count: int = 1, value_size: int = 10) -> bytes:
@@ -127,9 +131,9 @@ def assert_idempotent_batches(headers: list[BatchHeader]) -> None:
 # Real clients ------------------------------------------------------------------------------
 
 
-def test_confluent_kafka_idempotent_producer_stores_every_record_once_in_order(broker):
+def test_confluent_kafka_idempotent_producer_stores_every_record_once_in_order(brokers):
     count, partitions = 50_000, 3
-    create(broker.bootstrap_servers, "idem", partitions)
+    create(brokers.bootstrap_servers, "idem", partitions)
     acked: list[tuple[int, int, bytes]] = []
     errors = []
 
@@ -139,7 +143,7 @@ def test_confluent_kafka_idempotent_producer_stores_every_record_once_in_order(b
         else:
             acked.append((msg.partition(), msg.offset(), msg.value()))
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True,
+    producer = Producer({"bootstrap.servers": brokers.bootstrap_servers, "enable.idempotence": True,
                          "linger.ms": 5, "max.in.flight.requests.per.connection": 5})
     for i in range(count):
         producer.produce("idem", value=str(i).encode(), partition=i % partitions, on_delivery=delivered)
@@ -148,7 +152,7 @@ def test_confluent_kafka_idempotent_producer_stores_every_record_once_in_order(b
     assert producer.flush(60) == 0
     assert not errors and len(acked) == count
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "unused",
+    consumer = Consumer({"bootstrap.servers": brokers.bootstrap_servers, "group.id": "unused",
                          "enable.auto.commit": False, "queued.min.messages": 1_000_000,
                          "fetch.queue.backoff.ms": 10})
     consumer.assign([TopicPartition("idem", p, 0) for p in range(partitions)])
@@ -167,15 +171,14 @@ def test_confluent_kafka_idempotent_producer_stores_every_record_once_in_order(b
     for p in range(partitions):
         values = [str(i).encode() for i in range(p, count, partitions)]
         assert got[p] == list(enumerate(values)), f"partition {p} is not every record once, in order"
-    raw = Raw(broker.port)
     for p in range(partitions):
-        assert_idempotent_batches(raw.batches("idem", p))
+        assert_idempotent_batches(Raw(brokers.leader_port("idem", p)).batches("idem", p))
 
 
-def test_kafka_python_idempotent_producer(broker):
+def test_kafka_python_idempotent_producer(brokers):
     count = 3000
-    create(broker.bootstrap_servers, "idem-kp", 2)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True, acks="all",
+    create(brokers.bootstrap_servers, "idem-kp", 2)
+    producer = KafkaProducer(bootstrap_servers=brokers.bootstrap_servers, enable_idempotence=True, acks="all",
                              linger_ms=5)
     futures = [producer.send("idem-kp", value=str(i).encode(), partition=i % 2) for i in range(count)]
     producer.flush()
@@ -183,19 +186,18 @@ def test_kafka_python_idempotent_producer(broker):
     producer.close()
     for p in range(2):
         assert [m.offset for m in metadata if m.partition == p] == list(range(count // 2))
-    raw = Raw(broker.port)
     for p in range(2):
-        headers = raw.batches("idem-kp", p)
+        headers = Raw(brokers.leader_port("idem-kp", p)).batches("idem-kp", p)
         assert_idempotent_batches(headers)
         assert headers[-1].last_offset == count // 2 - 1
 
 
-def test_aiokafka_idempotent_producer(broker):
+def test_aiokafka_idempotent_producer(brokers):
     count = 3000
-    create(broker.bootstrap_servers, "idem-aio", 2)
+    create(brokers.bootstrap_servers, "idem-aio", 2)
 
     async def main():
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True,
+        producer = AIOKafkaProducer(bootstrap_servers=brokers.bootstrap_servers, enable_idempotence=True,
                                     linger_ms=5)
         await producer.start()
         try:
@@ -207,9 +209,8 @@ def test_aiokafka_idempotent_producer(broker):
     metadata = asyncio.run(main())
     for p in range(2):
         assert [m.offset for m in metadata if m.partition == p] == list(range(count // 2))
-    raw = Raw(broker.port)
     for p in range(2):
-        headers = raw.batches("idem-aio", p)
+        headers = Raw(brokers.leader_port("idem-aio", p)).batches("idem-aio", p)
         assert_idempotent_batches(headers)
         assert headers[-1].last_offset == count // 2 - 1
 
@@ -230,9 +231,9 @@ def test_transactional_ids_wait_for_the_transaction_plugin(broker):
     assert broker.wait_for_log("transaction coordinator plugin")
 
 
-def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(broker):
-    create(broker.bootstrap_servers, "retry")
-    raw = Raw(broker.port)
+def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(brokers):
+    create(brokers.bootstrap_servers, "retry")
+    raw = Raw(brokers.leader_port("retry"))
     pid = raw.init_producer_id().producer_id
     assert raw.produce("retry", batch(-1, -1, -1, count=2)).base_offset == 0  # a plain producer's batch first
     first = batch(pid, 0, 0, count=3)
@@ -248,9 +249,9 @@ def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(broke
         (0, -1, -1), (2, pid, 0), (5, pid, 3)]
 
 
-def test_a_gap_in_sequences_is_out_of_order(broker):
-    create(broker.bootstrap_servers, "gap")
-    raw = Raw(broker.port)
+def test_a_gap_in_sequences_is_out_of_order(brokers):
+    create(brokers.bootstrap_servers, "gap")
+    raw = Raw(brokers.leader_port("gap"))
     pid = raw.init_producer_id().producer_id
     assert raw.produce("gap", batch(pid, 0, 0, count=2)).error_code == ErrorCode.none
     answer = raw.produce("gap", batch(pid, 0, 3))
@@ -259,7 +260,7 @@ def test_a_gap_in_sequences_is_out_of_order(broker):
     assert raw.produce("gap", batch(pid, 0, 2)).base_offset == 2
 
 
-def test_an_old_epoch_is_fenced_after_the_kip_360_epoch_bump(broker):
+def test_an_old_epoch_is_fenced_after_the_kip_360_epoch_bump(brokers):
     """KIP-360: an idempotent producer bumps its epoch itself and restarts its sequences at 0.
 
     Asking InitProducerId again with the current id and epoch gives a new
@@ -267,8 +268,8 @@ def test_an_old_epoch_is_fenced_after_the_kip_360_epoch_bump(broker):
     transactional id; the bumped epoch of the old id is what fences its
     old batches.
     """
-    create(broker.bootstrap_servers, "fence")
-    raw = Raw(broker.port)
+    create(brokers.bootstrap_servers, "fence")
+    raw = Raw(brokers.leader_port("fence"))
     pid = raw.init_producer_id().producer_id
     assert raw.produce("fence", batch(pid, 0, 0, count=3)).error_code == ErrorCode.none
     assert raw.produce("fence", batch(pid, 1, 1)).error_code == ErrorCode.out_of_order_sequence_number
