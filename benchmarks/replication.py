@@ -203,7 +203,7 @@ def latency(bootstrap: str, topic: str, a: argparse.Namespace, nodes: Nodes) -> 
     consumer.assign([TopicPartition(topic, p, 0) for p in range(a.partitions)])
     stop = threading.Event()
 
-    def send() -> None:
+    def pace() -> None:
         push, poll, now = producer.produce, producer.poll, time.monotonic_ns
         start = now()
         seq = 0
@@ -221,8 +221,14 @@ def latency(bootstrap: str, topic: str, a: argparse.Namespace, nodes: Nodes) -> 
             time.sleep(0.001)
         sent_at["last"] = now()
         sent_at["count"] = seq
-        while len(producer) and not stop.is_set():  # serve delivery callbacks until every record is acknowledged
+        while len(producer) and not stop.is_set():  # serve delivery reports until every record is acknowledged
             producer.flush(0.5)
+
+    def send() -> None:
+        try:
+            pace()
+        except Exception as exc:  # reported by the consumer loop, which would otherwise wait for the deadline
+            errors.append(f"producer thread: {exc!r}")
 
     sender = threading.Thread(target=send, name="paced-producer", daemon=True)
     progress(f"latency: {a.rate:g} MB/s of {a.record_size} B records ({1e9 / interval_ns:,.0f} rec/s), acks=all, "
@@ -256,6 +262,10 @@ def latency(bootstrap: str, topic: str, a: argparse.Namespace, nodes: Nodes) -> 
             seen += len(batch)
             if errors:
                 raise BenchmarkError(f"latency: delivery errors: {errors[:3]}")
+        sender.join(max(1.0, deadline - time.monotonic()))  # its last delivery reports
+        if len(acked) != total - warmup_n:
+            raise BenchmarkError(f"latency: {len(acked):,} of {total - warmup_n:,} measured records acknowledged "
+                                 f"though all were consumed; errors {errors[:3]}")
     finally:
         stop.set()
         sender.join(a.timeout)
