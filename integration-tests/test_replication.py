@@ -16,7 +16,9 @@ from collections import defaultdict
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from josef.testing import eventually
+from josef.broker_config import RACK_AWARE_SELECTOR
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient, eventually
 
 FAST = {
     "controller.quorum.election.timeout.ms": "500",
@@ -246,3 +248,48 @@ def test_a_returning_leader_truncates_the_tail_nobody_replicated(josef_cluster):
     values = [value.decode() for _, value in read_all(cluster, topic, partitions=1)[0]]
     assert values == [f"committed-{i}" for i in range(100)] + [f"new-leader-{i}" for i in range(30)]
     assert new_leader != old_leader.node_id
+
+
+def test_consumers_fetch_from_an_in_sync_replica_in_their_rack(josef_cluster):
+    racks = {2: "east", 3: "west", 4: "north"}
+    cluster = josef_cluster(controllers=1, brokers=3, node_overrides={b: {"broker.rack": r} for b, r in racks.items()},
+                            **FAST, **{"replica.selector.class": RACK_AWARE_SELECTOR})
+    topic = "racks"
+    client = admin(cluster)
+    client.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 3, 4]])])[topic].result(30)
+    full_isr(cluster, topic)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(200):
+        producer.produce(topic, f"r-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    body = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "west",
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+
+    def fetch_from(node):
+        raw = RawClient(node.listener("PLAINTEXT")[1])
+        try:
+            [topic_answer] = raw.call(ApiKey.FETCH, 12, body).responses
+            [answer] = topic_answer.partitions
+            return answer
+        finally:
+            raw.close()
+    # The leader (broker 2, in "east") points a consumer in "west" at broker 3, which serves it.
+    from_leader = eventually(lambda: (a := fetch_from(cluster.node(2))).preferred_read_replica == 3 and a,
+                             what="broker 3 in sync with a high watermark of 200")
+    assert from_leader.error_code == 0 and from_leader.records in (None, b"")
+    from_follower = fetch_from(cluster.node(3))
+    assert from_follower.error_code == 0 and from_follower.preferred_read_replica == -1 and from_follower.records
+    # librdkafka follows the redirection and reads everything.
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "west", "client.rack": "west",
+                         "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        eventually(lambda: values.extend(m.value() for m in consumer.consume(200, 0.5) if m.error() is None)
+                   or len(values) >= 200, what="the rack-aware consumer reading 200 records")
+        assert values == [f"r-{i}".encode() for i in range(200)]
+    finally:
+        consumer.close()
