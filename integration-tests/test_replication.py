@@ -193,6 +193,19 @@ def test_with_two_of_three_brokers_down_acks_all_is_refused_and_nothing_is_writt
         if broker is not survivor:
             broker.kill()
     eventually(lambda: partitions_of(cluster, topic)[0][2] == (leader,), what="the ISR shrinking to the survivor")
+
+    def offline_replicas():
+        raw = RawClient(survivor.listener("PLAINTEXT")[1])
+        try:
+            [described] = raw.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                         "allow_auto_topic_creation": False,
+                                                         "include_topic_authorized_operations": False}).topics
+        finally:
+            raw.close()
+        return sorted(described.partitions[0].offline_replicas)
+    # Once their sessions end they are fenced, and Metadata lists their replicas offline.
+    eventually(lambda: offline_replicas() == sorted(b.node_id for b in cluster.brokers if b is not survivor),
+               what="the dead brokers' replicas listed offline")
     errors = []
     producer = Producer({"bootstrap.servers": survivor.bootstrap_server, "acks": "all", "retries": 0,
                          "enable.idempotence": False, "message.timeout.ms": 10000})
