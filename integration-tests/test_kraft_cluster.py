@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
-from josef.testing import RawClient
+from josef.testing import RawClient, eventually
 
 ELECTION_TIMEOUT_MS = 500
 FETCH_TIMEOUT_MS = 1000
@@ -42,18 +42,6 @@ def describe_quorum(node):
     [topic] = answer.topics
     [partition] = topic.partitions
     return partition
-
-
-def eventually(check, timeout=30.0, what="the condition"):
-    """Poll ``check`` until it returns a true value: processes elsewhere give no event to wait on."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.05)
 
 
 def active_controller(controllers):

@@ -25,6 +25,9 @@ def _listeners(value: list[str]) -> None:
             raise ConfigError(f"listener {item!r} has no valid port")
 
 
+#: The replica selector of KIP-392 that josef implements, by Kafka's class name.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 #: Kafka's security protocols, and the ones josef's listeners implement.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
@@ -130,6 +133,10 @@ CORE_KEYS = (
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", L, 5000, "How often high watermarks are written to replication-offset-checkpoint.", at_least(1)),
     ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
     ConfigKey("broker.rack", S, None, "The rack of this broker: rack-aware replica placement and follower fetching (KIP-392)."),
+    ConfigKey("replica.selector.class", S, None,
+              "Where consumers that name their rack (client.rack) should fetch from (KIP-392): "
+              f"{RACK_AWARE_SELECTOR} sends them to an in-sync replica in their rack; unset, always the leader.",
+              one_of(RACK_AWARE_SELECTOR)),
     # Leadership (decided by the active controller)
     ConfigKey("auto.leader.rebalance.enable", B, True, "Move leadership back to each partition's preferred replica when leaders are imbalanced."),
     ConfigKey("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks whether leaders are imbalanced.", at_least(1)),

@@ -79,6 +79,8 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._changed = anyio.Event()
         self._conn: Connection | None = None
+        #: Said once in the log until a connection works again.
+        self._unreachable = False
         self.scope = anyio.CancelScope()
 
     def add(self, partition: Partition) -> None:
@@ -103,8 +105,10 @@ class ReplicaFetcher:
                         elif not await self._fetch(conn):
                             await self._wait_for_work()
                     except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
-                        log.info("replica fetcher %d-%d: leader %d unreachable (%s); retrying", self.leader_id,
-                                 self.index, self.leader_id, exc)
+                        log.log(logging.DEBUG if self._unreachable else logging.INFO,
+                                "replica fetcher %d-%d: leader %d unreachable (%s); retrying every %.0f ms",
+                                self.leader_id, self.index, self.leader_id, exc, self.manager.backoff_s * 1000)
+                        self._unreachable = True
                         await self._close()
                         await anyio.sleep(self.manager.backoff_s)
                     except Exception:  # a bug must not stop replication of every other partition, nor the broker
@@ -131,6 +135,7 @@ class ReplicaFetcher:
             self._conn = await Connection.open(
                 *endpoint, client_id=f"broker-{self.manager.broker_id}-fetcher-{self.index}",
                 request_timeout_ms=self.manager.config["replica.socket.timeout.ms"])
+            self._unreachable = False
         return self._conn
 
     async def _close(self) -> None:

@@ -29,7 +29,7 @@ from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage
 from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
-from josef.partition import Partition
+from josef.partition import FollowerState, Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
 from josef.purgatory import Purgatory
@@ -156,6 +156,22 @@ class ReplicaManager:
         joining = partition.isr_to_expand(self._isr_eligible)
         if joining is not None:
             self._propose_isr(partition, joining)
+
+    def preferred_read_replica(self, partition: Partition, client_rack: str, fetch_offset: int) -> int:
+        """Kafka's RackAwareReplicaSelector (KIP-392): an in-sync replica in the consumer's rack, or -1 for the leader.
+
+        Only replicas that already hold ``fetch_offset`` are candidates; the
+        leader wins when it is in the rack too, and among followers the one
+        with the longest log.
+        """
+        if not client_rack or self.config["replica.selector.class"] is None or not partition.is_leader:
+            return -1
+        brokers = self.broker.image.brokers
+        same_rack = [b for b in partition.isr if b in brokers and brokers[b].rack == client_rack
+                     and (b == self.broker_id or partition.followers.get(b, FollowerState()).log_end_offset >= fetch_offset)]
+        if not same_rack or self.broker_id in same_rack:
+            return -1
+        return max(same_rack, key=lambda b: partition.followers[b].log_end_offset)
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """A broker may join an ISR only while registered, unfenced and not shutting down (KIP-841)."""

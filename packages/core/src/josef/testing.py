@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Iterator
@@ -45,8 +46,25 @@ from josef.cluster import JosefCluster, NodeProcess, free_ports
 from josef.protocol.messages import decode_response, encode_request
 from josef.runner import BrokerThread
 
-__all__ = ["JosefCluster", "NodeProcess", "RawClient", "broker_overrides", "free_ports", "josef_broker",
+__all__ = ["JosefCluster", "NodeProcess", "RawClient", "broker_overrides", "eventually", "free_ports", "josef_broker",
            "josef_cluster"]
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "the condition") -> Any:
+    """Poll ``check`` every 50 ms until it returns a true value, which is returned.
+
+    For state of other processes (Metadata, DescribeQuorum answers) that
+    gives no event to wait on; raises AssertionError naming ``what`` after
+    ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.05)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,7 +9,10 @@ so the follower cuts its log (KIP-320).
 
 A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER
 with the leader it knows and its endpoint (KIP-951), so clients go there
-without a metadata round trip.
+without a metadata round trip. Consumers from v11 on may fetch from
+followers (KIP-392), which serve up to their own high watermark; with
+``replica.selector.class`` set, a leader sends a consumer that names its
+rack to an in-sync replica there (``preferred_read_replica``).
 
 Sessions (KIP-227) are answered with session id 0, which tells clients to
 keep sending full fetch requests; that is always allowed by the protocol.
@@ -25,6 +28,10 @@ from kio.schema.errors import ErrorCode
 from josef.partition import Partition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import RequestContext
+
+
+#: Consumers name their rack and may fetch from followers from this Fetch version on (KIP-392).
+FOLLOWER_FETCH_VERSION = 11
 
 
 def replica_of(request: Any) -> int:
@@ -45,7 +52,7 @@ async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
         for part in topic.partitions:
             wanted.append((topic, part, name))
     while True:
-        responses, total, tps = _read_all(ctx, wanted, max_bytes, replica_id)
+        responses, total, tps = _read_all(ctx, wanted, max_bytes, replica_id, getattr(request, "rack_id", "") or "")
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or not tps or any(
             p["error_code"] for t in responses for p in t["partitions"]
@@ -56,8 +63,8 @@ async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "node_endpoints": leader_endpoints(ctx, [p.get("current_leader") for t in responses for p in t["partitions"]])}
 
 
-def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]],
-              max_bytes: int, replica_id: int) -> tuple[list[dict[str, Any]], int, list[Any]]:
+def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], max_bytes: int, replica_id: int,
+              client_rack: str) -> tuple[list[dict[str, Any]], int, list[Any]]:
     total = 0
     by_topic: dict[int, dict[str, Any]] = {}
     tps = []
@@ -71,8 +78,14 @@ def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]],
         partition: Partition | None = None
         try:
             partition = partition_for(ctx, name, part.partition)
-            partition.require_leader()
+            if replica_id >= 0 or ctx.api_version < FOLLOWER_FETCH_VERSION:
+                partition.require_leader()
             partition.check_leader_epoch(getattr(part, "current_leader_epoch", -1))
+            preferred = ctx.broker.replicas.preferred_read_replica(partition, client_rack, part.fetch_offset)
+            if preferred >= 0:
+                result.update(preferred_read_replica=preferred, high_watermark=partition.high_watermark,
+                              last_stable_offset=partition.high_watermark, log_start_offset=partition.log.log_start_offset)
+                continue
             if replica_id >= 0:
                 diverging = _diverging_epoch(partition, part)
                 if diverging is not None:
