@@ -15,9 +15,11 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from josef.broker_config import RACK_AWARE_SELECTOR
 from josef.protocol.api_keys import ApiKey
+from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
 
 FAST = {
@@ -193,6 +195,19 @@ def test_with_two_of_three_brokers_down_acks_all_is_refused_and_nothing_is_writt
         if broker is not survivor:
             broker.kill()
     eventually(lambda: partitions_of(cluster, topic)[0][2] == (leader,), what="the ISR shrinking to the survivor")
+
+    def offline_replicas():
+        raw = RawClient(survivor.listener("PLAINTEXT")[1])
+        try:
+            [described] = raw.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                         "allow_auto_topic_creation": False,
+                                                         "include_topic_authorized_operations": False}).topics
+        finally:
+            raw.close()
+        return sorted(described.partitions[0].offline_replicas)
+    # Once their sessions end they are fenced, and Metadata lists their replicas offline.
+    eventually(lambda: offline_replicas() == sorted(b.node_id for b in cluster.brokers if b is not survivor),
+               what="the dead brokers' replicas listed offline")
     errors = []
     producer = Producer({"bootstrap.servers": survivor.bootstrap_server, "acks": "all", "retries": 0,
                          "enable.idempotence": False, "message.timeout.ms": 10000})
@@ -282,6 +297,17 @@ def test_consumers_fetch_from_an_in_sync_replica_in_their_rack(josef_cluster):
     assert from_leader.error_code == 0 and from_leader.records in (None, b"")
     from_follower = fetch_from(cluster.node(3))
     assert from_follower.error_code == 0 and from_follower.preferred_read_replica == -1 and from_follower.records
+    # A produce to a follower names the leader and how to reach it (KIP-951).
+    raw = RawClient(cluster.node(3).listener("PLAINTEXT")[1])
+    try:
+        answer = raw.call(ApiKey.PRODUCE, 11, {"transactional_id": None, "acks": -1, "timeout": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, b"x", 0)])}]}]})
+    finally:
+        raw.close()
+    [produced] = answer.responses[0].partition_responses
+    assert produced.error_code == ErrorCode.not_leader_or_follower
+    assert produced.current_leader.leader_id == 2 and produced.current_leader.leader_epoch >= 0
+    assert [(n.node_id, n.port, n.rack) for n in answer.node_endpoints] == [(2, cluster.node(2).listener("PLAINTEXT")[1], "east")]
     # librdkafka follows the redirection and reads everything.
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "west", "client.rack": "west",
                          "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10})

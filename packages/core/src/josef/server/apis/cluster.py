@@ -47,15 +47,17 @@ def missing_topic(code: ErrorCode, name: str | None, topic_id: Any = None) -> di
             "topic_authorized_operations": OPERATIONS_OMITTED}
 
 
-def _partition(index: int, p: PartitionImage) -> dict[str, Any]:
+def _partition(image: MetadataImage, index: int, p: PartitionImage) -> dict[str, Any]:
     # Metadata has no ELR fields (the builder drops them); DescribeTopicPartitions reports KIP-966's.
+    # Replicas on fenced or unknown brokers are offline, as Kafka's KRaft metadata cache reports them.
+    offline = tuple(b for b in p.replicas if b not in image.brokers or image.brokers[b].fenced)
     return {"error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
             "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
-            "replica_nodes": p.replicas, "isr_nodes": p.isr, "offline_replicas": (),
+            "replica_nodes": p.replicas, "isr_nodes": p.isr, "offline_replicas": offline,
             "eligible_leader_replicas": p.elr, "last_known_elr": p.last_known_elr}
 
 
-def topic_metadata(topic: TopicImage, indexes: Iterable[int] | None = None) -> dict[str, Any]:
+def topic_metadata(image: MetadataImage, topic: TopicImage, indexes: Iterable[int] | None = None) -> dict[str, Any]:
     """A topic and its partitions at ``indexes`` (all of them by default), as Metadata and DescribeTopicPartitions answer it."""
     chosen = sorted(topic.partitions) if indexes is None else [i for i in indexes if i in topic.partitions]
     return {
@@ -63,7 +65,7 @@ def topic_metadata(topic: TopicImage, indexes: Iterable[int] | None = None) -> d
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": is_internal(topic.name),
-        "partitions": [_partition(index, topic.partitions[index]) for index in chosen],
+        "partitions": [_partition(image, index, topic.partitions[index]) for index in chosen],
         "topic_authorized_operations": OPERATIONS_OMITTED,
     }
 
@@ -72,7 +74,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [topic_metadata(t) for t in broker.image.topics.values()]
+        topics = [topic_metadata(broker.image, t) for t in broker.image.topics.values()]
     else:
         topics = []
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
@@ -80,7 +82,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             name = entry.name
             if name is None and getattr(entry, "topic_id", None) is not None:
                 found = broker.image.topic_by_id(uuid_to_text(entry.topic_id))
-                topics.append(topic_metadata(found) if found else missing_topic(ErrorCode.unknown_topic_id, None, entry.topic_id))
+                topics.append(topic_metadata(broker.image, found) if found else missing_topic(ErrorCode.unknown_topic_id, None, entry.topic_id))
                 continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_create:
@@ -92,7 +94,7 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             if topic is None:
                 topics.append(missing_topic(ErrorCode.unknown_topic_or_partition, name))
             else:
-                topics.append(topic_metadata(topic))
+                topics.append(topic_metadata(broker.image, topic))
     return {
         "throttle_time": 0,
         "brokers": _brokers(broker.image, ctx.listener_name),

@@ -74,7 +74,7 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[s
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         end = min(len(topic.partitions), start + remaining)
-        described = topic_metadata(topic, range(start, end))
+        described = topic_metadata(ctx.broker.image, topic, range(start, end))
         topics.append(described)
         if end < len(topic.partitions):
             next_cursor = {"topic_name": name, "partition_index": end}
