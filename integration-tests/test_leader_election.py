@@ -44,10 +44,12 @@ def test_reorder_replicas_then_elect_the_preferred_leader(josef_cluster, tmp_pat
         out = josef("reassign-partitions", "--bootstrap-server", b, "--execute", "--reassignment-json-file", str(plan))
         assert out[0] == "Current partition replica assignment"
         assert json.loads(out[2])["partitions"][0]["replicas"] == [2, 3, 4]
-        assert out[-1] == "Successfully started partition reassignments for moved-0"
+        assert out[-1] == "Successfully started partition reassignment for moved-0"
         assert josef("reassign-partitions", "--bootstrap-server", b, "--verify", "--reassignment-json-file",
                      str(plan)) == ["Status of partition reassignment:",
-                                    "Reassignment of partition moved-0 is completed."]
+                                    "Reassignment of partition moved-0 is completed.",
+                                    "Clearing broker-level throttles on brokers 2,3,4",
+                                    "Clearing topic-level throttles on topic moved"]
         assert josef("reassign-partitions", "--bootstrap-server", b, "--list") == ["No partition reassignments found."]
         assert admin.list_partition_reassignments() == {}
         assert "\tLeader: 2\tReplicas: 4,3,2" in partition_line(b, "moved")

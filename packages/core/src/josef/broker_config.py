@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, one_of
+from josef.replication_quota import check_throttled_replicas
 
 B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
 
@@ -137,6 +138,23 @@ CORE_KEYS = (
               "Where consumers that name their rack (client.rack) should fetch from (KIP-392): "
               f"{RACK_AWARE_SELECTOR} sends them to an in-sync replica in their rack; unset, always the leader.",
               one_of(RACK_AWARE_SELECTOR)),
+    # Replication throttles (KIP-73, josef.replication_quota)
+    ConfigKey("leader.replication.throttled.rate", L, INT64_MAX,
+              "The upper bound (bytes/s) on what this broker serves, as leader, to the followers enumerated in each "
+              "topic's leader.replication.throttled.replicas while they are not in sync.", at_least(0), dynamic=True),
+    ConfigKey("follower.replication.throttled.rate", L, INT64_MAX,
+              "The upper bound (bytes/s) on what this broker fetches, as follower, for the replicas enumerated in each "
+              "topic's follower.replication.throttled.replicas while they are not in sync.", at_least(0), dynamic=True),
+    ConfigKey("replication.quota.window.num", I, 11, "The number of samples replication quotas are measured over.", at_least(1)),
+    ConfigKey("replication.quota.window.size.seconds", I, 1, "The time span of each replication quota sample.", at_least(1)),
+    ConfigKey("leader.replication.throttled.replicas", LST, [],
+              "Replicas whose log is throttled on the leader side, as [PartitionId]:[BrokerId],... or * for all of "
+              "the topic's replicas.", check_throttled_replicas, topic_name="leader.replication.throttled.replicas",
+              dynamic=True, topic_only=True),
+    ConfigKey("follower.replication.throttled.replicas", LST, [],
+              "Replicas whose log is throttled on the follower side, as [PartitionId]:[BrokerId],... or * for all of "
+              "the topic's replicas.", check_throttled_replicas, topic_name="follower.replication.throttled.replicas",
+              dynamic=True, topic_only=True),
     # Leadership (decided by the active controller)
     ConfigKey("auto.leader.rebalance.enable", B, True, "Move leadership back to each partition's preferred replica when leaders are imbalanced."),
     ConfigKey("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks whether leaders are imbalanced.", at_least(1)),

@@ -100,7 +100,10 @@ class ConfigKey:
 
     ``topic_name`` is set for keys a topic can override: ``name`` is then the
     broker-level default (``log.retention.ms``) and ``topic_name`` the
-    topic-level key (``retention.ms``). ``dynamic`` keys may be changed at run
+    topic-level key (``retention.ms``). A ``topic_only`` key has no broker
+    level at all (Kafka's throttled-replica lists): ``name`` and
+    ``topic_name`` are the same, brokers neither accept nor describe it, and
+    its default is the declared one. ``dynamic`` keys may be changed at run
     time through AlterConfigs on a broker resource.
     """
 
@@ -112,6 +115,7 @@ class ConfigKey:
     topic_name: str | None = None
     dynamic: bool = False
     sensitive: bool = False
+    topic_only: bool = False
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, validated."""
@@ -192,9 +196,12 @@ class ConfigDef:
         return definition
 
     def add(self, key: ConfigKey, owner: str = "?") -> None:
-        if key.name in self._keys:
+        if key.name in self._keys or (key.topic_name and key.topic_name in self._topic_keys):
             raise ConfigError(f"configuration key {key.name} is declared twice (again by {owner})")
-        self._keys[key.name] = key
+        if key.topic_only and key.topic_name != key.name:
+            raise ConfigError(f"topic-only configuration key {key.name} must have the same topic_name")
+        if not key.topic_only:
+            self._keys[key.name] = key
         if key.topic_name:
             self._topic_keys[key.topic_name] = key
 
@@ -274,6 +281,8 @@ class Config:
 
     def topic_default(self, key: ConfigKey) -> Any:
         """The broker-wide default of a topic-level key, with Kafka's unit synonyms."""
+        if key.topic_only:
+            return key.default
         chain = _SYNONYMS.get(key.name, ((key.name, 1),))
         explicit = [(n, s) for n, s in chain if self.is_set(n)]
         for synonym, scale in explicit + [(n, s) for n, s in chain if self[n] is not None]:

@@ -14,6 +14,11 @@ its own log there (KIP-101, KIP-279), repeating with an older epoch when the
 leader does not know ours. Only then does it fetch. Fetches also carry the
 last fetched epoch, so a divergence the leader spots later (``diverging_epoch``)
 is cut the same way.
+
+A partition named in ``follower.replication.throttled.replicas`` for this
+broker is left out of the fetches while it lags the leader's high watermark
+and the follower throttle is exceeded (KIP-73); its appended bytes count
+towards that throttle.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.records import CorruptRecordError, InvalidRecordError
 from josef.protocol.topic_partition import TopicPartition
+from josef.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,8 @@ class FetchState:
     truncating: bool = True
     #: After an error: not fetched again before this (monotonic seconds).
     delayed_until: float = 0.0
+    #: Our log reached the leader's high watermark at the last fetch (Kafka's isReplicaInSync): never throttled then.
+    in_sync: bool = False
 
 
 class ReplicaFetcher:
@@ -120,9 +128,13 @@ class ReplicaFetcher:
                     await self._close()
 
     async def _wait_for_work(self) -> None:
-        """Nothing is fetchable now (every partition backing off): sleep until one is, or partitions change."""
+        """Nothing is fetchable now (backing off, or throttled): sleep until one may be, or partitions change.
+
+        A throttled partition is looked at again after ``replica.fetch.backoff.ms``, as Kafka's fetcher does.
+        """
         now = time.monotonic()
-        wake = min((s.delayed_until for s in self.partitions.values()), default=now)
+        wake = min((s.delayed_until if s.delayed_until > now else now + self.manager.backoff_s
+                    for s in self.partitions.values()), default=now)
         self._changed = anyio.Event()
         with anyio.move_on_after(max(wake - now, 0.01)):
             await self._changed.wait()
@@ -186,9 +198,11 @@ class ReplicaFetcher:
     # Fetching ----------------------------------------------------------------------
 
     async def _fetch(self, conn: Connection) -> bool:
-        """One Fetch for every partition not backing off; False when there was none to fetch."""
+        """One Fetch for every partition not backing off nor throttled; False when there was none to fetch."""
         now = time.monotonic()
-        wanted = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+        quota = self.manager.quota
+        wanted = {tp: s for tp, s in self.partitions.items()
+                  if s.delayed_until <= now and not quota.should_throttle(tp, s.in_sync)}
         if not wanted:
             return False
         config = self.manager.config
@@ -239,6 +253,9 @@ class ReplicaFetcher:
                 log.error("replica fetcher: appending %s failed: %s", tp, exc)
                 self._delay(state)
                 return
+            state.in_sync = partition.log.log_end_offset >= part.high_watermark
+            if self.manager.quota.is_throttled(tp):
+                self.manager.quota.record(appended)
             if appended:
                 self.manager.appended(tp)
         elif code == ErrorCode.offset_out_of_range:
@@ -269,13 +286,15 @@ class ReplicaFetchers:
     """Every fetcher of this broker: which partition is followed from which leader, and their tasks."""
 
     def __init__(self, broker_id: int, config: Config, endpoint_of: Callable[[int], tuple[str, int] | None],
-                 broker_epoch: Callable[[], int], appended: Callable[[TopicPartition], None], listener: str) -> None:
+                 broker_epoch: Callable[[], int], appended: Callable[[TopicPartition], None], listener: str,
+                 quota: ReplicationQuota) -> None:
         self.broker_id = broker_id
         self.config = config
         self.endpoint_of = endpoint_of
         self.broker_epoch = broker_epoch
         self.appended = appended
         self.listener = listener
+        self.quota = quota
         self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._following: dict[TopicPartition, ReplicaFetcher] = {}

@@ -11,7 +11,9 @@ the partitions it follows (:mod:`josef.replica_fetcher`), the ISR changes of
 the partitions it leads (AlterPartition to the controller, KIP-497: shrink
 when a follower lags past ``replica.lag.time.max.ms``, expand when one
 catches up), and the high-watermark checkpoint every
-``replica.high.watermark.checkpoint.interval.ms``.
+``replica.high.watermark.checkpoint.interval.ms``. It keeps the replication
+throttles (:mod:`josef.replication_quota`) in step with the broker's rates
+and the topics' throttled replicas.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
 from josef.purgatory import Purgatory
 from josef.replica_fetcher import ReplicaFetchers
+from josef.replication_quota import ReplicationQuota
 
 if TYPE_CHECKING:
     from josef.broker import Broker
@@ -52,8 +55,13 @@ class ReplicaManager:
         self.storage: LogStorage = broker.storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
+        window = (self.config["replication.quota.window.num"], self.config["replication.quota.window.size.seconds"])
+        #: What this broker serves to throttled followers, and what it fetches for throttled partitions.
+        self.leader_quota = ReplicationQuota(self.broker_id, *window)
+        self.follower_quota = ReplicationQuota(self.broker_id, *window)
+        self._apply_quota_rates()
         self.fetchers = ReplicaFetchers(self.broker_id, self.config, self._endpoint_of, lambda: broker.lifecycle.epoch,
-                                        self.appended, broker.inter_broker_listener)
+                                        self.appended, broker.inter_broker_listener, self.follower_quota)
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -83,10 +91,13 @@ class ReplicaManager:
             if tp not in hosted and tp.topic not in INTERNAL_LOGS:
                 log.info("deleting stray log %s: its topic no longer exists", tp)
                 self.storage.delete(tp)
+        for topic in image.topics.values():
+            self._apply_throttled_replicas(topic.name, self.topic_config(image, topic.name))
         self.apply_delta(MetadataDelta(changed_partitions=tuple((tp.topic, tp.partition) for tp in sorted(hosted))), image)
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         for topic in delta.deleted_topics:
+            self._apply_throttled_replicas(topic.name, {})
             for index in topic.partitions:
                 self._remove(TopicPartition(topic.name, index))
         for name, index in delta.changed_partitions:
@@ -118,12 +129,23 @@ class ReplicaManager:
         for resource_type, name in delta.changed_configs:
             if resource_type == TOPIC_RESOURCE and name in image.topics:
                 config = self.topic_config(image, name)
+                self._apply_throttled_replicas(name, config)
                 for partition in self._partitions_of(name):
                     partition.update_config(config)
 
+    def _apply_throttled_replicas(self, topic: str, topic_config: dict[str, Any]) -> None:
+        """A topic's throttled replicas, kept for every topic: a move may throttle a partition before we host it."""
+        self.leader_quota.mark_throttled(topic, topic_config.get("leader.replication.throttled.replicas", []))
+        self.follower_quota.mark_throttled(topic, topic_config.get("follower.replication.throttled.replicas", []))
+
+    def _apply_quota_rates(self) -> None:
+        self.leader_quota.bound = self.config["leader.replication.throttled.rate"]
+        self.follower_quota.bound = self.config["follower.replication.throttled.rate"]
+
     def apply_broker_config(self, config: Config, image: MetadataImage) -> None:
-        """Dynamic broker defaults changed: every topic's effective settings may have."""
+        """Dynamic broker defaults changed: every topic's effective settings may have, and the throttle rates."""
         self.config = config
+        self._apply_quota_rates()
         for name in {tp.topic for tp in self.partitions}:
             topic_config = self.topic_config(image, name)
             for partition in self._partitions_of(name):

@@ -9,10 +9,15 @@ prints one name a line, ``describe`` prints Kafka's tab-separated lines, and
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.errors import KafkaError, UnsupportedVersionError
+from josef.protocol.topic_partition import TopicPartition
 
 from josef_client.commands.common import (
     Group,
@@ -24,7 +29,7 @@ from josef_client.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from josef_client.admin import AsyncAdmin, PartitionDescription, TopicDescription
+    from josef_client.admin import AsyncAdmin, PartitionDescription, PartitionReassignment, TopicDescription
 
 
 @click.group("topics", cls=Group, actions=("create", "list", "describe", "alter", "delete"))
@@ -138,6 +143,18 @@ def list_(bootstrap_server: str, command_config: Path | None, topic: str | None,
 # describe ----------------------------------------------------------------------------------------------
 
 
+async def _reassignments(admin: AsyncAdmin, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionReassignment]:
+    """The moves in progress among ``partitions``; none when the cluster cannot or may not say, as in Kafka's tool."""
+    try:
+        return await admin.list_partition_reassignments(partitions) if partitions else {}
+    except UnsupportedVersionError:
+        return {}
+    except KafkaError as exc:
+        if exc.code != ErrorCode.cluster_authorization_failed:
+            raise
+        return {}
+
+
 def _ids(nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in nodes)
 
@@ -148,8 +165,13 @@ def _optional_ids(nodes: tuple[int, ...] | None) -> str:
 
 
 def describe_lines(description: TopicDescription, configs: dict[str, str | None] | None,
-                   partitions: list[PartitionDescription] | None = None) -> list[str]:
-    """Kafka's describe output for one topic: its summary line (when ``configs`` is given) and a line per partition."""
+                   partitions: list[PartitionDescription] | None = None,
+                   moving: Mapping[int, PartitionReassignment] | None = None) -> list[str]:
+    """Kafka's describe output for one topic: its summary line (when ``configs`` is given) and a line per partition.
+
+    A partition being reassigned (``moving``, by partition) also shows the
+    replicas its move adds and removes, as Kafka 4.x does.
+    """
     lines = []
     name = description.name
     if configs is not None:
@@ -159,6 +181,9 @@ def describe_lines(description: TopicDescription, configs: dict[str, str | None]
     for p in description.partitions if partitions is None else partitions:
         leader = str(p.leader) if p.leader >= 0 else "none"
         line = f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+        move = (moving or {}).get(p.partition)
+        if move is not None:
+            line += f"\tAdding Replicas: {_ids(move.adding_replicas)}\tRemoving Replicas: {_ids(move.removing_replicas)}"
         line += f"\tElr: {_optional_ids(p.elr)}\tLastKnownElr: {_optional_ids(p.last_known_elr)}"
         if p.offline_replicas:
             line += f"\tOffline: {_ids(p.offline_replicas)}"
@@ -190,19 +215,22 @@ def describe(bootstrap_server: str, command_config: Path | None, topic: str | No
             names = [n for n in names if not isinstance(descriptions[n], Exception)]  # deleted meanwhile
             configs = {} if filtered else await admin.describe_configs(
                 [ConfigResource.topic(n) for n in names], include_synonyms=False, raise_errors=False)
+            moving = await _reassignments(admin, [TopicPartition(n, p.partition)
+                                                  for n in names for p in descriptions[n].partitions])
         lines: list[str] = []
         for name in names:
             description = descriptions[name]
+            topic_moving = {tp.partition: move for tp, move in moving.items() if tp.topic == name}
             if filtered:
                 wanted = [p for p in description.partitions
                           if (under_replicated_partitions and len(p.isr) < len(p.replicas))
                           or (unavailable_partitions and p.leader < 0)]
-                lines += describe_lines(description, None, wanted)
+                lines += describe_lines(description, None, wanted, topic_moving)
                 continue
             entries = configs.get(ConfigResource.topic(name))
             shown = {} if isinstance(entries, Exception) or entries is None else {
                 e.name: e.value for e in entries.values() if not e.is_default and not e.is_sensitive}
-            lines += describe_lines(description, shown)
+            lines += describe_lines(description, shown, moving=topic_moving)
         return lines
 
     for line in run(go()):

@@ -46,13 +46,15 @@ def topic_config_entries(broker: Broker, overrides: Mapping[str, str], names: An
         for synonym in synonyms(key):
             if config.is_set(synonym):
                 chain.append({"name": synonym, "value": key.render(config[synonym]), "source": int(config.source(synonym))})
-        chain.append({"name": key.name, "value": key.render(config.topic_default(key)), "source": int(ConfigSource.DEFAULT_CONFIG)})
+        if not key.topic_only:  # a topic-only key has no broker-level synonym, as in Kafka
+            chain.append({"name": key.name, "value": key.render(config.topic_default(key)),
+                          "source": int(ConfigSource.DEFAULT_CONFIG)})
         if name in overrides:
             value: Any = key.parse(overrides[name])
             source = ConfigSource.DYNAMIC_TOPIC_CONFIG
         else:
             value = config.topic_default(key)
-            source = ConfigSource(chain[0]["source"])
+            source = ConfigSource(chain[0]["source"]) if chain else ConfigSource.DEFAULT_CONFIG
         entries.append(_entry(key, name, value, source, False, chain, want_synonyms, want_docs))
     return entries
 

@@ -5,7 +5,10 @@ before v15) comes from a follower: it is served up to the log end, its
 fetch offset is the follower's log end offset (which moves the high
 watermark and the ISR), and a ``last_fetched_epoch`` that our log does not
 end the same way is answered with ``diverging_epoch`` instead of records,
-so the follower cuts its log (KIP-320).
+so the follower cuts its log (KIP-320). A follower outside the ISR gets no
+records of a partition in ``leader.replication.throttled.replicas`` while
+the leader throttle is exceeded, and what throttled partitions send counts
+towards it (KIP-73, :mod:`josef.replication_quota`).
 
 A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER
 with the leader it knows and its endpoint (KIP-951), so clients go there
@@ -26,6 +29,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from josef.partition import Partition
+from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import RequestContext
 
@@ -59,6 +63,10 @@ async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
         ):
             break
         await ctx.broker.replicas.wait_for_data(tps, int(remaining * 1000))
+    if replica_id >= 0:
+        quota = ctx.broker.replicas.leader_quota
+        quota.record(sum(len(p["records"]) for t in responses for p in t["partitions"]
+                         if quota.is_throttled(TopicPartition(t["topic"], p["partition_index"]))))
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses,
             "node_endpoints": leader_endpoints(ctx, [p.get("current_leader") for t in responses for p in t["partitions"]])}
 
@@ -93,8 +101,11 @@ def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], ma
                                   log_start_offset=partition.log.log_start_offset)
                     continue
             limit = min(part.partition_max_bytes, max(max_bytes - total, 0))
-            records = partition.read(part.fetch_offset, limit, min_one_batch=total == 0,
-                                     isolation_committed=replica_id < 0) if limit or total == 0 else b""
+            if replica_id >= 0 and ctx.broker.replicas.leader_quota.should_throttle(partition.tp, replica_id in partition.isr):
+                records = b""
+            else:
+                records = partition.read(part.fetch_offset, limit, min_one_batch=total == 0,
+                                         isolation_committed=replica_id < 0) if limit or total == 0 else b""
             if replica_id >= 0:
                 ctx.broker.replicas.follower_fetched(partition, replica_id, part.fetch_offset)
         except Exception as exc:
