@@ -1,12 +1,15 @@
-"""A handler that raises fails its request, not its connection (over a real socket)."""
+"""Over a real socket: a handler that raises fails its request, not its connection; a waiting answer holds up no request."""
 
 import logging
+import threading
 
+import anyio
 import attrs
 import pytest
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
+from josef.server.dispatch import Later
 from josef.testing import RawClient
 
 
@@ -67,3 +70,34 @@ def test_failed_acks_0_produce_closes_the_connection(josef_broker, broken_api, c
         assert other.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == ErrorCode.none
     finally:
         other.close()
+
+
+def test_an_answer_that_waits_lets_the_next_requests_through_and_answers_stay_in_order(josef_broker, monkeypatch):
+    apis = josef_broker.broker.dispatcher.apis
+    release = josef_broker.call(anyio.Event)
+    versions_handled = threading.Event()
+    describe, versions = apis[ApiKey.DESCRIBE_CLUSTER], apis[ApiKey.API_VERSIONS]
+
+    async def waiting(ctx, request):
+        async def answer():
+            await release.wait()
+            return await describe.handler(ctx, request)
+        return Later(answer())
+
+    async def noting(ctx, request):
+        versions_handled.set()
+        return await versions.handler(ctx, request)
+
+    monkeypatch.setitem(apis, ApiKey.DESCRIBE_CLUSTER, attrs.evolve(describe, handler=waiting))
+    monkeypatch.setitem(apis, ApiKey.API_VERSIONS, attrs.evolve(versions, handler=noting))
+    client = RawClient(josef_broker.port)
+    try:
+        client.send(ApiKey.DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False})
+        client.send(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert versions_handled.wait(10), "the second request waited for the first one's answer"
+        josef_broker.call(release.set)
+        cluster = client.receive()  # RawClient checks the correlation ids: first asked, first answered
+        assert cluster.error_code == ErrorCode.none and cluster.cluster_id == josef_broker.broker.cluster_id
+        assert client.receive().error_code == ErrorCode.none
+    finally:
+        client.close()

@@ -6,6 +6,11 @@ return the response as a dict, which :func:`josef.protocol.messages.build`
 turns into that version's response type, so one handler serves every version
 in its range. ``None`` means no response (acks=0 produce).
 
+A handler whose answer must wait for something other requests do not
+depend on (an acks=all produce waiting for the ISR) returns :class:`Later`:
+its connection reads on and handles the requests the client pipelined
+meanwhile, and the answers still go out in request order.
+
 A handler that raises fails its request, not its connection: the request
 is answered with UNKNOWN_SERVER_ERROR in every error code of its response
 (:func:`josef.protocol.error_responses.error_response`) and the connection
@@ -41,11 +46,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | None"]]
+Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | Later | None"]]
+#: A response ready to write, or one still being computed (see :class:`Later`).
+Reply = bytes | Awaitable[bytes]
 
 #: What a client is told of an unexpected failure (Kafka's text for UNKNOWN_SERVER_ERROR);
 #: the exception itself goes to the broker's log, not to clients.
 UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
+
+
+@attrs.frozen
+class Later:
+    """A response that is not ready yet: the handler did its part, ``body`` waits for the rest.
+
+    The request's effects (an append) happened in order before the handler
+    returned; only its answer waits. So the connection may handle the next
+    request meanwhile, as Kafka could not without a round trip to the ISR
+    per request.
+    """
+
+    body: Awaitable[dict[str, Any]]
 
 
 class UnanswerableRequestError(Exception):
@@ -82,7 +102,7 @@ class Dispatcher:
         known = schema_name_map[api_key_map[key]]
         self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))
 
-    async def handle(self, conn: Connection, frame: bytes | memoryview) -> bytes | None:
+    async def handle(self, conn: Connection, frame: bytes | memoryview) -> Reply | None:
         header = parse_header(frame, is_flexible)
         api = self.apis.get(header.api_key)
         if api is None:
@@ -101,19 +121,32 @@ class Dispatcher:
                              header.client_id, conn.client_host, conn.listener_name)
         try:
             body = await api.handler(ctx, request)
-            if body is None:
-                return None
-            return self._encode(header.correlation_id, header.api_key, version, body)
         except Exception:
-            response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
-                                      UNKNOWN_SERVER_ERROR_MESSAGE)
-            name = api_key_map[header.api_key]
-            log.exception("%s v%d request from client %r failed; %s", name, version, header.client_id,
-                          "closing the connection: no error response can answer it" if response is None
-                          else "answering UNKNOWN_SERVER_ERROR")
-            if response is None:
-                raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
-            return encode_response(header.api_key, version, header.correlation_id, response)
+            return self._failed(header, request)
+        if isinstance(body, Later):
+            return self._later(header, request, body.body)
+        if body is None:
+            return None
+        return self._encode(header.correlation_id, header.api_key, version, body)
+
+    async def _later(self, header: Any, request: Any, body: Awaitable[dict[str, Any]]) -> bytes:
+        try:
+            return self._encode(header.correlation_id, header.api_key, header.api_version, await body)
+        except Exception:
+            return self._failed(header, request)
+
+    def _failed(self, header: Any, request: Any) -> bytes:
+        """UNKNOWN_SERVER_ERROR for a request whose handler raised (called in its ``except`` block)."""
+        version = header.api_version
+        response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
+                                  UNKNOWN_SERVER_ERROR_MESSAGE)
+        name = api_key_map[header.api_key]
+        log.exception("%s v%d request from client %r failed; %s", name, version, header.client_id,
+                      "closing the connection: no error response can answer it" if response is None
+                      else "answering UNKNOWN_SERVER_ERROR")
+        if response is None:
+            raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
+        return encode_response(header.api_key, version, header.correlation_id, response)
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
         response = build(response_type(key, version), body)

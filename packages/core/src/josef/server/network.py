@@ -1,9 +1,12 @@
 """Kafka's wire protocol over TCP: one task per connection, requests answered in order.
 
-As in Kafka, a connection handles one request at a time: the next frame is
-read only after the previous response is written, which keeps responses in
-request order while clients pipeline (their requests wait in the socket
-buffer). acks=0 produce requests get no response. Anything malformed closes
+As in Kafka, a connection handles one request at a time, in the order they
+arrive, and answers them in that order. One exception to Kafka's strictness:
+a response that only waits (:class:`josef.server.dispatch.Later`, an acks=all
+produce waiting for the ISR) does not hold up reading and handling the next
+requests; up to ``MAX_PENDING_REPLIES`` answers queue behind it. Followers
+then replicate several of a producer's batches per round trip instead of
+one. acks=0 produce requests get no response. Anything malformed closes
 that connection with a log line; it never reaches the rest of the broker. A
 request whose handler fails is answered with an error by the dispatcher and
 the connection goes on, unless no error response can answer it.
@@ -20,12 +23,14 @@ import anyio.abc
 from anyio.streams.stapled import MultiListener
 
 from josef.protocol.messages import MalformedRequestError
-from josef.server.dispatch import Dispatcher, UnanswerableRequestError
+from josef.server.dispatch import Dispatcher, Reply, UnanswerableRequestError
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _RECEIVE_CHUNK = 1 << 20
+#: Answers a connection may owe before it stops reading (clients pipeline 5 by default).
+MAX_PENDING_REPLIES = 8
 
 
 class FrameTooLargeError(Exception):
@@ -86,19 +91,29 @@ class Connection:
 
     async def serve(self) -> None:
         try:
-            while True:
-                frame = await self._read_frame()
-                if frame is None:
-                    return
-                response = await self.dispatcher.handle(self, frame)
-                if response is not None:
-                    await self.stream.send(response)
-        except (MalformedRequestError, FrameTooLargeError, UnanswerableRequestError) as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
-            log.debug("connection %s broke: %s", self.peer, exc)
+            send, receive = anyio.create_memory_object_stream[Reply](MAX_PENDING_REPLIES)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write_replies, receive)
+                async with send:
+                    while True:
+                        frame = await self._read_frame()
+                        if frame is None:
+                            return
+                        reply = await self.dispatcher.handle(self, frame)
+                        if reply is not None:
+                            await send.send(reply)
+        except* (MalformedRequestError, FrameTooLargeError, UnanswerableRequestError) as group:
+            log.warning("closing connection from %s: %s", self.peer, group.exceptions[0])
+        except* (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as group:
+            log.debug("connection %s broke: %s", self.peer, group.exceptions[0])
         finally:
             await self.stream.aclose()
+
+    async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
+        """Write answers in request order, each once it is ready."""
+        async with replies:
+            async for reply in replies:
+                await self.stream.send(reply if isinstance(reply, bytes) else await reply)
 
 
 def _tune(stream: anyio.abc.SocketStream) -> None:

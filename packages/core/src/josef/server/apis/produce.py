@@ -11,18 +11,19 @@ answers NOT_LEADER_OR_FOLLOWER: the new leader may not have the batch.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
-from josef.server.dispatch import RequestContext
+from josef.server.dispatch import Later, RequestContext
 
 log = logging.getLogger(__name__)
 
 
-async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
+async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later | None:
     acks = request.acks
     replicas = ctx.broker.replicas
     topics = []
@@ -55,20 +56,37 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
         topics.append({"name": name or "", "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions})
     if acks == 0:
         return None
+    epochs = {id(partition): partition.leader_epoch for partition, _, _ in waiting}
+    waiting = [w for w in waiting if not _replicated(w, epochs[id(w[0])])]
     if waiting:
-        await _await_replication(ctx, waiting, request.timeout.total_seconds())
+        deadline = time.monotonic() + request.timeout.total_seconds()
+        return Later(_answer_when_replicated(ctx, waiting, epochs, topics, deadline))
+    return _response(ctx, topics)
+
+
+def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:
     leaders = [p.get("current_leader") for t in topics for p in t["partition_responses"]]
     return {"responses": topics, "throttle_time": 0, "node_endpoints": leader_endpoints(ctx, leaders)}
 
 
-async def _await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]], timeout_s: float) -> None:
-    """acks=all: hold the response until the ISR has every appended batch (Kafka's DelayedProduce), or time out."""
-    epochs = {id(partition): partition.leader_epoch for partition, _, _ in waiting}
-    with anyio.move_on_after(timeout_s):
+async def _answer_when_replicated(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
+                                  epochs: dict[int, int], topics: list[dict[str, Any]], deadline: float) -> dict[str, Any]:
+    await _await_replication(ctx, waiting, epochs, deadline)
+    return _response(ctx, topics)
+
+
+async def _await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
+                             epochs: dict[int, int], deadline: float) -> None:
+    """acks=all: hold the response until the ISR has every appended batch (Kafka's DelayedProduce), or time out.
+
+    The request's timeout runs from its arrival (``deadline``), not from
+    when its connection gets to its answer.
+    """
+    with anyio.move_on_after(deadline - time.monotonic()):
         while waiting:
             waiting = [w for w in waiting if not _replicated(w, epochs[id(w[0])])]
             if waiting:
-                await ctx.broker.replicas.purgatory.wait([w[0].tp for w in waiting], timeout_s)
+                await ctx.broker.replicas.purgatory.wait([w[0].tp for w in waiting], max(deadline - time.monotonic(), 0))
     for _, _, result in waiting:
         result["error_code"] = ErrorCode.request_timed_out
 
