@@ -113,6 +113,16 @@ def test_find_coordinator_for_groups(josef_broker):
     assert josef_broker.broker.image.config(2, "__consumer_offsets")["cleanup.policy"] == "compact"
 
 
+@pytest.mark.josef_config(**{"offsets.topic.replication.factor": "3"})
+def test_offsets_are_never_kept_on_fewer_replicas_than_configured(josef_broker):
+    client = RawClient(josef_broker.port)
+    answer = client.call(FIND, 4, {"key_type": 0, "coordinator_keys": ["a"]})
+    [found] = answer.coordinators
+    assert found.error_code == E.coordinator_not_available
+    assert "replication factor 3" in found.error_message
+    assert "__consumer_offsets" not in josef_broker.broker.image.topics
+
+
 def test_every_group_api_at_every_version(josef_broker):
     client = RawClient(josef_broker.port)
     create_topic(client)
