@@ -512,3 +512,149 @@ def test_reassignment_refusals():
     ]
     [(code, _)] = reassign(controller, ("t", 0, [1, 2]), allow_replication_factor_change=False)
     assert code == ErrorCode.invalid_replication_factor and not partition(quorum).reassigning
+
+
+# Eligible leader replicas (KIP-966) ------------------------------------------
+
+def with_elr(enabled=True, brokers=(1, 2, 3), assignment=(1, 2, 3), **overrides):
+    """A topic ``t`` of one partition on ``assignment``, min.insync.replicas 2, ELR tracked when ``enabled``."""
+    controller, quorum = make(brokers=brokers, **{"min.insync.replicas": "2", **overrides})
+    if enabled:
+        run(controller.bootstrap, {"eligible.leader.replicas.version": 1})
+    run(controller.create_topic, "t", assignments={0: list(assignment)})
+    return controller, quorum
+
+
+def part(quorum):
+    p = quorum.image.topics["t"].partitions[0]
+    return p.leader, p.isr, p.elr, p.last_known_elr
+
+
+def register_again(controller, quorum, broker, clean):
+    """A restart: the broker registers with its previous epoch after a clean shutdown, -1 after an unclean one."""
+    previous = quorum.image.brokers[broker].epoch if clean else -1
+    run(controller.register_broker, broker, random_uuid(), [Endpoint("PLAINTEXT", "h", 9000 + broker)], None,
+        {"eligible.leader.replicas.version": (0, 1)}, previous)
+
+
+def test_the_eligible_leader_replicas_feature_is_declared_off_by_default():
+    from josef.builtins import register_features
+    declared = {}
+    register_features(lambda name, feature: declared.setdefault(name, feature))
+    feature = declared["eligible.leader.replicas.version"]
+    assert (feature.min_level, feature.max_level, feature.default_level) == (0, 1, 0)
+
+
+def test_without_elr_fenced_replicas_only_leave_the_isr_and_the_last_one_stays():
+    controller, quorum = with_elr(enabled=False)
+    for broker in (3, 2, 1):
+        fence(controller, quorum, broker)
+    assert part(quorum) == (-1, (1,), (), ())
+    unfence(controller, quorum, 2)
+    assert part(quorum) == (-1, (1,), (), ())  # 2 is not in sync: no leader without unclean election
+    register_again(controller, quorum, 1, clean=False)
+    assert part(quorum) == (-1, (1,), (), ())
+
+
+def test_replicas_leaving_an_isr_below_min_isr_join_the_elr_until_it_is_back():
+    controller, quorum = with_elr()
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    assert part(quorum) == (1, (1, 2), (), ())  # still at min.insync.replicas: 3 may lack committed records
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1,)))
+    assert r.error == ErrorCode.none and part(quorum) == (1, (1,), (2,), ())
+    assert quorum.image.topics["t"].partitions[0].leader_epoch == 0  # an ISR shrink bumps no leader epoch
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1, 3)))
+    assert part(quorum) == (1, (1, 3), (), ())  # back at min ISR: the ELR is cleared
+
+
+def test_the_effective_min_isr_is_at_most_the_replication_factor():
+    controller, quorum = with_elr(brokers=(1, 2), assignment=(1, 2), **{"min.insync.replicas": "3"})
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1,)))
+    assert part(quorum) == (1, (1,), (2,), ())
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("min.insync.replicas", SET, "1")], False)
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1, 2)))
+    [r] = alter(controller, quorum, isr_change(quorum, isr=(1,)))
+    assert part(quorum) == (1, (1,), (), ())  # the topic's own min.insync.replicas counts
+
+
+def test_fenced_elr_members_stay_and_one_is_elected_when_the_isr_is_empty():
+    controller, quorum = with_elr()
+    fence(controller, quorum, 3)
+    assert part(quorum) == (1, (1, 2), (), ())
+    fence(controller, quorum, 2)
+    assert part(quorum) == (1, (1,), (2,), ())
+    fence(controller, quorum, 1)  # the last ISR member: the ISR empties, the ELR keeps it and the fenced 2
+    assert part(quorum) == (-1, (), (1, 2), (1,))
+    epoch = quorum.image.topics["t"].partitions[0].leader_epoch
+    unfence(controller, quorum, 3)  # not eligible: nothing changes
+    assert part(quorum) == (-1, (), (1, 2), (1,))
+    unfence(controller, quorum, 2)  # an ELR member: a clean election, it is the ISR alone
+    p = quorum.image.topics["t"].partitions[0]
+    assert part(quorum) == (2, (2,), (1,), ()) and p.leader_epoch == epoch + 1 and p.leader_recovery_state == 0
+
+
+def test_a_clean_restart_keeps_the_elr_and_an_unclean_one_leaves_it():
+    controller, quorum = with_elr()
+    for broker in (3, 2, 1):
+        fence(controller, quorum, broker)
+    assert part(quorum) == (-1, (), (1, 2), (1,))
+    register_again(controller, quorum, 2, clean=True)
+    assert part(quorum) == (-1, (), (1, 2), (1,))
+    register_again(controller, quorum, 1, clean=False)  # it may have lost acknowledged records
+    assert part(quorum) == (-1, (), (2,), (1,))
+    unfence(controller, quorum, 2)
+    assert part(quorum) == (2, (2,), (), ())
+
+
+def test_an_unclean_restart_leaves_the_isr_too():
+    controller, quorum = with_elr()
+    fence(controller, quorum, 3)
+    register_again(controller, quorum, 2, clean=False)
+    assert part(quorum) == (1, (1,), (), ())  # 2 left the ISR but may not be in the ELR
+
+
+def test_the_last_known_leader_leads_again_when_isr_and_elr_are_empty():
+    controller, quorum = with_elr()
+    for broker in (3, 2, 1):
+        fence(controller, quorum, broker)
+    register_again(controller, quorum, 1, clean=False)
+    register_again(controller, quorum, 2, clean=False)
+    assert part(quorum) == (-1, (), (), (1,))
+    unfence(controller, quorum, 2)  # neither eligible nor the last leader
+    assert part(quorum) == (-1, (), (), (1,))
+    unfence(controller, quorum, 1)  # an unclean choice, even without unclean.leader.election.enable
+    p = quorum.image.topics["t"].partitions[0]
+    assert part(quorum) == (1, (1,), (), ()) and p.leader_recovery_state == 1
+
+
+def test_unclean_election_only_when_no_isr_or_elr_member_can_lead():
+    controller, quorum = with_elr(assignment=(3, 2, 1))
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("unclean.leader.election.enable", SET, "true")], False)
+    for broker in (1, 2, 3):
+        fence(controller, quorum, broker)
+    assert part(quorum) == (-1, (), (2, 3), (3,))
+    unfence(controller, quorum, 2)  # an ELR member, though 3 comes first in the replicas: clean
+    p = quorum.image.topics["t"].partitions[0]
+    assert part(quorum) == (2, (2,), (3,), ()) and p.leader_recovery_state == 0
+
+    controller, quorum = with_elr(assignment=(3, 2, 1))
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("unclean.leader.election.enable", SET, "true")], False)
+    for broker in (1, 2, 3):
+        fence(controller, quorum, broker)
+    unfence(controller, quorum, 1)  # the ELR members are all fenced: 1 leads uncleanly, the ELR is dropped
+    p = quorum.image.topics["t"].partitions[0]
+    assert part(quorum) == (1, (1,), (), ()) and p.leader_recovery_state == 1
+
+
+def test_elect_leaders_uses_the_elr():
+    controller, quorum = with_elr()
+    for broker in (3, 2, 1):
+        fence(controller, quorum, broker)
+    [result] = run(controller.elect_leaders, Election.UNCLEAN, [("t", 0)])
+    assert result.error == ErrorCode.eligible_leaders_not_available  # every replica is fenced
+    # Unfenced in a commit of its own (as if its partitions were decided elsewhere), then elected on request.
+    broker = quorum.image.brokers[2]
+    from josef.metadata.records import UnfenceBrokerRecord
+    run(quorum.append, [UnfenceBrokerRecord(id=2, epoch=broker.epoch)])
+    [result] = run(controller.elect_leaders, Election.UNCLEAN, [("t", 0)])
+    assert result.error == ErrorCode.none and part(quorum) == (2, (2,), (1,), ())

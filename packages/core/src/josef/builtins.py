@@ -5,7 +5,13 @@ from __future__ import annotations
 from josef.authorizer import AllowAll
 from josef.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
-from josef.metadata.features import LATEST_METADATA_VERSION, METADATA_VERSION, METADATA_VERSIONS, SupportedFeature
+from josef.metadata.features import (
+    ELIGIBLE_LEADER_REPLICAS_VERSION,
+    LATEST_METADATA_VERSION,
+    METADATA_VERSION,
+    METADATA_VERSIONS,
+    SupportedFeature,
+)
 
 
 @hookimpl
@@ -23,3 +29,4 @@ def register_authorizers(register: Register) -> None:
 def register_features(register: Register) -> None:
     register(METADATA_VERSION, SupportedFeature(min(METADATA_VERSIONS.values()), LATEST_METADATA_VERSION,
                                                 LATEST_METADATA_VERSION))
+    register(ELIGIBLE_LEADER_REPLICAS_VERSION, SupportedFeature(0, 1, 0))

@@ -25,7 +25,13 @@ from josef.metadata.broker_heartbeats import BrokerHeartbeats
 from josef.metadata.image import RECOVERED, RECOVERING, MetadataImage, PartitionImage, TopicImage
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum, NotControllerError
-from josef.metadata.features import FeatureError, SupportedFeature, UpgradeType, check_update
+from josef.metadata.features import (
+    ELIGIBLE_LEADER_REPLICAS_VERSION,
+    FeatureError,
+    SupportedFeature,
+    UpgradeType,
+    check_update,
+)
 from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
@@ -61,6 +67,7 @@ INT64_MAX = 2**63 - 1
 #: How often the active controller looks for leaderless partitions it may elect uncleanly (Kafka's 5 minutes).
 UNCLEAN_ELECTION_CHECK_S = 300.0
 UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 #: Kafka's default messages of the election errors.
 ELECTION_NOT_NEEDED = "Leader election not needed for topic partition."
 PREFERRED_LEADER_NOT_AVAILABLE = "The preferred leader was not available."
@@ -221,8 +228,14 @@ class Controller:
     # Brokers ---------------------------------------------------------------
 
     async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint],
-                              rack: str | None, features: Mapping[str, tuple[int, int]]) -> int:
+                              rack: str | None, features: Mapping[str, tuple[int, int]],
+                              previous_broker_epoch: int = -1) -> int:
         """Kafka's BrokerRegistration: record the broker, fenced, and return its new broker epoch.
+
+        ``previous_broker_epoch`` is the epoch the broker had when it last
+        shut down cleanly (-1 when it did not): a registered broker coming
+        back with another one restarted uncleanly, and with eligible leader
+        replicas tracked it leaves every ISR and ELR first (KIP-966).
 
         The epoch is above every earlier one (the image's offset plus one),
         so a fence or unfence naming an older registration is ignored. The
@@ -238,8 +251,18 @@ class Controller:
                                           f"Unable to register because the broker does not support finalized version "
                                           f"{level} of {name}. The broker wants a version between {low} and {high}, "
                                           f"inclusive.")
-            broker = BrokerImage(broker_id, tuple(endpoints), rack, True, image.offset + 1, incarnation_id, features)
-            offset = await self._commit([broker.to_record()])
+            records: list[MetadataRecord] = []
+            existing = image.brokers.get(broker_id)
+            elr = self._elr(image)
+            if existing is not None and previous_broker_epoch != existing.epoch and elr is not None:
+                log.info("broker %d registers again after an unclean shutdown (previous broker epoch %d, not %d)",
+                         broker_id, previous_broker_epoch, existing.epoch)
+                records += partition_changes.broker_unclean_shutdown(image, broker_id, self._unclean_policy(image),
+                                                                     elr)
+            broker = BrokerImage(broker_id, tuple(endpoints), rack, True, image.offset + len(records) + 1,
+                                 incarnation_id, features)
+            records.append(broker.to_record())
+            offset = await self._commit(records)
             self.heartbeats.registered(broker_id, broker.epoch, offset)
             return broker.epoch
 
@@ -266,14 +289,16 @@ class Controller:
             records: list[MetadataRecord] = []
             if want_shut_down or want_fence:
                 if not broker.fenced:
-                    records += partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image))
+                    records += partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image),
+                                                                self._elr(image))
                     records.append(FenceBrokerRecord(id=broker_id, epoch=epoch))
                 if want_shut_down and not broker.in_controlled_shutdown:
                     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
                                                                   in_controlled_shutdown=1))
             elif broker.fenced and caught_up:
                 records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
-                records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image))
+                records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image),
+                                                             self._elr(image))
             await self._commit(records)
             fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
             return caught_up, fenced, want_shut_down and fenced
@@ -285,7 +310,7 @@ class Controller:
             expired = self.heartbeats.expired(b for b, info in image.brokers.items() if not info.fenced)
             records: list[MetadataRecord] = []
             for broker_id in expired:
-                changes = [*partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image)),
+                changes = [*partition_changes.broker_leaving(image, broker_id, self._unclean_policy(image), self._elr(image)),
                            FenceBrokerRecord(id=broker_id, epoch=image.brokers[broker_id].epoch)]
                 records += changes
                 # The next broker's changes must see this one gone.
@@ -332,7 +357,8 @@ class Controller:
                 record = partition_changes.build(
                     topic, change.partition, partition_changes.leader_acceptor(image),
                     isr=[b for b, _ in change.new_isr], recovery_state=change.leader_recovery_state,
-                    election=partition_changes.election_for(self._unclean_policy(image), topic.name))
+                    election=partition_changes.election_for(self._unclean_policy(image), topic.name),
+                    min_isr=self._min_isr(image, topic))
                 if record is not None:
                     records.append(record)
                     image, _ = image.apply(image.offset, [record])
@@ -386,6 +412,23 @@ class Controller:
         """Whether each topic allows unclean leader election, as configured now (topic, then broker configs)."""
         return lambda topic: bool(self._topic_setting(image, topic, UNCLEAN_LEADER_ELECTION))
 
+    def _elr(self, image: MetadataImage) -> partition_changes.Elr | None:
+        """How eligible leader replicas are tracked, or None when ``eligible.leader.replicas.version`` is off."""
+        if image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) < 1:
+            return None
+        return partition_changes.Elr(lambda topic: self._effective_min_isr(image, topic))
+
+    def _effective_min_isr(self, image: MetadataImage, topic: TopicImage) -> int:
+        """The topic's ``min.insync.replicas``, at most its replication factor (Kafka's getTopicEffectiveMinIsr)."""
+        min_isr = int(self._topic_setting(image, topic.name, MIN_INSYNC_REPLICAS))
+        partition = topic.partitions.get(0) or next(iter(topic.partitions.values()), None)
+        return min_isr if partition is None else min(min_isr, len(partition.replicas))
+
+    def _min_isr(self, image: MetadataImage, topic: TopicImage) -> int | None:
+        """The ``min_isr`` :func:`partition_changes.build` takes: None when eligible leader replicas are off."""
+        elr = self._elr(image)
+        return None if elr is None else elr.min_isr(topic)
+
     def _topic_setting(self, image: MetadataImage, topic: str, broker_key: str) -> Any:
         """A topic-level config's value for ``topic``: its override, else this node's then the cluster's dynamic
         broker value, else the static one (Kafka's ConfigurationControlManager order)."""
@@ -435,7 +478,8 @@ class Controller:
         if (partition.leader == partition.preferred_leader if election is partition_changes.Election.PREFERRED
                 else partition.leader != partition_changes.NO_LEADER):
             return ElectionResult(name, index, ErrorCode.election_not_needed, ELECTION_NOT_NEEDED)
-        record = partition_changes.build(topic, index, partition_changes.leader_acceptor(image), election=election)
+        record = partition_changes.build(topic, index, partition_changes.leader_acceptor(image), election=election,
+                                         min_isr=self._min_isr(image, topic))
         if record is None:
             if election is partition_changes.Election.PREFERRED:
                 return ElectionResult(name, index, ErrorCode.preferred_leader_not_available,
@@ -460,11 +504,12 @@ class Controller:
             records: list[MetadataRecord] = []
             if now >= self._next_unclean_check:
                 self._next_unclean_check = now + UNCLEAN_ELECTION_CHECK_S
-                records += partition_changes.unclean_elections(image, self._unclean_policy(image))
+                records += partition_changes.unclean_elections(image, self._unclean_policy(image), self._elr(image))
                 image, _ = image.apply(image.offset, records)
             if self._config["auto.leader.rebalance.enable"] and now >= self._next_balance_check:
                 self._next_balance_check = now + self._config["leader.imbalance.check.interval.seconds"]
-                records += partition_changes.rebalance(image, self._config["leader.imbalance.per.broker.percentage"])
+                records += partition_changes.rebalance(image, self._config["leader.imbalance.per.broker.percentage"],
+                                                       self._elr(image))
             await self._commit(records)
 
     # Reassignments ---------------------------------------------------------
@@ -516,7 +561,7 @@ class Controller:
                                       f"Unable to revert partition assignment for {name}:{index} because it would "
                                       f"require an unclean leader election.")
             return partition_changes.build(topic, index, acceptable, replicas=revert.replicas, isr=revert.isr,
-                                           adding=(), removing=())
+                                           adding=(), removing=(), min_isr=self._min_isr(image, topic))
         self._check_assignment(image, replicas)
         if not allow_replication_factor_change and len(replicas) != len(partition.replicas) - len(
                 partition.removing_replicas):
@@ -526,7 +571,7 @@ class Controller:
                                   f"but allowReplicationFactorChange is false")
         move = partition_changes.reassignment(partition.replicas, replicas)
         return partition_changes.build(topic, index, acceptable, replicas=move.replicas, adding=move.adding,
-                                       removing=move.removing)
+                                       removing=move.removing, min_isr=self._min_isr(image, topic))
 
     @staticmethod
     def _check_assignment(image: MetadataImage, replicas: Sequence[int]) -> None:
@@ -783,7 +828,8 @@ class Controller:
                 if any(r.name == UNCLEAN_LEADER_ELECTION for r in records):
                     # Enabling it takes effect at once, not at the next periodic check (as Kafka's controller).
                     image = self._image()
-                    await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image)))
+                    await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image),
+                                                                           self._elr(image)))
 
     def _broker_key(self, name: str):  # type: ignore[no-untyped-def]
         if name not in self._config.definition:

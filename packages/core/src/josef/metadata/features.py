@@ -23,6 +23,8 @@ METADATA_VERSIONS = {"4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25}
 _METADATA_CHANGED = frozenset({23})
 #: The level ``--release-version 4.0`` and a first start choose: Kafka 4.0's latest.
 LATEST_METADATA_VERSION = 25
+#: KIP-966 eligible leader replicas: level 1 tracks them. Off (0) by default for new clusters, as in Kafka 4.0.
+ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 
 
 class UpgradeType(IntEnum):

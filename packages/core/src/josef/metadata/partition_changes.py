@@ -13,13 +13,22 @@ is in unless it is the last member (the ISR never becomes empty, so the
 partition remembers who has its data); a partition it led gets the first
 live replica of the remaining ISR, in replica order, or no leader (-1) when
 none is live, unless the topic allows unclean elections.
+
+With eligible leader replicas (KIP-966, ``eligible.leader.replicas.version``
+1) the ISR may become empty: when it shrinks below the topic's
+``min.insync.replicas`` the high watermark cannot advance, so the members
+that leave it hold every committed record and join the ELR; a leaderless
+partition with an empty ISR elects an ELR member cleanly. ``last_known_elr``
+keeps the last leader of a partition whose ISR emptied (Kafka 4.x's
+balanced recovery): it may lead again, as an unclean election, once the ISR
+and ELR are both empty.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 import attrs
 
@@ -62,6 +71,13 @@ def leader_acceptor(image: MetadataImage, leaving: int = NO_LEADER, returning: i
     return acceptable
 
 
+@attrs.frozen
+class Elr:
+    """Eligible leader replicas are tracked: how to get a topic's effective ``min.insync.replicas``."""
+
+    min_isr: Callable[[TopicImage], int]
+
+
 def never_unclean(topic: str) -> bool:
     return False
 
@@ -95,11 +111,16 @@ def _complete_reassignment(target: _Target) -> _Target:
     return _Target(tuple(r for r in target.replicas if r not in target.removing), isr, (), ())
 
 
-def _elect(current: PartitionImage, target: _Target, election: Election,
+def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...] | None, election: Election,
            acceptable: LeaderAcceptor) -> tuple[int, bool]:
-    """``(leader, unclean)`` for the target: Kafka's electPreferredLeader / electAnyLeader."""
+    """``(leader, unclean)`` for the target: Kafka's electPreferredLeader / electAnyLeader.
+
+    ``elr`` is the target ELR, None when eligible leader replicas are not
+    tracked; its members may lead only when the target ISR is empty.
+    """
     def valid(replica: int) -> bool:
-        return replica in target.isr and acceptable(replica)
+        in_sync = replica in target.isr or (elr is not None and not target.isr and replica in elr)
+        return in_sync and acceptable(replica)
 
     if election is Election.PREFERRED and target.replicas and valid(target.replicas[0]):
         return target.replicas[0], False
@@ -108,6 +129,9 @@ def _elect(current: PartitionImage, target: _Target, election: Election,
     leader = next((r for r in target.replicas if valid(r)), NO_LEADER)
     if leader != NO_LEADER:
         return leader, False
+    if (elr is not None and not elr and not target.isr and len(current.last_known_elr) == 1
+            and acceptable(current.last_known_elr[0])):
+        return current.last_known_elr[0], True  # the last known leader: what it lacks of other replicas is lost
     if election is Election.UNCLEAN:
         leader = next((r for r in target.replicas if acceptable(r)), NO_LEADER)
         if leader != NO_LEADER:
@@ -115,28 +139,53 @@ def _elect(current: PartitionImage, target: _Target, election: Election,
     return NO_LEADER, False
 
 
+def _target_elr(current: PartitionImage, target: _Target, min_isr: int | None,
+                unclean_shutdown: Collection[int]) -> tuple[int, ...] | None:
+    """The ELR before the election, None when not tracked: Kafka's maybePopulateTargetElr.
+
+    Empty once the ISR holds ``min_isr`` members; else the members of the
+    current ISR and ELR that are not in the target ISR, less the brokers
+    that restarted without a clean shutdown (they may have lost records).
+    """
+    if min_isr is None:
+        return None
+    if len(target.isr) >= min_isr:
+        return ()
+    return tuple(sorted((set(current.elr) | set(current.isr)) - set(target.isr) - set(unclean_shutdown)))
+
+
 def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
           isr: Sequence[int] | None = None, replicas: Sequence[int] | None = None,
           adding: Sequence[int] | None = None, removing: Sequence[int] | None = None,
-          election: Election = Election.ONLINE, recovery_state: int | None = None) -> PartitionChangeRecord | None:
+          election: Election = Election.ONLINE, recovery_state: int | None = None,
+          min_isr: int | None = None, unclean_shutdown: Collection[int] = ()) -> PartitionChangeRecord | None:
     """The record that takes ``topic``'s partition ``index`` to the wanted state, or None when it is already there.
 
     Fields left as None keep their current value. The ISR is never set
-    empty. The leader epoch is bumped (by naming the leader) when the
-    leader changes or a replica leaves the replicas, not on an ISR shrink,
-    as in Kafka 4.x metadata versions.
+    empty unless eligible leader replicas are tracked (``min_isr``, the
+    topic's effective ``min.insync.replicas``, is given);
+    ``unclean_shutdown`` are brokers that restarted uncleanly and leave the
+    ELR. The leader epoch is bumped (by naming the leader) when the leader
+    changes or a replica leaves the replicas, not on an ISR shrink, as in
+    Kafka 4.x metadata versions.
     """
     current = topic.partitions[index]
     target = _complete_reassignment(_Target(
         current.replicas if replicas is None else tuple(replicas), current.isr if isr is None else tuple(isr),
         current.adding_replicas if adding is None else tuple(adding),
         current.removing_replicas if removing is None else tuple(removing)))
-    leader, unclean = _elect(current, target, election, acceptable)
+    elr = _target_elr(current, target, min_isr, unclean_shutdown)
+    leader, unclean = _elect(current, target, elr, election, acceptable)
     new_leader = NO_LEADER_CHANGE
     new_isr: tuple[int, ...] | None = None
     new_recovery = current.leader_recovery_state if recovery_state is None else recovery_state
     if leader != current.leader:
         new_leader = leader
+        if elr and leader in elr:
+            # A clean election from the ELR: the new leader is the ISR alone.
+            target = attrs.evolve(target, isr=(leader,))
+            elr = tuple(r for r in elr if r != leader)
+            log.info("Partition %s-%d elects broker %d from its eligible leader replicas", topic.name, index, leader)
         if unclean:
             new_isr, new_recovery = (leader,), RECOVERING
             log.warning("Unclean leader election for partition %s-%d: broker %d, which is not in the ISR %s, "
@@ -144,14 +193,23 @@ def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
                         topic.name, index, leader, list(current.isr))
     elif not set(current.replicas) <= set(target.replicas):
         new_leader = current.leader  # a replica leaves: its fetches must be fenced by a new leader epoch
-    if new_isr is None and target.isr and target.isr != current.isr:
+    # An unclean election, or ELR not tracked, leaves no ELR.
+    new_elr = () if elr is None or new_isr is not None else elr
+    if new_isr is None and (target.isr or elr is not None) and target.isr != current.isr:
         new_isr = target.isr
+    new_last_known = None
+    if elr is not None:  # Kafka's maybeUpdateLastKnownLeader
+        if new_isr == () and current.last_known_elr != (current.leader,):
+            new_last_known = (current.leader,)
+        elif (new_leader >= 0 or (current.leader != NO_LEADER and new_leader != NO_LEADER)) and current.last_known_elr:
+            new_last_known = ()
     record = PartitionChangeRecord(
         partition_id=index, topic_id=uuid_from_text(topic.topic_id), isr=new_isr, leader=new_leader,
         replicas=None if target.replicas == current.replicas else target.replicas,
         removing_replicas=None if target.removing == current.removing_replicas else target.removing,
         adding_replicas=None if target.adding == current.adding_replicas else target.adding,
-        leader_recovery_state=-1 if new_recovery == current.leader_recovery_state else new_recovery)
+        leader_recovery_state=-1 if new_recovery == current.leader_recovery_state else new_recovery,
+        eligible_leader_replicas=None if new_elr == current.elr else new_elr, last_known_elr=new_last_known)
     unchanged = PartitionChangeRecord(partition_id=index, topic_id=record.topic_id)
     return None if record == unchanged else record
 
@@ -199,37 +257,65 @@ def _built(changes: Iterator[PartitionChangeRecord | None]) -> list[PartitionCha
     return [change for change in changes if change is not None]
 
 
-def broker_leaving(image: MetadataImage, broker_id: int,
-                   unclean: UncleanPolicy = never_unclean) -> list[PartitionChangeRecord]:
-    """Changes that take ``broker_id`` out of every ISR and leadership, before it is fenced or shut down."""
+def _min_isr(elr: Elr | None, topic: TopicImage) -> int | None:
+    return None if elr is None else elr.min_isr(topic)
+
+
+def broker_leaving(image: MetadataImage, broker_id: int, unclean: UncleanPolicy = never_unclean,
+                   elr: Elr | None = None) -> list[PartitionChangeRecord]:
+    """Changes that take ``broker_id`` out of every ISR and leadership, before it is fenced or shut down.
+
+    With ELR tracked, the partitions whose ELR holds it are looked at too,
+    as Kafka does (a fenced ELR member stays in the ELR).
+    """
     acceptable = leader_acceptor(image, leaving=broker_id)
     return _built(
         build(topic, index, acceptable, isr=[r for r in p.isr if r != broker_id],
-              election=election_for(unclean, topic.name))
-        for topic, index, p in _partitions(image) if broker_id in p.isr or p.leader == broker_id)
+              election=election_for(unclean, topic.name), min_isr=_min_isr(elr, topic))
+        for topic, index, p in _partitions(image)
+        if broker_id in p.isr or p.leader == broker_id or (elr is not None and broker_id in p.elr))
 
 
-def broker_returning(image: MetadataImage, broker_id: int,
-                     unclean: UncleanPolicy = never_unclean) -> list[PartitionChangeRecord]:
+def broker_unclean_shutdown(image: MetadataImage, broker_id: int, unclean: UncleanPolicy = never_unclean,
+                            elr: Elr | None = None) -> list[PartitionChangeRecord]:
+    """Changes that take a broker that restarted without a clean shutdown out of every ISR and ELR (KIP-966).
+
+    Its log may have lost records it acknowledged, so it may no longer be
+    elected as a replica that has them. Nothing when ELR is not tracked.
+    """
+    if elr is None:
+        return []
+    acceptable = leader_acceptor(image)
+    return _built(
+        build(topic, index, acceptable, isr=[r for r in p.isr if r != broker_id],
+              election=election_for(unclean, topic.name), min_isr=elr.min_isr(topic), unclean_shutdown=(broker_id,))
+        for topic, index, p in _partitions(image) if broker_id in p.isr or broker_id in p.elr)
+
+
+def broker_returning(image: MetadataImage, broker_id: int, unclean: UncleanPolicy = never_unclean,
+                     elr: Elr | None = None) -> list[PartitionChangeRecord]:
     """Changes that give leaderless partitions a leader now that ``broker_id`` is unfenced (in the same commit)."""
     acceptable = leader_acceptor(image, returning=broker_id)
-    return _built(build(topic, index, acceptable, election=election_for(unclean, topic.name))
+    return _built(build(topic, index, acceptable, election=election_for(unclean, topic.name),
+                        min_isr=_min_isr(elr, topic))
                   for topic, index, p in _partitions(image) if p.leader == NO_LEADER)
 
 
-def unclean_elections(image: MetadataImage, unclean: UncleanPolicy) -> list[PartitionChangeRecord]:
+def unclean_elections(image: MetadataImage, unclean: UncleanPolicy,
+                      elr: Elr | None = None) -> list[PartitionChangeRecord]:
     """Leaders for leaderless partitions of topics that allow unclean election, which may have enabled it since."""
     acceptable = leader_acceptor(image)
-    return _built(build(topic, index, acceptable, election=Election.UNCLEAN)
+    return _built(build(topic, index, acceptable, election=Election.UNCLEAN, min_isr=_min_isr(elr, topic))
                   for topic, index, p in _partitions(image) if p.leader == NO_LEADER and unclean(topic.name))
 
 
-def preferred_election(image: MetadataImage, topic: TopicImage, index: int) -> PartitionChangeRecord | None:
+def preferred_election(image: MetadataImage, topic: TopicImage, index: int,
+                       elr: Elr | None = None) -> PartitionChangeRecord | None:
     """The change that gives the partition its preferred leader, or None when that replica cannot lead now."""
-    return build(topic, index, leader_acceptor(image), election=Election.PREFERRED)
+    return build(topic, index, leader_acceptor(image), election=Election.PREFERRED, min_isr=_min_isr(elr, topic))
 
 
-def rebalance(image: MetadataImage, percentage: int) -> list[PartitionChangeRecord]:
+def rebalance(image: MetadataImage, percentage: int, elr: Elr | None = None) -> list[PartitionChangeRecord]:
     """Preferred-leader elections for the brokers whose leadership is imbalanced, as Kafka's auto rebalance.
 
     A broker is imbalanced when more than ``percentage`` percent of the
@@ -245,5 +331,5 @@ def rebalance(image: MetadataImage, percentage: int) -> list[PartitionChangeReco
     for partitions in preferred.values():
         elsewhere = [(topic, index) for topic, index, p in partitions if p.leader != p.preferred_leader]
         if len(elsewhere) * 100 > percentage * len(partitions):
-            changes += [preferred_election(image, topic, index) for topic, index in elsewhere]
+            changes += [preferred_election(image, topic, index, elr) for topic, index in elsewhere]
     return _built(iter(changes))

@@ -24,7 +24,8 @@ async def broker_registration(ctx: RequestContext, request: Any) -> dict[str, An
     features = {f.name: (f.min_supported_version, f.max_supported_version) for f in request.features}
     try:
         epoch = await ctx.broker.controller.register_broker(
-            request.broker_id, uuid_to_text(request.incarnation_id), endpoints, request.rack, features)
+            request.broker_id, uuid_to_text(request.incarnation_id), endpoints, request.rack, features,
+            getattr(request, "previous_broker_epoch", -1))
     except ControllerError as exc:
         return {"throttle_time": 0, "error_code": exc.code, "broker_epoch": -1}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "broker_epoch": epoch}
