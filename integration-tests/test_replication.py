@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from josef.broker_config import RACK_AWARE_SELECTOR
@@ -324,3 +325,43 @@ def test_consumers_fetch_from_an_in_sync_replica_in_their_rack(josef_cluster):
         assert values == [f"r-{i}".encode() for i in range(200)]
     finally:
         consumer.close()
+
+
+def test_eligible_leader_replicas_let_a_cleanly_stopped_replica_lead_when_the_isr_is_gone(josef_cluster):
+    cluster = josef_cluster(controllers=1, brokers=3, **FAST)
+    features = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, api_version=(4, 0))
+    try:
+        assert features.update_features({"eligible.leader.replicas.version": 1}) == {"eligible.leader.replicas.version": "OK"}
+    finally:
+        features.close()
+    topic = "elr"
+    client = admin(cluster)
+    client.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 3, 4]],
+                                   config={"min.insync.replicas": "2"})])[topic].result(30)
+    full_isr(cluster, topic)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, f"e-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    def state():
+        node = next(b for b in cluster.brokers if b.running)
+        raw = RawClient(node.listener("PLAINTEXT")[1])
+        try:
+            [described] = raw.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+                "topics": [{"name": topic}], "response_partition_limit": 10, "cursor": None}).topics
+        finally:
+            raw.close()
+        p = described.partitions[0]
+        return p.leader_id, tuple(p.isr_nodes), tuple(p.eligible_leader_replicas or ())
+
+    assert cluster.node(4).stop() == 0
+    assert cluster.node(3).stop() == 0  # the ISR falls below min.insync.replicas: 3 is eligible
+    eventually(lambda: state() == (2, (2,), (3,)), what="broker 3 in the ELR")
+    cluster.node(2).kill()  # the last in-sync replica dies
+    cluster.node(4).restart()  # back, but neither in sync nor eligible: it may not lead
+    eventually(lambda: state()[0] == -1, what="the partition without a leader")
+    cluster.node(3).restart()  # a clean stop: still eligible, and it has every committed record
+    eventually(lambda: state()[0] == 3, what="broker 3 elected from the ELR")
+    values = [value for _, value in read_all(cluster, topic, partitions=1)[0]]
+    assert values == [f"e-{i}".encode() for i in range(100)]

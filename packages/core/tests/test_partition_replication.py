@@ -209,3 +209,13 @@ def test_a_restarted_replica_starts_from_its_checkpointed_high_watermark(make, j
     again = Partition(p.tp, "topic-id", ME, p.log, {}, high_watermark=2)
     assert again.high_watermark == 2
     assert Partition(p.tp, "topic-id", ME, p.log, {}, high_watermark=50).high_watermark == 6
+
+
+def test_with_eligible_leader_replicas_the_high_watermark_waits_for_min_insync_replicas(make):
+    p = make(isr=(ME,))
+    p.strict_min_isr = True
+    p.append_as_leader(batch(3), 1)
+    assert p.high_watermark == 0  # one in sync, min.insync.replicas 2: the ELR must stay complete
+    p.update_state(PartitionImage((ME, OTHER, THIRD), (ME, OTHER), ME, 0, 1))
+    p.follower_fetched(OTHER, 3, at_ms=1001)
+    assert p.high_watermark == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from josef.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.log import Log, LogConfig, LogStorage
@@ -122,3 +124,16 @@ def test_high_watermarks_are_checkpointed_beside_their_logs_in_kafkas_format(tmp
     assert (second / "replication-offset-checkpoint").read_text() == "0\n1\nt 1 3\n"
     storage.close()
     assert LocalLogStorage(config, clock=clock).high_watermarks() == {here: 7, there: 3}
+
+
+def test_the_clean_shutdown_marker_records_the_broker_epoch_in_kafkas_format(harness):
+    harness.open()
+    harness.storage.close(broker_epoch=42)
+    assert json.loads((harness.root / CLEAN_SHUTDOWN_FILE).read_text()) == {"version": 0, "brokerEpoch": 42}
+    harness.start()
+    assert harness.storage.clean_shutdown_epoch() == 42
+    assert not (harness.root / CLEAN_SHUTDOWN_FILE).exists()  # a crash from now on is an unclean stop
+    harness.storage.close()
+    (harness.root / CLEAN_SHUTDOWN_FILE).write_text("")  # as josef wrote it before
+    harness.start()
+    assert harness.storage.clean_shutdown_epoch() == -1

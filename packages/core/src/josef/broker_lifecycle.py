@@ -54,7 +54,9 @@ class BrokerLifecycle:
             "features": [{"name": n, "min_supported_version": f.min_level, "max_supported_version": f.max_level}
                          for n, f in sorted(node.features.items())],
             "rack": node.config["broker.rack"],
-            "is_migrating_zk_broker": False, "log_dirs": [], "previous_broker_epoch": self.epoch,
+            "is_migrating_zk_broker": False, "log_dirs": [],
+            # KIP-966: the epoch of this process's registration, else the one the last clean stop recorded (-1: unclean).
+            "previous_broker_epoch": self.epoch if self.epoch != -1 else node.storage.clean_shutdown_epoch(),
         }
         while True:
             try:

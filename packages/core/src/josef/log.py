@@ -273,5 +273,18 @@ class LogStorage(Protocol):
         are dropped. Atomic per file; blocking, so run in a worker thread.
         """
 
-    def close(self) -> None:
-        """Close every open log and mark the shutdown clean, so the next start skips recovery."""
+    def clean_shutdown_epoch(self) -> int:
+        """The broker epoch the previous :meth:`close` recorded; -1 when that stop was not clean.
+
+        Read once, at start, before anything is written. The broker sends it
+        as BrokerRegistration's ``previous_broker_epoch`` (KIP-966): a broker
+        that stopped uncleanly may have lost unflushed records, so the
+        controller takes it out of every ISR and ELR.
+        """
+
+    def close(self, broker_epoch: int = -1) -> None:
+        """Close every open log and mark the shutdown clean with ``broker_epoch``, so the next start skips recovery.
+
+        Local storage writes Kafka's ``.kafka_cleanshutdown`` in each log
+        directory, ``{"version":0,"brokerEpoch":N}``.
+        """

@@ -94,6 +94,9 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         #: Elected uncleanly and not yet said so to the controller (KIP-704): the ISR stays this leader alone.
         self.recovering = False
+        #: Eligible leader replicas are on (KIP-966): the high watermark stands still while the ISR is below
+        #: min.insync.replicas, so that the replicas that left it (the ELR) hold everything committed.
+        self.strict_min_isr = False
         #: The log end offset when this broker became leader: a follower joins the ISR only past it.
         self.leader_epoch_start_offset = -1
         # From the checkpoint, never the log end: what lies past it may not be replicated.
@@ -170,6 +173,8 @@ class Partition:
     def _maybe_advance_high_watermark(self) -> bool:
         """The leader's high watermark: the smallest log end offset over the (maximal) ISR; it never goes back."""
         if not self.is_leader:
+            return False
+        if self.strict_min_isr and len(self.isr) < self.topic_config.get("min.insync.replicas", 1):
             return False
         new = self.log.log_end_offset
         for b in self.maximal_isr:

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
+from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
 from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage
 from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
 from josef.partition import FollowerState, Partition
@@ -96,6 +97,10 @@ class ReplicaManager:
         self.apply_delta(MetadataDelta(changed_partitions=tuple((tp.topic, tp.partition) for tp in sorted(hosted))), image)
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        strict = image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
+        if ELIGIBLE_LEADER_REPLICAS_VERSION in delta.changed_features:
+            for partition in self.partitions.values():
+                partition.strict_min_isr = strict
         for topic in delta.deleted_topics:
             self._apply_throttled_replicas(topic.name, {})
             for index in topic.partitions:
@@ -115,6 +120,7 @@ class ReplicaManager:
                 log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
                 partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config,
                                                             self._high_watermarks.get(tp))
+                partition.strict_min_isr = strict
                 partition.update_state(state)
                 new_term = True
             else:
@@ -313,5 +319,5 @@ class ReplicaManager:
     def close(self) -> None:
         self.checkpoint_high_watermarks()
         self.partitions.clear()
-        self.storage.close()
+        self.storage.close(self.broker.lifecycle.epoch)
 

@@ -9,6 +9,7 @@ start recovers the logs from their recovery points.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -40,6 +41,15 @@ def _read_or_empty(path: Path) -> dict[TopicPartition, int]:
         return {}
 
 
+def _broker_epoch(marker: Path) -> int:
+    """The broker epoch in a clean-shutdown marker; -1 when it has none (empty, as older josef wrote it, or damaged)."""
+    try:
+        epoch = json.loads(marker.read_text(encoding="utf-8") or "{}").get("brokerEpoch", -1)
+    except (ValueError, AttributeError):
+        return -1
+    return epoch if isinstance(epoch, int) else -1
+
+
 class LogDir:
     """Checkpoints of one log directory, shared by the logs in it; thread-safe (logs flush in worker threads)."""
 
@@ -56,8 +66,11 @@ class LogDir:
             if leftover.is_dir():
                 shutil.rmtree(leftover)  # a deletion interrupted by a crash
         marker = path / CLEAN_SHUTDOWN_FILE
+        #: The broker epoch the clean shutdown recorded; -1 after an unclean stop.
+        self.clean_shutdown_epoch = -1
         if marker.exists():
             self._unrecovered: set[TopicPartition] = set()
+            self.clean_shutdown_epoch = _broker_epoch(marker)
             marker.unlink()
         else:
             # Logs on disk not yet recovered since the unclean stop: recovered
@@ -126,9 +139,12 @@ class LogDir:
     def write_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> None:
         write_offsets(self.path / HIGH_WATERMARK_FILE, offsets)
 
-    def mark_clean_shutdown(self) -> bool:
-        """Write the clean-shutdown marker, unless a log here still awaits its recovery; returns whether written."""
+    def mark_clean_shutdown(self, broker_epoch: int) -> bool:
+        """Write the clean-shutdown marker, unless a log here still awaits its recovery; returns whether written.
+
+        Kafka's format (CleanShutdownFileHandler): JSON with the broker epoch.
+        """
         if self._unrecovered:
             return False
-        write_atomically(self.path / CLEAN_SHUTDOWN_FILE, "")
+        write_atomically(self.path / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": broker_epoch}))
         return True

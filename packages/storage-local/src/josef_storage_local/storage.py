@@ -212,7 +212,11 @@ class LocalLogStorage:
             except OSError as exc:
                 raise dir_error(exc, "checkpointing high watermarks in", log_dir.path) from exc
 
-    def close(self) -> None:
+    def clean_shutdown_epoch(self) -> int:
+        epochs = {log_dir.clean_shutdown_epoch for log_dir in self._dirs}
+        return epochs.pop() if len(epochs) == 1 else -1
+
+    def close(self, broker_epoch: int = -1) -> None:
         """Close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""
         with self._lock:
             logs = list(self._logs.values())
@@ -222,6 +226,6 @@ class LocalLogStorage:
         for log_dir in self._dirs:
             try:
                 log_dir.checkpoint()
-                log_dir.mark_clean_shutdown()
+                log_dir.mark_clean_shutdown(broker_epoch)
             except OSError as exc:
                 raise dir_error(exc, "checkpointing", log_dir.path) from exc
