@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rf", type=int, default=3, help="replication factor of the replicated phases")
     parser.add_argument("--min-insync", type=int, default=None,
                         help="min.insync.replicas of the replicated topics (default: 2, or 1 with --rf 1)")
-    parser.add_argument("--partitions", type=int, default=1, help="partitions of every topic")
+    parser.add_argument("--partitions", type=int, default=3,
+                        help="partitions of every topic (default 3: one leader per broker of the replicated cluster)")
     parser.add_argument("--rate", type=float, default=20.0, help="MB/s offered in the latency phase")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of the latency phase not measured")
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="seconds of latency measured")
