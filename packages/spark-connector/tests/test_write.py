@@ -1,7 +1,10 @@
 """Writes: DataFrames into topics (batch and streaming), with the columns of Spark's Kafka sink."""
 
+import re
+
 import pytest
 from conftest import create_topic, produce, reader
+from pyspark.errors import AnalysisException
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -99,9 +102,29 @@ def test_bad_writes_fail_before_writing(spark, josef_broker, ddl, options, messa
 
 def test_overwrite_is_refused(spark, josef_broker):
     df = spark.createDataFrame([("v",)], "value string")
-    with pytest.raises(Exception, match="cannot be overwritten"):
+    with pytest.raises(Exception, match=re.escape('a topic cannot be overwritten: records are only appended to '
+                                                  'topics; write with .mode("append")')):
         df.write.format("josef").mode("overwrite").option("kafka.bootstrap.servers", josef_broker.bootstrap_servers) \
             .option("topic", "t").save()
+
+
+@pytest.mark.parametrize("mode, shown", [(None, "ErrorIfExists"), ("errorifexists", "ErrorIfExists"),
+                                         ("ignore", "Ignore")])
+def test_save_modes_other_than_append_are_refused_by_spark(spark, josef_broker, mode, shown):
+    """Spark's Kafka sink takes its default save mode; Spark refuses it for Python data sources before calling
+    the data source (so nothing of josef's can name the fix there): the README says to use .mode("append")."""
+    create_topic(josef_broker, "modes", 1)
+    df = spark.createDataFrame([("v",)], "value string")
+    write = df.write.format("josef") if mode is None else df.write.format("josef").mode(mode)
+    with pytest.raises(AnalysisException) as error:
+        write.option("kafka.bootstrap.servers", josef_broker.bootstrap_servers).option("topic", "modes").save()
+    assert error.value.getCondition() == "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"
+    assert str(error.value).startswith(f'[UNSUPPORTED_DATA_SOURCE_SAVE_MODE] The data source "josef" cannot be '
+                                       f'written in the "{shown}" mode. Please use either the "Append" or '
+                                       '"Overwrite" mode instead.')
+    assert consume(josef_broker, "modes", 1) == []
+    writer(df, josef_broker, topic="modes").save()  # the fix: .mode("append")
+    assert [v for _, _, v, _ in consume(josef_broker, "modes", 1)] == [b"v"]
 
 
 def test_a_failed_delivery_fails_the_task(spark, josef_broker):

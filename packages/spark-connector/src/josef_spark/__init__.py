@@ -1,7 +1,8 @@
 """josef's PySpark data source: ``spark.dataSource.register(JosefDataSource)``, then ``format("josef")``.
 
 It takes the schema and options of Spark's built-in Kafka source, so an
-existing job switches by changing only the format name.
+existing job switches by changing the format name, and batch writes also by
+``.mode("append")`` (Spark refuses its default save mode for Python data sources).
 """
 
 from josef_spark.options import OptionError

@@ -41,6 +41,8 @@ HEADERS = StructField("headers", ArrayType(StructType([StructField("key", String
 class JosefDataSource(DataSource):
     """Read and write josef (or any Kafka) topics with the schema and options of Spark's Kafka source.
 
+    Batch writes need ``.mode("append")``: Spark refuses its default save mode for Python data sources.
+
     >>> spark.dataSource.register(JosefDataSource)
     >>> spark.read.format("josef").option("kafka.bootstrap.servers", "localhost:9092").option("subscribe", "t").load()
 
@@ -71,8 +73,16 @@ class JosefDataSource(DataSource):
         return StreamReader(read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write...save()``: only with ``.mode("append")``.
+
+        Spark's Kafka sink also takes the default save mode (errorifexists);
+        Spark itself refuses it for Python data sources, with
+        UNSUPPORTED_DATA_SOURCE_SAVE_MODE, before this is called. Its message
+        suggests "Overwrite", which lands here.
+        """
         if overwrite:
-            raise OptionError("a topic cannot be overwritten; use mode append")
+            raise OptionError('a topic cannot be overwritten: records are only appended to topics; '
+                              'write with .mode("append")')
         options = write_options(self.options)
         check_schema(schema, options)
         return BatchWriter(options)
