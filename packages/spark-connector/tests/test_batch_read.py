@@ -1,12 +1,15 @@
 """Batch reads: what spark.read.format("josef") returns equals what was produced, option by option."""
 
 import datetime as dt
+import re
 
 import pytest
 from conftest import create_topic, produce, reader
 from pyspark.errors import AnalysisException, PythonException
 
-from josef_client import Admin, TopicPartition
+import josef_spark.reader
+from josef_client import Admin, Consumer, TopicPartition
+from josef_spark import JosefDataSource
 
 
 def rows(df):
@@ -100,6 +103,82 @@ def test_min_partitions_splits_ranges_without_changing_the_rows(spark, three_par
     assert rows(df) == expected()
 
 
+def test_max_records_per_partition_caps_every_task(spark, three_partitions):
+    df = reader(spark, three_partitions, subscribe="t", maxRecordsPerPartition="4").load()
+    assert df.rdd.getNumPartitions() == 9  # each partition's 10 records in tasks of 4, 3 and 3
+    per_task = df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+    assert sorted(per_task) == [3] * 6 + [4] * 3
+    assert rows(df) == expected()
+    # With minPartitions as well: split by the record limit first, then until there are minPartitions tasks.
+    both = reader(spark, three_partitions, subscribe="t", maxRecordsPerPartition="4", minPartitions="15").load()
+    assert both.rdd.getNumPartitions() >= 15 and rows(both) == expected()
+    assert max(both.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()) <= 4
+
+
+def test_ending_timestamps_end_at_the_first_offset_at_or_after(spark, josef_broker):
+    create_topic(josef_broker, "ends", 2)
+    stamps = [1000, 2000, 2000, 3000, 4000]
+    for p in range(2):
+        produce(josef_broker, "ends", [f"{p}-{i}".encode() for i in range(5)], partition=p, timestamps=stamps)
+    values = lambda **o: sorted(r.value for r in reader(spark, josef_broker, subscribe="ends", **o).load().collect())  # noqa: E731
+    # The end is exclusive: the first record stamped 2000 or later is not read.
+    assert values(endingTimestamp="2000") == [b"0-0", b"1-0"]
+    assert values(endingTimestamp="2001") == [b"0-0", b"0-1", b"0-2", b"1-0", b"1-1", b"1-2"]
+    # Later than every record: to the end, as Spark does when Kafka finds no offset.
+    assert len(values(endingTimestamp="99999")) == 10
+    # endingTimestamp wins over endingOffsetsByTimestamp, which wins over endingOffsets.
+    assert values(endingTimestamp="1500", endingOffsetsByTimestamp='{"ends": {"0": 99999, "1": 99999}}',
+                  endingOffsets='{"ends": {"0": 5, "1": 5}}') == [b"0-0", b"1-0"]
+    assert values(endingOffsetsByTimestamp='{"ends": {"0": 3000, "1": 1}}', endingOffsets='{"ends": {"0": 1, "1": 1}}') \
+        == [b"0-0", b"0-1", b"0-2"]
+    with pytest.raises(Exception, match="must give a timestamp for every partition read; it lacks ends-1"):
+        values(endingOffsetsByTimestamp='{"ends": {"0": 3000}}')
+
+
+def consumer_group_ids(monkeypatch, options):
+    """Plan a batch read with ``options`` in this process and read every range; the group.id of each consumer."""
+    source = JosefDataSource(options)
+    batch = source.reader(source.schema())
+    seen = []
+
+    def consumer(config):
+        seen.append(config["group.id"])
+        return Consumer(config)
+
+    monkeypatch.setattr(josef_spark.reader, "Consumer", consumer)
+    records = sum(b.num_rows for p in batch.partitions() for b in batch.read(p))
+    return seen, records
+
+
+def test_group_ids(spark, three_partitions, monkeypatch):
+    broker = three_partitions
+    options = {"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": "t"}
+    # As Spark: a new id per query, "spark-kafka-relation-<uuid>-executor", shared by the query's tasks ...
+    seen, records = consumer_group_ids(monkeypatch, options)
+    assert records == 30 and len(seen) == 3 and len(set(seen)) == 1
+    assert re.fullmatch(r"spark-kafka-relation-[0-9a-f-]{36}-executor", seen[0])
+    assert consumer_group_ids(monkeypatch, options)[0][0] != seen[0]
+    # ... with groupIdPrefix in front instead ...
+    seen, _ = consumer_group_ids(monkeypatch, {**options, "groupidprefix": "etl"})
+    assert re.fullmatch(r"etl-[0-9a-f-]{36}-executor", seen[0])
+    # ... and kafka.group.id exactly as given (groupIdPrefix is then ignored).
+    seen, records = consumer_group_ids(monkeypatch, {**options, "groupidprefix": "etl", "kafka.group.id": "billing"})
+    assert seen == ["billing"] * 3 and records == 30
+
+
+def test_kafka_group_id_commits_nothing(spark, three_partitions):
+    broker = three_partitions
+    df = reader(spark, broker, subscribe="t", **{"kafka.group.id": "billing"}).load()
+    assert rows(df) == expected()
+    streamed = (spark.readStream.format("josef").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+                .options(subscribe="t", startingOffsets="earliest", groupIdPrefix="etl", **{"kafka.group.id": "billing"})
+                .load().writeStream.format("noop").trigger(availableNow=True).start())
+    assert streamed.awaitTermination(120) and streamed.exception() is None
+    # Progress lives in Spark's checkpoint, as with Spark's Kafka source: the group has no committed offsets.
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "billing"}) as consumer:
+        assert set(consumer.committed([TopicPartition("t", p) for p in range(3)]).values()) == {None}
+
+
 def test_fail_on_data_loss(spark, three_partitions):
     broker = three_partitions
     with Admin({"bootstrap.servers": broker.bootstrap_servers}) as admin:
@@ -121,8 +200,8 @@ def test_kafka_options_reach_the_client(spark, three_partitions):
 def test_bad_options_fail_when_the_query_is_defined(spark, josef_broker):
     with pytest.raises(AnalysisException, match="exactly one of subscribe, subscribePattern or assign"):
         reader(spark, josef_broker).load()
-    with pytest.raises(AnalysisException, match="kafka.group.id is not supported"):
-        reader(spark, josef_broker, subscribe="t", **{"kafka.group.id": "g"}).load()
+    with pytest.raises(AnalysisException, match="kafka.auto.offset.reset is not supported"):
+        reader(spark, josef_broker, subscribe="t", **{"kafka.auto.offset.reset": "earliest"}).load()
     with pytest.raises(AnalysisException, match="minPartitions must be a positive integer"):
         reader(spark, josef_broker, subscribe="t", minPartitions="0").load()
     with pytest.raises((AnalysisException, PythonException), match='startingOffsets="latest" is not valid for batch'):

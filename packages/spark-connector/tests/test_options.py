@@ -20,6 +20,9 @@ def test_defaults_follow_spark():
     assert stream.starting.kind == "latest"
     assert batch.fail_on_data_loss and not batch.include_headers
     assert batch.max_offsets_per_trigger is None and batch.min_partitions is None
+    assert stream.min_offsets_per_trigger is None and stream.max_trigger_delay_ms == 15 * 60_000
+    assert batch.max_records_per_partition is None and batch.group_id is None
+    assert (batch.group_id_prefix, stream.group_id_prefix) == ("spark-kafka-relation", "spark-kafka-source")
 
 
 def test_strategies():
@@ -70,7 +73,17 @@ def test_kafka_options_pass_through_without_prefix():
     ({"subscribe": "a", "failondataloss": "maybe"}, False, "failOnDataLoss"),
     ({"subscribe": "a", "includeheaders": "yes"}, False, "includeHeaders"),
     ({"subscribe": "a", "startingofsets": "earliest"}, False, "unknown source option(s) startingofsets"),
-    ({"subscribe": "a", "kafka.group.id": "g"}, False, "kafka.group.id is not supported"),
+    ({"subscribe": "a", "minoffsetspertrigger": "10"}, False, "minOffsetsPerTrigger is for streaming"),
+    ({"subscribe": "a", "maxtriggerdelay": "10s"}, False, "maxTriggerDelay is for streaming"),
+    ({"subscribe": "a", "minoffsetspertrigger": "-1"}, True, "minOffsetsPerTrigger must be a positive"),
+    ({"subscribe": "a", "minoffsetspertrigger": "11", "maxoffsetspertrigger": "10"}, True,
+     "minOffsetsPerTrigger (11) is higher than maxOffsetsPerTrigger (10)"),
+    ({"subscribe": "a", "maxtriggerdelay": "soon"}, True, "maxTriggerDelay must be a duration"),
+    ({"subscribe": "a", "maxtriggerdelay": "5 weeks"}, True, "maxTriggerDelay must be a duration"),
+    ({"subscribe": "a", "maxrecordsperpartition": "0"}, False, "maxRecordsPerPartition must be a positive"),
+    ({"subscribe": "a", "groupidprefix": " "}, False, "groupIdPrefix must not be empty"),
+    ({"subscribe": "a", "kafka.group.id": ""}, False, "kafka.group.id must not be empty"),
+    ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit is not supported"),
     ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
     ({"subscribe": "a", "kafka.fetch.max.wait": "5"}, False, "fetch.max.wait"),
     ({"subscribe": "a", "kafka.max.poll.records": "-3"}, False, "max.poll.records"),
@@ -79,6 +92,19 @@ def test_kafka_options_pass_through_without_prefix():
 def test_bad_options_name_the_option(options, streaming, names):
     with pytest.raises(OptionError, match=re.escape(names)):
         read(streaming, **options)
+
+
+def test_trigger_limits_group_ids_and_record_limits():
+    o = read(True, subscribe="a", minoffsetspertrigger="100", maxoffsetspertrigger="100", maxtriggerdelay="30s")
+    assert (o.min_offsets_per_trigger, o.max_offsets_per_trigger, o.max_trigger_delay_ms) == (100, 100, 30_000)
+    for text, ms in (("250", 250), ("250ms", 250), ("2s", 2000), ("3m", 180_000), ("3min", 180_000), ("1h", 3_600_000),
+                     ("1d", 86_400_000), (" 5S ", 5000), ("1500us", 1)):
+        assert read(True, subscribe="a", maxtriggerdelay=text).max_trigger_delay_ms == ms
+    assert read(subscribe="a", maxrecordsperpartition="1000").max_records_per_partition == 1000
+    # kafka.group.id is taken as it is (and reaches the consumer); groupIdPrefix only names generated ids.
+    given = read(subscribe="a", groupidprefix="etl", **{"kafka.group.id": "billing"})
+    assert (given.group_id, given.client_config["group.id"], given.group_id_prefix) == ("billing", "billing", "etl")
+    assert read(True, subscribe="a", groupidprefix="etl").group_id_prefix == "etl"
 
 
 def test_bootstrap_servers_are_required():
@@ -110,6 +136,23 @@ def test_ranges_skip_empty_partitions_and_split_for_min_partitions():
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
     tiny = offset_ranges({("a", 0): 0}, {("a", 0): 2}, 10)
     assert [(r.start, r.end) for r in tiny] == [(0, 1), (1, 2)]  # never an empty piece
+
+
+def test_max_records_per_partition_splits_first_then_min_partitions():
+    start = {("a", 0): 0, ("a", 1): 0, ("b", 0): 10}
+    end = {("a", 0): 100, ("a", 1): 3, ("b", 0): 35}
+    pieces = offset_ranges(start, end, None, 30)
+    assert [(r.topic, r.partition, r.start, r.end) for r in pieces] == [
+        ("a", 0, 0, 25), ("a", 0, 25, 50), ("a", 0, 50, 75), ("a", 0, 75, 100), ("a", 1, 0, 3), ("b", 0, 10, 35)]
+    assert offset_ranges(start, end, None, 1000) == offset_ranges(start, end, None)
+    both = offset_ranges(start, end, 12, 30)  # more pieces wanted than the record limit makes
+    assert len(both) >= 12 and max(r.size for r in both) <= 30
+    for tp in end:  # the pieces still tile each range exactly
+        mine = sorted((r.start, r.end) for r in both if (r.topic, r.partition) == tp)
+        assert mine[0][0] == start[tp] and mine[-1][1] == end[tp]
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+    ones = offset_ranges({("a", 0): 0}, {("a", 0): 5}, None, 1)
+    assert [(r.start, r.end) for r in ones] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
 
 
 def test_rate_limit_never_exceeds_the_limit():

@@ -2,11 +2,15 @@
 
 import json
 import threading
+import time
 
 import pytest
 from conftest import create_topic, produce
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+import josef_spark.reader
 from josef_client import Admin, NewPartitions, Producer, TopicPartition
+from josef_spark import JosefDataSource
 
 TIMEOUT_S = 120
 
@@ -169,3 +173,102 @@ def test_streaming_only_options_are_checked(spark, josef_broker):
     with pytest.raises(Exception, match="endingOffsets, endingTimestamp and endingOffsetsByTimestamp are for batch"):
         (stream(spark, josef_broker, subscribe="t", endingOffsets="latest").writeStream.format("noop").start()
          .awaitTermination(TIMEOUT_S))
+
+
+class FakePlanner:
+    """What a stream reader asks the cluster, answered from ``latest`` (one partition, "t"-0, starting at 0)."""
+
+    def __init__(self):
+        self.latest_offset = 0
+
+    def partitions(self):
+        return [("t", 0)]
+
+    def latest(self, tps):
+        return {tp: self.latest_offset for tp in tps}
+
+    def earliest(self, tps):
+        return {tp: 0 for tp in tps}
+
+
+def fake_stream_reader(monkeypatch, **options):
+    source = JosefDataSource({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options})
+    reader = source.streamReader(source.schema())
+    reader._planner = FakePlanner()
+    clock = [1000.0]
+    monkeypatch.setattr(josef_spark.reader.time, "monotonic", lambda: clock[0])
+    return reader, reader._planner, clock
+
+
+def test_min_offsets_per_trigger_holds_batches_back_until_enough_or_the_delay(monkeypatch):
+    reader, planner, clock = fake_stream_reader(monkeypatch, minoffsetspertrigger="10", maxtriggerdelay="30s")
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    limit = reader.getDefaultReadLimit()
+    start = {"t": {"0": 0}}
+    planner.latest_offset = 3
+    assert reader.latestOffset(start, limit) == {"t": {"0": 3}}  # the first trigger is never held back (as Spark)
+    start = {"t": {"0": 3}}
+    planner.latest_offset = 12
+    clock[0] += 29
+    assert reader.latestOffset(start, limit) is start  # 9 new offsets, 29 s: wait
+    planner.latest_offset = 13
+    assert reader.latestOffset(start, limit) == {"t": {"0": 13}}  # 10 new: go, and the delay starts again
+    start = {"t": {"0": 13}}
+    planner.latest_offset = 14
+    clock[0] += 29.9
+    assert reader.latestOffset(start, limit) is start
+    clock[0] += 0.1
+    assert reader.latestOffset(start, limit) == {"t": {"0": 14}}  # 30 s since the last batch: go with what there is
+    # Spark asking for everything (Trigger.Once) is never held back.
+    planner.latest_offset = 15
+    assert reader.latestOffset({"t": {"0": 14}}, ReadAllAvailable()) == {"t": {"0": 15}}
+
+
+def test_min_and_max_offsets_per_trigger_together(monkeypatch):
+    reader, planner, clock = fake_stream_reader(monkeypatch, minoffsetspertrigger="5", maxoffsetspertrigger="20")
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(20)  # Spark gets the maximum; the minimum is applied from the options
+    planner.latest_offset = 100
+    assert reader.latestOffset({"t": {"0": 0}}, limit) == {"t": {"0": 20}}
+    planner.latest_offset = 24
+    assert reader.latestOffset({"t": {"0": 20}}, limit) == {"t": {"0": 20}}  # 4 new < 5: wait (15 min by default)
+    planner.latest_offset = 70
+    assert reader.latestOffset({"t": {"0": 20}}, limit) == {"t": {"0": 40}}
+    # Trigger.AvailableNow: never held back, or the query would end before reading everything.
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset({"t": {"0": 68}}, limit) == {"t": {"0": 70}}
+
+
+def test_min_offsets_per_trigger_in_a_running_query(spark, josef_broker, tmp_path):
+    create_topic(josef_broker, "trickle", 2)
+    produce(josef_broker, "trickle", [f"{i}".encode() for i in range(10)])
+    batches = []
+
+    def sink(df, batch_id):
+        batches.append((time.monotonic(), df.count()))
+
+    delay_s = 8
+    query = (stream(spark, josef_broker, subscribe="trickle", startingOffsets="earliest", minOffsetsPerTrigger="50",
+                    maxTriggerDelay=f"{delay_s}s")
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="100 milliseconds").start())
+
+    def wait_for(count):
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(batches) < count and query.exception() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert query.exception() is None, query.exception()
+        assert len(batches) >= count, batches
+
+    try:
+        wait_for(1)  # the first trigger goes with what there is
+        produced = time.monotonic()
+        produce(josef_broker, "trickle", [f"{i}".encode() for i in range(10, 70)])  # 60 >= 50: at once
+        wait_for(2)
+        assert batches[1][0] - produced < delay_s - 2, batches
+        produce(josef_broker, "trickle", [f"{i}".encode() for i in range(70, 75)])  # 5 < 50: held back ...
+        wait_for(3)  # ... until maxTriggerDelay passed since the last batch
+        assert batches[2][0] - batches[1][0] >= delay_s - 1.5, batches
+    finally:
+        query.stop()
+    assert [n for _, n in batches[:3]] == [10, 60, 5]

@@ -25,7 +25,7 @@ from josef_client.config import CONSUMER, PRODUCER, build_config
 EARLIEST, LATEST = -2, -1
 
 #: Kafka client keys Spark's source sets itself (kafka.* cannot override them).
-RESERVED_SOURCE_KEYS = frozenset({"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+RESERVED_SOURCE_KEYS = frozenset({"auto.offset.reset", "key.deserializer", "value.deserializer",
                                   "enable.auto.commit", "interceptor.classes"})
 RESERVED_SINK_KEYS = frozenset({"key.serializer", "value.serializer"})
 
@@ -34,9 +34,16 @@ SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 READ_OPTIONS = SPARK_OPTIONS | frozenset({
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
     "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minpartitions", "failondataloss",
-    "includeheaders", "kafkaconsumer.polltimeoutms",
+    "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "minpartitions", "maxrecordsperpartition", "groupidprefix", "failondataloss", "includeheaders",
+    "kafkaconsumer.polltimeoutms",
 })
+
+#: Spark's default maxTriggerDelay, and its group id prefixes when neither kafka.group.id nor groupIdPrefix is set.
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+BATCH_GROUP_PREFIX, STREAMING_GROUP_PREFIX = "spark-kafka-relation", "spark-kafka-source"
+#: The suffixes of Spark's time strings (JavaUtils.timeStringAsMs), in milliseconds; no suffix is milliseconds.
+TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 WRITE_OPTIONS = SPARK_OPTIONS | frozenset({"topic"})
 
 
@@ -65,7 +72,15 @@ class ReadOptions:
     ending: OffsetSpec
     timestamp_strategy: Literal["error", "latest"]
     max_offsets_per_trigger: int | None
+    #: Streaming: a micro-batch waits for this many new offsets, or until max_trigger_delay_ms passed since the last.
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     min_partitions: int | None
+    #: Split offset ranges so that no Spark task reads more than this many offsets.
+    max_records_per_partition: int | None
+    #: ``kafka.group.id`` if given (also in client_config), else the prefix of a unique id per query (groupIdPrefix).
+    group_id: str | None
+    group_id_prefix: str
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
@@ -123,6 +138,16 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise OptionError(f"{name} must be a positive integer, not {value}")
     return value
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    """A Spark time string (``15m``, ``30s``, ``500ms``, ``500``: milliseconds) in milliseconds."""
+    text = options.get(name.lower(), default).strip().lower()
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", text)
+    if not match or match.group(2) not in ("", *TIME_UNITS_MS):
+        raise OptionError(f"{name} must be a duration like 15m, 30s or 500ms "
+                          f"(units {', '.join(TIME_UNITS_MS)}; none means ms), not {text!r}")
+    return int(int(match.group(1)) * TIME_UNITS_MS.get(match.group(2), 1))
 
 
 def _json(name: str, text: str) -> Any:
@@ -234,12 +259,27 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
     if strategy not in ("error", "latest"):
         raise OptionError(f'startingOffsetsByTimestampStrategy must be "error" or "latest", not {strategy!r}')
     max_per_trigger = _positive(options, "maxOffsetsPerTrigger")
-    if max_per_trigger is not None and streaming is False:
-        raise OptionError("maxOffsetsPerTrigger is for streaming queries only")
+    min_per_trigger = _positive(options, "minOffsetsPerTrigger")
+    max_delay_ms = _duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY)
+    if streaming is False:
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name.lower() in options:
+                raise OptionError(f"{name} is for streaming queries only")
+    if min_per_trigger is not None and max_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise OptionError(f"minOffsetsPerTrigger ({min_per_trigger}) is higher than maxOffsetsPerTrigger "
+                          f"({max_per_trigger})")
+    if "group.id" in client and not client["group.id"].strip():
+        raise OptionError("kafka.group.id must not be empty")
+    prefix = options.get("groupidprefix", STREAMING_GROUP_PREFIX if streaming else BATCH_GROUP_PREFIX).strip()
+    if not prefix:
+        raise OptionError("groupIdPrefix must not be empty")
     return ReadOptions(
         bootstrap_servers=servers, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=starting, ending=ending, timestamp_strategy=strategy,  # type: ignore[arg-type]
-        max_offsets_per_trigger=max_per_trigger, min_partitions=_positive(options, "minPartitions"),
+        max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=max_delay_ms, min_partitions=_positive(options, "minPartitions"),
+        max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
+        group_id=client.get("group.id"), group_id_prefix=prefix,
         fail_on_data_loss=_flag(options, "failOnDataLoss", True), include_headers=_flag(options, "includeHeaders", False),
         poll_timeout_ms=_positive(options, "kafkaConsumer.pollTimeoutMs") or 120_000, client_config=client,
     )

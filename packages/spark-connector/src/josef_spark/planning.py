@@ -153,24 +153,31 @@ def apportion(sizes: Mapping[K, int], amount: int) -> dict[K, int]:
     return taken
 
 
-def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[OffsetRange]:
-    """One range per partition with records, split into pieces of equal size until there are ``min_partitions``.
+def _split(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` in ``parts`` pieces of equal size (give or take one)."""
+    bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:])]
 
-    Each partition gets a share of ``min_partitions`` in proportion to its
+
+def offset_ranges(start: Offsets, end: Offsets, min_partitions: int | None,
+                  max_records: int | None = None) -> list[OffsetRange]:
+    """One range per partition with records, split as Spark's Kafka source splits them.
+
+    First (maxRecordsPerPartition) every range larger than ``max_records``
+    is cut into the fewest pieces of equal size that hold at most
+    ``max_records`` each. Then, while there are fewer than ``min_partitions``
+    pieces, each gets a share of ``min_partitions`` in proportion to its
     size, at least one piece and never an empty one, so there are at least
     ``min_partitions`` pieces whenever there are that many records.
     """
     ranges = [OffsetRange(t, p, start[(t, p)], end[(t, p)]) for t, p in sorted(end)
               if (t, p) in start and end[(t, p)] > start[(t, p)]]
+    if max_records:
+        ranges = [piece for r in ranges for piece in _split(r, -(-r.size // max_records))]
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
     shares = apportion({i: r.size for i, r in enumerate(ranges)}, min_partitions)
-    pieces = []
-    for i, r in enumerate(ranges):
-        parts = max(1, min(r.size, shares[i]))
-        bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
-        pieces += [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:])]
-    return pieces
+    return [piece for i, r in enumerate(ranges) for piece in _split(r, max(1, min(r.size, shares[i])))]
 
 
 def rate_limit(start: Offsets, end: Offsets, limit: int) -> Offsets:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -62,7 +64,25 @@ def _arrow_columns(records: Sequence[ConsumerRecord], schema: pa.Schema, include
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def read_range(options: ReadOptions, arrow_schema: pa.Schema, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+def consumer_config(options: ReadOptions, group_id: str) -> dict[str, Any]:
+    """The configuration of an executor's consumer: the kafka.* options, assigned reading, nothing committed."""
+    return {**options.client_config, "bootstrap.servers": options.bootstrap_servers, "group.id": group_id,
+            "enable.auto.commit": False, "auto.offset.reset": "none", "max.poll.records": MAX_POLL_RECORDS}
+
+
+def executor_group_id(options: ReadOptions) -> str:
+    """The group.id of a query's consumers, as Spark's Kafka source sets it.
+
+    ``kafka.group.id`` as given; otherwise ``{groupIdPrefix}-{a new UUID}-executor``,
+    one id per query. The consumers are assigned their partitions and commit
+    nothing, so the id never joins a group: it is what the cluster's ACLs and
+    quotas see.
+    """
+    return options.group_id or f"{options.group_id_prefix}-{uuid.uuid4()}-executor"
+
+
+def read_range(options: ReadOptions, arrow_schema: pa.Schema, r: OffsetRange,
+               group_id: str) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` (on an executor), in Arrow batches of up to MAX_POLL_RECORDS.
 
     Offsets may have gaps (compaction, transaction markers), so the range
@@ -70,10 +90,8 @@ def read_range(options: ReadOptions, arrow_schema: pa.Schema, r: OffsetRange) ->
     Records deleted since planning show as an out-of-range fetch: a
     :class:`DataLossError`, or with failOnDataLoss=false a skip to what is left.
     """
-    config = {**options.client_config, "bootstrap.servers": options.bootstrap_servers, "enable.auto.commit": False,
-              "auto.offset.reset": "none", "max.poll.records": MAX_POLL_RECORDS}
     tp = TopicPartition(r.topic, r.partition)
-    consumer = Consumer(config)
+    consumer = Consumer(consumer_config(options, group_id))
     try:
         consumer.assign([tp])
         consumer.seek(tp, r.start)
@@ -115,15 +133,17 @@ class _RangeReading:
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        #: Chosen once where the query is planned, so that every task of the query uses the same id.
+        self.group_id = executor_group_id(options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark plans one empty InputPartition(None) when there is nothing to read
-        return read_range(self.options, self.arrow_schema, partition.range)
+        return read_range(self.options, self.arrow_schema, partition.range, self.group_id)
 
 
 class BatchReader(_RangeReading, DataSourceReader):
-    """``spark.read``: one input partition per partition's range [start, end), split further by minPartitions."""
+    """``spark.read``: one input partition per partition's range [start, end), split by maxRecordsPerPartition and minPartitions."""
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = Planner(self.options)
@@ -138,7 +158,8 @@ class BatchReader(_RangeReading, DataSourceReader):
         if backwards:
             t, p = backwards[0]
             raise ValueError(f"{t}-{p}: the ending offset {end[(t, p)]} is before the starting offset {start[(t, p)]}")
-        return [RangePartition(r) for r in offset_ranges(start, end, self.options.min_partitions)]
+        return [RangePartition(r) for r in offset_ranges(start, end, self.options.min_partitions,
+                                                         self.options.max_records_per_partition)]
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -164,6 +185,8 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
         super().__init__(options, schema)
         self._planner: Planner | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: read no further than this
+        #: When the last micro-batch was let through (time.monotonic()), for minOffsetsPerTrigger; None: never yet.
+        self._last_trigger: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Sent to executors for read(): without the driver's admin connection."""
@@ -180,8 +203,35 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
         return to_json(self.planner.resolve(self.options.starting, tps, "startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """maxOffsetsPerTrigger, else minOffsetsPerTrigger, else everything.
+
+        Spark's Kafka source hands Spark both limits at once; Python sources
+        have no composite limit, so when both are set Spark gets the maximum
+        and :meth:`latestOffset` applies the minimum from the options.
+        """
+        o = self.options
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def _delay_batch(self, begin: Offsets, end: Offsets) -> bool:
+        """minOffsetsPerTrigger: hold the micro-batch back while fewer offsets are new, unless maxTriggerDelay passed.
+
+        As Spark's Kafka source: the delay runs from the last micro-batch let
+        through (the first is never held back), and counts offsets, not records.
+        """
+        now = time.monotonic()
+        if self._last_trigger is None or (now - self._last_trigger) * 1000 >= self.options.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        new = sum(max(0, offset - begin.get(tp, offset)) for tp, offset in end.items())
+        assert self.options.min_offsets_per_trigger is not None
+        if new < self.options.min_offsets_per_trigger:
+            return True
+        self._last_trigger = now
+        return False
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._available()
@@ -201,6 +251,11 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
             begin = {**begin, **self.planner.earliest(new)}
         # A partition that went away keeps its offset, so partitions() can tell it was lost.
         end = {**{tp: o for tp, o in begin.items() if tp not in end}, **end}
+        # minOffsetsPerTrigger is not applied with Trigger.AvailableNow (a batch held back would end the query
+        # early) nor when Spark asks for everything (ReadAllAvailable).
+        if (self.options.min_offsets_per_trigger is not None and self._target is None
+                and not isinstance(limit, ReadAllAvailable) and self._delay_batch(begin, end)):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
         # An end below its start (a log that shrank: a re-created topic) is left as it is for partitions() to judge.
@@ -227,7 +282,8 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
         live = [tp for tp in finish if tp in existing and tp not in shrunk]
         begin = self.planner.checked_start({tp: begin[tp] for tp in live}, self.planner.earliest(live),
                                            "the micro-batch")
-        return [RangePartition(r) for r in offset_ranges(begin, finish, self.options.min_partitions)]
+        return [RangePartition(r) for r in offset_ranges(begin, finish, self.options.min_partitions,
+                                                         self.options.max_records_per_partition)]
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in the cluster."""
