@@ -210,3 +210,17 @@ def test_describe_topic_partitions_reports_eligible_leader_replicas(josef_broker
     josef_broker.call(broker.quorum.append, [change])
     (partition,) = describe_partitions(client, ["elr"]).topics[0].partitions
     assert (partition.eligible_leader_replicas, partition.last_known_elr) == ((1,), (1,))
+
+
+def test_metadata_answers_leader_not_available_for_a_topic_created_but_not_yet_known_here(josef_broker, monkeypatch):
+    async def created_elsewhere(name, *args, **kwargs):
+        return ErrorCode.topic_already_exists, f"topic {name!r} already exists"
+
+    # Another broker created it and this one has not applied that metadata yet.
+    monkeypatch.setattr(josef_broker.broker.channel, "create_topic", created_elsewhere)
+    client = RawClient(josef_broker.port)
+    [topic] = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "lagging", "topic_id": None}],
+                                                "allow_auto_topic_creation": True,
+                                                "include_topic_authorized_operations": False}).topics
+    client.close()
+    assert (topic.name, topic.error_code, topic.partitions) == ("lagging", ErrorCode.leader_not_available, ())

@@ -89,7 +89,9 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 error = await _auto_create(ctx, name)
                 topic = broker.image.topics.get(name)
                 if topic is None:
-                    topics.append(missing_topic(error, name))
+                    # Created (now or by another broker) but not yet in this broker's metadata: Kafka's answer
+                    # for a topic being created, which clients retry, rather than a topic without partitions.
+                    topics.append(missing_topic(error if error != ErrorCode.none else ErrorCode.leader_not_available, name))
                     continue
             if topic is None:
                 topics.append(missing_topic(ErrorCode.unknown_topic_or_partition, name))
