@@ -331,7 +331,3 @@ class ReplicaFetchers:
         if not fetcher.partitions:
             del self._fetchers[(fetcher.leader_id, fetcher.index)]
             fetcher.scope.cancel()
-
-    def following(self) -> dict[TopicPartition, int]:
-        """Each followed partition's leader: for tests and metrics."""
-        return {tp: fetcher.leader_id for tp, fetcher in self._following.items()}

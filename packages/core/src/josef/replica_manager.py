@@ -220,10 +220,9 @@ class ReplicaManager:
                     self._propose_isr(partition, shrunk)
 
     def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        partition.pending_isr = isr
-        if self._tg is None:
-            partition.pending_isr = None
+        if self._tg is None:  # still loading: _report_recovered and the ISR checks propose again once running
             return
+        partition.pending_isr = isr
         self._tg.start_soon(self._alter_partition, partition, isr, partition.leader_epoch, partition.partition_epoch)
 
     def _report_recovered(self) -> None:

@@ -1563,6 +1563,16 @@ class RaftNode:
         return self._append_voter_change(source, request, voters, timeout_ms, respond,
                                          getattr(request, "ack_when_committed", True))
 
+    @staticmethod
+    def _named_voter(voters: dict[int, Any], request: Any) -> Any | None:
+        """The voter a Remove/UpdateRaftVoter request names, if its id (and directory id, when both know one) match."""
+        found = voters.get(int(request.voter_id))
+        directory = request.voter_directory_id
+        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
+                             and found.directory_id != directory):
+            return None
+        return found
+
     def _on_remove_raft_voter_request(self, source: int, request: Any, now: int) -> Any | None:
         def respond(error: ErrorCode, message: str | None = None) -> Any:
             return m.remove_raft_voter_response(error, message)
@@ -1572,11 +1582,9 @@ class RaftNode:
             return respond(*refusal)
         voter_id = int(request.voter_id)
         voters = dict(self._history.current())
-        found = voters.get(voter_id)
-        directory = request.voter_directory_id
-        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
-                             and found.directory_id != directory):
-            return respond(ErrorCode.voter_not_found, f"node {voter_id} with directory id {directory} is not a voter")
+        if self._named_voter(voters, request) is None:
+            return respond(ErrorCode.voter_not_found,
+                           f"node {voter_id} with directory id {request.voter_directory_id} is not a voter")
         if len(voters) == 1:
             return respond(ErrorCode.voter_not_found, f"cannot remove the last voter {voter_id}")
         del voters[voter_id]
@@ -1598,10 +1606,8 @@ class RaftNode:
             return respond(refusal[0])
         voter_id = int(request.voter_id)
         voters = dict(self._history.current())
-        found = voters.get(voter_id)
-        directory = request.voter_directory_id
-        if found is None or (directory not in (None, NO_DIRECTORY_ID) and found.directory_id is not None
-                             and found.directory_id != directory):
+        found = self._named_voter(voters, request)
+        if found is None:
             return respond(ErrorCode.voter_not_found)
         endpoints = tuple((listener.name, listener.host, int(listener.port)) for listener in request.listeners)
         if not any(name == self.config.listener_name for name, _, _ in endpoints):
