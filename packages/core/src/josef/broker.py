@@ -35,6 +35,7 @@ from josef.controller_channel import ControllerChannel
 from josef.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
+from josef.peer_channel import PeerChannel
 from josef.log import LogStorage
 from josef.metadata import bootstrap
 from josef.metadata.controller import Controller, ControllerError, ProducerIdBlock
@@ -47,7 +48,7 @@ from josef.producer_ids import ProducerIdManager
 from josef.protocol.api_keys import ApiKey
 from josef.replica_manager import ReplicaManager
 from josef.server import network
-from josef.server.apis import forward, register_broker_apis, register_controller_apis
+from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, register_controller_apis
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
@@ -110,7 +111,7 @@ class Broker:
         self.coordinators = CoordinatorRuntime(self, {name: factory(self) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
             for key, handler, low, high in coordinator.apis():
-                self.dispatcher.register(key, handler, low, high)
+                self.dispatcher.register(key, handler, low, high, replace=key in TAKEOVER_APIS)
         if self.coordinators.coordinators:
             self.dispatcher.register(ApiKey.FIND_COORDINATOR, find_coordinator, 0, 6)
         self._listeners: list[Any] = []
@@ -119,6 +120,8 @@ class Broker:
         #: The controller part; None on a broker-only node.
         self.controller: Controller | None = None
         self.channel = ControllerChannel(self)
+        #: Requests to other brokers (transaction markers, partition verification).
+        self.peers = PeerChannel(self)
         self.lifecycle = BrokerLifecycle(self, self.channel)
         self.replicas: ReplicaManager
         self._replicas_loaded = self._coordinating = False
@@ -319,6 +322,7 @@ class Broker:
             await listener.aclose()
         self.coordinators.close()
         await self.channel.close()
+        await self.peers.close()
         if hasattr(self, "quorum"):
             await self.quorum.close()
         if hasattr(self, "replicas"):

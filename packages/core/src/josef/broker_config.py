@@ -132,6 +132,7 @@ CORE_KEYS = (
     ConfigKey("replica.fetch.backoff.ms", I, 1000, "Pause after a fetch error before fetching that partition again.", at_least(0)),
     ConfigKey("replica.socket.timeout.ms", I, 30000, "How long a follower waits for a fetch response.", at_least(1)),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", L, 5000, "How often high watermarks are written to replication-offset-checkpoint.", at_least(1)),
+    ConfigKey("request.timeout.ms", I, 30000, "How long a broker waits for another broker's answer (transaction markers, partition verification).", at_least(1)),
     ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
     ConfigKey("broker.rack", S, None, "The rack of this broker: rack-aware replica placement and follower fetching (KIP-392)."),
     ConfigKey("replica.selector.class", S, None,

@@ -68,7 +68,11 @@ def register_coordinators(register: Register) -> None:
     ``new_shard(context)`` builds the state machine of one partition of its
     internal topic, which the coordinator runtime loads and unloads with
     partition leadership. Every installed coordinator is started; two
-    coordinators claiming one API key is an error. Returns nothing.
+    coordinators claiming one API key is an error, and so is claiming a
+    key the core answers, except those in
+    ``josef.server.apis.TAKEOVER_APIS`` (InitProducerId, which the
+    transaction coordinator answers for idempotent producers too).
+    Returns nothing.
     """
 
 

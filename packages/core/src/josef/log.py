@@ -60,6 +60,24 @@ class LogConfig:
 
 
 @attrs.frozen
+class AbortedTxn:
+    """One aborted transaction of a partition (an entry of Kafka's ``.txnindex``).
+
+    ``first_offset`` is the producer's first offset in the transaction,
+    ``last_offset`` the offset of its ABORT marker, ``last_stable_offset``
+    the partition's last stable offset once the marker was written (what
+    Kafka stores; informational). A ``read_committed`` fetch sends the
+    ``(producer_id, first_offset)`` of every aborted transaction overlapping
+    the range it returns, so the consumer drops those batches.
+    """
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+@attrs.frozen
 class EpochEntry:
     """First offset written under a leader epoch (one line of leader-epoch-checkpoint)."""
 
@@ -198,6 +216,31 @@ class Log(Protocol):
         Reads headers only, never records: what the broker rebuilds producer
         state from. Consume the iterator at once, on the thread that appends,
         before appending again.
+        """
+
+    # Aborted transactions -----------------------------------------------------
+    #
+    # The broker decides what was aborted (it owns the producer state and
+    # sees every ABORT marker, as leader and as follower) and tells the log,
+    # which keeps the entries with the segment holding the marker, so they
+    # go with it on retention and truncation.
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index an aborted transaction whose ABORT marker (``txn.last_offset``) is already in the log.
+
+        Ignored when an entry for a marker at or after ``txn.last_offset``
+        is already indexed: the broker re-reports the markers of the batches
+        it replays after a restart (from the producer snapshot on), so this
+        must be idempotent. Entries above the log end are dropped by
+        :meth:`truncate_to` with their batches.
+        """
+
+    def aborted_txns(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start_offset, upper_offset)``, by marker offset.
+
+        That is every entry with ``last_offset >= start_offset`` and
+        ``first_offset < upper_offset`` (Kafka's ``collectAbortedTransactions``):
+        what a ``read_committed`` fetch from ``start_offset`` needs.
         """
 
     # Housekeeping ---------------------------------------------------------------

@@ -35,6 +35,11 @@ from josef.protocol.records import (
 from josef.protocol.topic_partition import TopicPartition
 
 
+#: Who appends as leader (Kafka's AppendOrigin): clients are held to the idempotence rules (sequences);
+#: a coordinator writing its own records in a producer's transaction is not.
+CLIENT, COORDINATOR = "client", "coordinator"
+
+
 class PartitionError(Exception):
     """A request on this partition fails with a Kafka error code."""
 
@@ -248,7 +253,7 @@ class Partition:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {self.tp}")
 
-    def append_as_leader(self, records: bytes, required_acks: int) -> tuple[AppendInfo, int]:
+    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT) -> tuple[AppendInfo, int]:
         """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime).
 
         Idempotent batches are checked against the producer state after the

@@ -74,6 +74,10 @@ class ProducerEntry:
     producer_id: int
     epoch: int
     batches: tuple[BatchMetadata, ...] = ()
+    #: The epoch of the transaction coordinator that wrote this producer's last marker (fences older coordinators).
+    coordinator_epoch: int = -1
+    #: First offset of the producer's open transaction in this partition; -1 when none is open.
+    current_txn_first_offset: int = -1
 
     @property
     def last_seq(self) -> int:

@@ -16,6 +16,10 @@ in plugins (``register_coordinators``):
   replayed into the shard, so memory never runs ahead of the log.
 - Timers (session expiry, rebalance timeouts) run through
   :meth:`ShardContext.schedule` and are cancelled with the shard.
+- Records may be written inside a producer's transaction (TxnOffsetCommit):
+  they are replayed as pending, and the transaction marker the transaction
+  coordinator later writes to the partition (WriteTxnMarkers) commits or
+  discards them, once committed itself, as in Kafka's runtime.
 
 Record keys and values are opaque bytes to the runtime; each coordinator
 owns its encoding.
@@ -33,8 +37,8 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.hashing import partition_for
 from josef.metadata.image import MetadataDelta, MetadataImage
-from josef.partition import Partition, PartitionError
-from josef.protocol.records import build_batch, iter_batches, iter_records
+from josef.partition import COORDINATOR, Partition, PartitionError
+from josef.protocol.records import COMMIT_MARKER, TRANSACTIONAL_BIT, build_batch, control_type, iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -66,6 +70,14 @@ class CoordinatorShard(Protocol):
     def loaded(self) -> None:
         """Loading finished: start timers (session expiry...) for the state just rebuilt."""
 
+    # Optional, for coordinators that write inside transactions (TxnOffsetCommit):
+    #
+    # ``replay_transactional(self, producer_id, producer_epoch, key, value, offset) -> None``: a
+    # committed record written in ``producer_id``'s open transaction; it takes effect only when
+    # ``replay_end_transaction(self, producer_id, committed, offset) -> None`` is called for the
+    # marker that ends the transaction (``committed`` False: discard). Both are called while
+    # loading and afterwards, with the shard's lock held after loading.
+    #
     # Optional: ``unloaded(self) -> None``, called (if the shard defines it) when the shard is
     # dropped (leadership moved, broker stopping), after its timers are cancelled, so requests
     # parked on it (a JoinGroup waiting for the rebalance) can be answered with NOT_COORDINATOR.
@@ -105,19 +117,26 @@ class ShardContext:
     def broker(self) -> Broker:
         return self.runtime.broker
 
-    async def write(self, records: Records) -> int:
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1) -> int:
         """Append ``records`` to the partition, wait until they are committed, replay them; returns the last offset.
 
-        Call with :attr:`lock` held, so the next request sees this one's effects.
+        With a ``producer_id`` the records belong to that producer's open
+        transaction (a transactional batch, so the partition's last stable
+        offset waits for its marker) and are replayed with
+        ``replay_transactional``. Call with :attr:`lock` held, so the next
+        request sees this one's effects.
         """
         if not self.active:
             raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved to another broker")
         if not records:
             return self.partition.log.log_end_offset - 1
         now = int(time.time() * 1000)
-        batch = build_batch([(key, value, now) for key, value in records])
+        transactional = producer_id >= 0
+        batch = build_batch([(key, value, now) for key, value in records], producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=0 if transactional else -1,
+                            attributes=TRANSACTIONAL_BIT if transactional else 0)
         try:
-            info, _ = self.partition.append_as_leader(batch, required_acks=-1)
+            info, _ = self.partition.append_as_leader(batch, required_acks=-1, origin=COORDINATOR)
         except PartitionError as exc:
             raise CoordinatorError(ErrorCode.not_coordinator if exc.code == ErrorCode.not_leader_or_follower
                                    else ErrorCode.coordinator_not_available, exc.message) from exc
@@ -129,7 +148,10 @@ class ShardContext:
                 raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved while writing")
         assert self.shard is not None
         for offset, (key, value) in enumerate(records, info.first_offset):
-            self.shard.replay(key, value, offset)
+            if transactional:
+                self.shard.replay_transactional(producer_id, producer_epoch, key, value, offset)  # type: ignore[attr-defined]
+            else:
+                self.shard.replay(key, value, offset)
         return info.last_offset
 
     def schedule(self, key: Any, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
@@ -231,10 +253,20 @@ class CoordinatorRuntime:
                 if not chunk:
                     break
                 for pos, header in iter_batches(chunk):
-                    if header.last_offset >= offset and not header.is_control:
+                    if header.last_offset < offset:
+                        pass
+                    elif header.is_control:
+                        if header.is_transactional and hasattr(shard, "replay_end_transaction"):
+                            shard.replay_end_transaction(header.producer_id, control_type(chunk, pos) == COMMIT_MARKER,
+                                                         header.base_offset)
+                    else:
                         for record in iter_records(memoryview(chunk)[pos : pos + header.size]):
                             if record.offset >= offset and record.key is not None:
-                                shard.replay(record.key, record.value, record.offset)
+                                if header.is_transactional:
+                                    shard.replay_transactional(  # type: ignore[attr-defined]
+                                        header.producer_id, header.producer_epoch, record.key, record.value, record.offset)
+                                else:
+                                    shard.replay(record.key, record.value, record.offset)
                                 count += 1
                     offset = header.last_offset + 1
             self._shards[tp] = context
@@ -242,6 +274,21 @@ class CoordinatorRuntime:
             log.info("loaded %s: %d records in %.3fs", tp, count, time.monotonic() - started)
         finally:
             self._loading.pop(tp).set()
+
+    async def complete_transaction(self, tp: TopicPartition, producer_id: int, committed: bool, offset: int) -> None:
+        """A transaction marker at ``offset`` of internal partition ``tp`` is committed: apply it to the shard.
+
+        Called by the WriteTxnMarkers handler once the marker is below the
+        high watermark; does nothing when ``tp`` is not loaded here (a
+        later load replays the marker) or its shard writes no transactions.
+        """
+        context = self._shards.get(tp)
+        end = getattr(context.shard, "replay_end_transaction", None) if context is not None else None
+        if context is None or end is None:
+            return
+        async with context.lock:
+            if context.active:
+                end(producer_id, committed, offset)
 
     # Finding shards -----------------------------------------------------------------------
 

@@ -96,8 +96,9 @@ class Dispatcher:
         self.broker = broker
         self.apis: dict[int, Api] = {}
 
-    def register(self, key: int, handler: Handler, min_version: int, max_version: int) -> None:
-        if key in self.apis:
+    def register(self, key: int, handler: Handler, min_version: int, max_version: int, *, replace: bool = False) -> None:
+        """Answer ``key`` with ``handler``; ``replace`` takes over a key already answered (one the core lets plugins own)."""
+        if key in self.apis and not replace:
             raise ValueError(f"API key {key} ({api_key_map.get(key)}) is answered twice")
         known = schema_name_map[api_key_map[key]]
         self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))

@@ -74,6 +74,10 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     *(api for api in CONTROLLER_APIS if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER)),
 ))
 
+#: Core APIs a coordinator plugin may answer instead (``Coordinator.apis``): the transaction
+#: coordinator takes InitProducerId over, answering transactional ids as well as idempotent producers.
+TAKEOVER_APIS = frozenset({ApiKey.INIT_PRODUCER_ID})
+
 #: Client telemetry (KIP-714): advertised, as Kafka does, only when a receiver is installed, so
 #: clients of a broker that would discard their metrics never collect or push them.
 TELEMETRY_APIS = (
