@@ -36,11 +36,19 @@ from josef_client.consumer import (
 )
 from josef_client.group import CommitFailedError, ConsumerGroupMetadata, RebalanceListener
 from josef_client.producer import AsyncProducer, Producer, RecordMetadata
+from josef_client.transaction_errors import (
+    FatalProducerError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 
 __all__ = [
     "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "CommitFailedError", "ConfigError", "ConfigResource",
-    "Consumer", "ConsumerGroupMetadata", "ConsumerRecord", "CorruptRecordError", "KafkaConnectionError",
-    "KafkaError", "KafkaTimeoutError", "NewPartitions", "NewTopic", "NoOffsetForPartitionError",
-    "OffsetAndMetadata", "OffsetOutOfRangeError", "OffsetSpec", "Producer", "RecordDeserializationError",
-    "RecordMetadata", "RebalanceListener", "TopicPartition", "UnsupportedVersionError",
+    "Consumer", "ConsumerGroupMetadata", "ConsumerRecord", "CorruptRecordError", "FatalProducerError",
+    "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "NewPartitions", "NewTopic", "NoOffsetForPartitionError",
+    "OffsetAndMetadata", "OffsetOutOfRangeError", "OffsetSpec", "Producer", "ProducerFencedError",
+    "RecordDeserializationError", "RecordMetadata", "RebalanceListener", "TopicPartition", "TransactionAbortableError",
+    "TransactionAbortedError", "TransactionStateError", "UnsupportedVersionError",
 ]

@@ -26,12 +26,16 @@ log = logging.getLogger(__name__)
 #: The newest version of each API this client writes. Newer ones exist in kio but switch
 #: topics to ids (Produce 13, Fetch 13+, OffsetCommit/OffsetFetch 10), which the client does
 #: not track; DescribeGroups v6 is newer than the protocol definitions josef follows.
+#: AddPartitionsToTxn v4+ is for brokers only; InitProducerId v6 is KIP-939's two-phase commit.
+#: A transactional producer caps Produce at 11, TxnOffsetCommit at 4 and EndTxn at 4
+#: unless the cluster runs transaction.version 2 (KIP-890), where the newer versions mean more.
 MAX_VERSIONS = {
     ApiKey.PRODUCE: 12, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 9, ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 4,
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 5, ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 5, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 3,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 1,
     ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 9, ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 5, ApiKey.END_TXN: 5,
 }
 
 #: Errors that mean "the client's idea of the leader is out of date".

@@ -49,6 +49,8 @@ PRODUCER = COMMON + (
     ConfigKey("delivery.timeout.ms", I, 120000, "Upper bound on the time from send() to success or failure.", at_least(0)),
     ConfigKey("max.in.flight.requests.per.connection", I, 5, "Unacknowledged produce requests per broker.", at_least(1)),
     ConfigKey("enable.idempotence", B, True, "Exactly one copy of each record per partition, in order, despite retries."),
+    ConfigKey("transactional.id", S, None, "Makes the producer transactional (and idempotent); a newer producer with the same id fences this one."),
+    ConfigKey("transaction.timeout.ms", I, 60000, "The coordinator aborts a transaction left open longer than this.", at_least(1)),
     ConfigKey("max.request.size", I, 1048576, "Largest produce request, and so the largest record.", at_least(1)),
     ConfigKey("partitioner.class", S, "murmur2", "Name of a registered partitioner (murmur2 is the Java client's)."),
     ConfigKey("partitioner.ignore.keys", B, False, "Use sticky partitioning even for records with keys."),

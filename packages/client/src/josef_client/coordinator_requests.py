@@ -1,8 +1,10 @@
-"""A group coordinator's offset requests, one each: FindCoordinator, OffsetFetch, OffsetCommit.
+"""A coordinator's requests, one each: FindCoordinator (groups and transactional ids), OffsetFetch, OffsetCommit.
 
 No retries and no state here: the consumer's
 :class:`~josef_client.consumer_coordinator.ConsumerCoordinator` adds them
-for its own group, and the ``groups`` command uses these for any group.
+for its own group, the transactional producer's
+:class:`~josef_client.transaction_manager.TransactionManager` for its
+transactional id, and the ``groups`` command uses these for any group.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from josef.protocol.errors import KafkaError, UnsupportedVersionError
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.cluster import Cluster
 
-__all__ = ["OffsetAndMetadata", "find_coordinator", "offset_commit", "offset_fetch"]
+__all__ = ["GROUP", "TRANSACTION", "OffsetAndMetadata", "find_coordinator", "offset_commit", "offset_fetch"]
 
 
 @attrs.frozen
@@ -30,22 +32,30 @@ class OffsetAndMetadata:
     leader_epoch: int = -1
 
 
-async def find_coordinator(cluster: Cluster, group: str) -> tuple[str, int]:
-    """The address of ``group``'s coordinator, by FindCoordinator (key type 0: group) to any broker."""
+#: FindCoordinator's key types, and what the key names in messages.
+GROUP, TRANSACTION = 0, 1
+_KEY_NAMES = {GROUP: "group", TRANSACTION: "transactional id"}
+
+
+async def find_coordinator(cluster: Cluster, key: str, key_type: int = GROUP) -> tuple[str, int]:
+    """The address of the coordinator of a group (key type 0) or transactional id (1), by FindCoordinator to any broker."""
     conn = await cluster.any_connection()
+    what = ("consumer groups and committed offsets need a group coordinator" if key_type == GROUP
+            else "transactions need a transaction coordinator")
     try:
         version = conn.version(ApiKey.FIND_COORDINATOR)
     except UnsupportedVersionError as exc:
-        raise UnsupportedVersionError(f"consumer groups and committed offsets need a group coordinator: "
-                                      f"{exc.message}") from None
-    response = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]},
+        raise UnsupportedVersionError(f"{what}: {exc.message}") from None
+    if key_type != GROUP and version == 0:
+        raise UnsupportedVersionError(f"{what}: FindCoordinator v1+ (key types); the broker has only v0")
+    response = await conn.request(ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type, "coordinator_keys": [key]},
                                   version=version)
     if version >= 4:
-        [found] = [c for c in response.coordinators if c.key == group]
+        [found] = [c for c in response.coordinators if c.key == key]
     else:
         found = response
     if found.error_code != ErrorCode.none:
-        raise KafkaError(found.error_code, f"FindCoordinator for group {group!r}: {found.error_message or ''}")
+        raise KafkaError(found.error_code, f"FindCoordinator for {_KEY_NAMES[key_type]} {key!r}: {found.error_message or ''}")
     return found.host, found.port
 
 

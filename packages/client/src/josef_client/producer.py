@@ -9,6 +9,13 @@ have lingered ``linger.ms`` into one Produce request per broker, with up to
 InitProducerId and numbers each partition's batches, so a batch retried after a
 lost acknowledgement is stored once and in order.
 
+With ``transactional.id`` the producer is transactional: ``init_transactions()``
+once, then ``begin_transaction()``, sends (and ``send_offsets_to_transaction()``),
+and ``commit_transaction()`` or ``abort_transaction()``. The
+:class:`~josef_client.transaction_manager.TransactionManager` talks to the
+coordinators and decides which partitions' batches may go out; the sender
+holds back a partition's batches until the coordinator has added it.
+
 The accumulator is guarded by a lock so that the synchronous
 :class:`Producer` can append from the caller's thread; everything else runs on
 the event loop. Futures complete on the loop thread.
@@ -31,18 +38,24 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.codecs import Compression
 from josef.protocol.connection import Connection
 from josef.protocol.errors import ConfigError, KafkaError, KafkaTimeoutError
-from josef.protocol.records import HEADER_SIZE, encode_record, seal_batch
+from josef.protocol.records import HEADER_SIZE, TRANSACTIONAL_BIT, encode_record, seal_batch
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.cluster import STALE_METADATA, Cluster
 from josef_client.config import PRODUCER, build_config
+from josef_client.coordinator_requests import OffsetAndMetadata
+from josef_client.group import ConsumerGroupMetadata
 from josef_client.interceptors import InterceptorChain
 from josef_client.sync import LoopThread
+from josef_client.transaction_errors import TransactionAbortedError, TransactionStateError
+from josef_client.transaction_manager import State, TransactionManager
 
 log = logging.getLogger(__name__)
 
 #: Bytes a record adds to a batch beyond key and value: the most its framing can take.
 RECORD_OVERHEAD = 21
 MAX_SEQUENCE = 2**31 - 1
+#: The newest Produce version a transactional producer may use without Transactions V2 (v12 adds partitions itself).
+PRODUCE_V1_TRANSACTIONS = 11
 
 Headers = Sequence[tuple[str, bytes | None]]
 DeliveryCallback = Callable[["RecordMetadata | None", "Exception | None"], None]
@@ -105,9 +118,10 @@ class ProducerBatch:
         self.count += 1
         return len(record)
 
-    def encode(self, codec: Compression, producer_id: int, producer_epoch: int) -> bytes:
+    def encode(self, codec: Compression, producer_id: int, producer_epoch: int, attributes: int) -> bytes:
         return seal_batch(self.body, self.count, self.base_timestamp, self.max_timestamp, compression=codec,
-                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=self.base_sequence)
+                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=self.base_sequence,
+                          attributes=attributes)
 
     def async_done(self) -> asyncio.Future[None]:
         """An asyncio future of completion, created on first await (always on the producer's loop)."""
@@ -182,7 +196,10 @@ class AsyncProducer:
         raw = {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}
         self.config = build_config("producer", PRODUCER, config, kwargs)
         self._acks = -1 if str(self.config["acks"]) in ("all", "-1") else int(self.config["acks"])
-        self._idempotent = self._resolve_idempotence("enable.idempotence" in raw)
+        transactional_id = self.config["transactional.id"]
+        if transactional_id is not None and "enable.idempotence" in raw and not self.config["enable.idempotence"]:
+            raise ConfigError("transactional.id needs enable.idempotence=true (a transactional producer is idempotent)")
+        self._idempotent = self._resolve_idempotence("enable.idempotence" in raw or transactional_id is not None)
         self._codec = Compression.from_name(self.config["compression.type"])
         pm = plugin_manager or get_plugin_manager()
         self._partitioner = collect(pm, "register_partitioners", "partitioner").get(self.config["partitioner.class"])(self.config)
@@ -213,6 +230,10 @@ class AsyncProducer:
         self._closing = False
         self._needs_epoch_bump = False
         self._awaited_connections: set[asyncio.Future[Connection]] = set()
+        self._txn = (None if transactional_id is None else
+                     TransactionManager(transactional_id, self.config, self.cluster, self._new_producer))
+        self._attributes = 0 if self._txn is None else TRANSACTIONAL_BIT
+        self._adding: asyncio.Future[None] | None = None
 
     def _resolve_idempotence(self, explicit: bool) -> bool:
         """Idempotence needs acks=all, retries and at most 5 requests in flight; the default gives way, an explicit true does not."""
@@ -234,7 +255,7 @@ class AsyncProducer:
         self._wakeup = asyncio.Event()
         self._space_freed = asyncio.Event()
         await self.cluster.refresh([])
-        if self._idempotent:
+        if self._idempotent and self._txn is None:  # a transactional producer's id comes from init_transactions()
             await self._init_producer_id()
         self._sender = self._loop.create_task(self._run_sender())
 
@@ -245,7 +266,7 @@ class AsyncProducer:
                                                           "producer_id": -1, "producer_epoch": -1})
         if response.error_code != ErrorCode.none:
             raise KafkaError(response.error_code, "InitProducerId failed")
-        self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+        self._new_producer(response.producer_id, response.producer_epoch)
 
     async def _bump_epoch(self) -> None:
         """After a numbered batch failed for good its sequence is a gap: restart every partition's numbering in a new epoch.
@@ -255,19 +276,23 @@ class AsyncProducer:
         only an exhausted epoch asks the broker for a new producer id.
         """
         if self.producer_epoch < 2**15 - 1:
-            self.producer_epoch += 1
+            self._new_producer(self.producer_id, self.producer_epoch + 1)
         else:
             try:
                 await self._init_producer_id()
             except KafkaError as exc:
                 log.warning("could not get a new producer id (%s); retrying", exc)
                 return
+        self._needs_epoch_bump = False
+
+    def _new_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id or epoch: every partition's sequence starts again at 0."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
         with self._lock:
             self._states.clear()
             for queue in self._batches.values():
                 for batch in queue:
                     batch.base_sequence = -1
-        self._needs_epoch_bump = False
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -369,7 +394,7 @@ class AsyncProducer:
         tp = self._tps.get((topic, partition))
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
-        wake = False
+        wake = self._txn is not None and self._txn.will_send_to(tp)  # a new partition: the sender adds it
         with self._lock:
             queue = self._batches[tp]
             batch = queue[-1] if queue else None
@@ -438,6 +463,96 @@ class AsyncProducer:
         finally:
             self._flushing = False
 
+    # Transactions ---------------------------------------------------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError("transactions need the transactional.id configuration")
+        return self._txn
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the transactional id's producer id and epoch, fencing older producers and aborting what they left open.
+
+        Call once, before the first transaction. ``timeout`` (seconds)
+        defaults to ``max.block.ms``; after a :class:`KafkaTimeoutError`,
+        calling again resumes.
+        """
+        await self._transactions().init_transactions(_ms(timeout))
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: what is sent from now until commit or abort is all written or all discarded."""
+        self._transactions().begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                          group_metadata: ConsumerGroupMetadata | str,
+                                          timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets as part of the transaction (consume-transform-produce).
+
+        ``group_metadata`` is the consumer's ``group_metadata()`` (its
+        generation and member id let the coordinator refuse a fenced
+        member's commit) or just the group id.
+        """
+        await self._transactions().send_offsets(offsets, group_metadata, _ms(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every buffered record, wait for their acknowledgements, then commit.
+
+        Raises :class:`~josef_client.transaction_errors.TransactionAbortableError`
+        if a record failed (abort, then go on), or a fatal error.
+        """
+        txn = self._transactions()
+        txn.begin_commit()
+        deadline = _deadline(timeout, self.config["max.block.ms"])
+        await self._flush_until(deadline, "commit_transaction()")
+        await txn.end_transaction(True, _remaining_ms(deadline))
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Discard the transaction: records not sent yet fail with :class:`TransactionAbortedError`, the rest is aborted."""
+        txn = self._transactions()
+        txn.begin_abort()
+        self._drop_unsent(TransactionAbortedError(), sequenced_too=False)
+        deadline = _deadline(timeout, self.config["max.block.ms"])
+        await self._flush_until(deadline, "abort_transaction()")
+        await txn.end_transaction(False, _remaining_ms(deadline))
+
+    async def _flush_until(self, deadline: float, call: str) -> None:
+        try:
+            await asyncio.wait_for(self.flush(), max(deadline - time.monotonic(), 0))
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(f"{call}: records still unacknowledged after max.block.ms; call again to resume") from None
+
+    def _transaction_housekeeping(self, txn: TransactionManager) -> None:
+        """Before draining: fail what a failed transaction can no longer send, and add new partitions."""
+        error = txn.error_for_unsent()
+        if error is not None:
+            self._drop_unsent(error, sequenced_too=txn.state is State.FATAL_ERROR)
+        if txn.partitions_to_add and (self._adding is None or self._adding.done()):
+            self._adding = asyncio.ensure_future(self._add_partitions(txn))
+
+    async def _add_partitions(self, txn: TransactionManager) -> None:
+        try:
+            await txn.add_partitions()
+        finally:
+            self._wakeup.set()  # type: ignore[union-attr]
+
+    def _drop_unsent(self, error: Exception, *, sequenced_too: bool) -> None:
+        """Fail queued batches; those with a sequence (retries) stay unless ``sequenced_too``: the broker may have them."""
+        dropped = []
+        with self._lock:
+            for tp in list(self._batches):
+                queue = self._batches[tp]
+                keep = collections.deque(b for b in queue if b.base_sequence >= 0 and not sequenced_too)
+                dropped.extend(b for b in queue if b.base_sequence < 0 or sequenced_too)
+                if keep:
+                    self._batches[tp] = keep
+                else:
+                    del self._batches[tp]
+            for batch in dropped:
+                self._buffered -= batch.size
+                self._unfinished.discard(batch)
+        for batch in dropped:
+            self._complete_expired(batch, error)
+
     # The sender ---------------------------------------------------------------------------
 
     async def _run_sender(self) -> None:
@@ -459,6 +574,9 @@ class AsyncProducer:
             if any(self._in_flight.values()):
                 return None  # the last response wakes us
             await self._bump_epoch()
+        txn = self._txn
+        if txn is not None:
+            self._transaction_housekeeping(txn)
         now = time.monotonic()
         by_node: dict[int, list[ProducerBatch]] = collections.defaultdict(list)
         next_check: float | None = None
@@ -474,6 +592,8 @@ class AsyncProducer:
                         or self._closing):
                     next_check = ready_at - now if next_check is None else min(next_check, ready_at - now)
                     continue
+                if txn is not None and not txn.sendable(tp):
+                    continue  # the coordinator adds the partition first; its answer wakes us
                 node = self.cluster.leader(tp)
                 if node < 0:
                     unknown_leaders = True
@@ -544,12 +664,17 @@ class AsyncProducer:
         by_topic: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for batch in batches:
             batch.attempts += 1
-            by_topic[batch.tp.topic].append({"index": batch.tp.partition,
-                                             "records": batch.encode(self._codec, self.producer_id, self.producer_epoch)})
-        body = {"transactional_id": None, "acks": self._acks, "timeout": self.config["request.timeout.ms"],
+            by_topic[batch.tp.topic].append({"index": batch.tp.partition, "records": batch.encode(
+                self._codec, self.producer_id, self.producer_epoch, self._attributes)})
+        txn = self._txn
+        body = {"transactional_id": None if txn is None else txn.transactional_id, "acks": self._acks,
+                "timeout": self.config["request.timeout.ms"],
                 "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}
         try:
-            future = conn.send(ApiKey.PRODUCE, body, expect_response=self._acks != 0)
+            version = None
+            if txn is not None and not txn.v2:
+                version = min(conn.version(ApiKey.PRODUCE), PRODUCE_V1_TRANSACTIONS)
+            future = conn.send(ApiKey.PRODUCE, body, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:
             self._failed_request(node, batches, exc)
             return
@@ -603,7 +728,9 @@ class AsyncProducer:
                 asyncio.ensure_future(self._refresh_quietly())
             self._loop.call_later(self.config["retry.backoff.ms"] / 1000, self._requeue, batch)  # type: ignore[union-attr]
             return
-        if self._idempotent and batch.base_sequence >= 0:
+        if self._txn is not None:
+            self._txn.batch_failed(error, batch.base_sequence >= 0)  # the transaction fails, not just the batch
+        elif self._idempotent and batch.base_sequence >= 0:
             self._needs_epoch_bump = True
         self._finish(batch, -1, -1, error, state_updated=True)
 
@@ -669,6 +796,18 @@ class AsyncProducer:
         return self._partition_counts.get(topic)
 
 
+def _ms(timeout: float | None) -> int | None:
+    return None if timeout is None else int(timeout * 1000)
+
+
+def _deadline(timeout: float | None, default_ms: int) -> float:
+    return time.monotonic() + (default_ms / 1000 if timeout is None else timeout)
+
+
+def _remaining_ms(deadline: float) -> int:
+    return max(int((deadline - time.monotonic()) * 1000), 0)
+
+
 class Producer:
     """The synchronous producer: ``send`` returns at once with a future; ``flush`` waits for acknowledgements.
 
@@ -698,6 +837,22 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         self._thread.run(self._producer.flush(), timeout)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._thread.run(self._producer.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                    group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
+        self._thread.run(self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._thread.run(self._producer.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._thread.run(self._producer.abort_transaction(timeout))
 
     def partitions_for(self, topic: str) -> int:
         known = self._producer.partitions_for(topic)
