@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime
 import enum
 import time
 import uuid
@@ -42,13 +43,14 @@ from josef.protocol.errors import (
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.cluster import STALE_METADATA, Cluster
 from josef_client.config import ADMIN, build_config
+from josef_client.coordinator_requests import TRANSACTION, find_coordinator
 from josef_client.sync import LoopThread
 
 __all__ = [
-    "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription", "ConfigEntry",
-    "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "NewPartitions", "NewTopic", "OffsetInfo",
-    "OffsetSpec", "PartitionDescription", "PartitionReassignment", "ResourceType", "TopicDescription", "TopicListing",
-    "TopicPartition",
+    "AbortTransactionSpec", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
+    "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "NewPartitions",
+    "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment", "ProducerState",
+    "ResourceType", "TopicDescription", "TopicListing", "TopicPartition", "TransactionDescription", "TransactionListing",
 ]
 
 
@@ -236,6 +238,59 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: tuple[BrokerInfo, ...]
+
+
+@attrs.frozen
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    #: Kafka's state names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead, PrepareEpochFence.
+    state: str
+
+
+@attrs.frozen
+class TransactionDescription:
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    #: When the open transaction began; None when none is open.
+    transaction_start_time_ms: int | None
+    topic_partitions: tuple[TopicPartition, ...]
+
+
+@attrs.frozen
+class ProducerState:
+    """A producer a partition's leader (or a replica) remembers, as DescribeProducers answers it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    #: None when no transaction marker was written by a coordinator for this producer yet.
+    coordinator_epoch: int | None
+    #: The first offset of the producer's open transaction in the partition; None when none is open.
+    current_transaction_start_offset: int | None
+
+
+@attrs.frozen
+class AbortTransactionSpec:
+    """A transaction to abort in one partition by writing its marker (Kafka's AbortTransactionSpec)."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+
+
+def _millis(value: Any) -> int:
+    """A kio timestamp or duration as milliseconds (ints pass through)."""
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
 
 
 def topic_id_text(value: uuid.UUID | None) -> str | None:
@@ -703,6 +758,107 @@ class AsyncAdmin:
                     tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
                 for t in response.topics for p in t.partitions}
 
+    # Transactions ----------------------------------------------------------------------------
+
+    async def list_transactions(self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                                duration_ms: int | None = None) -> dict[int, list[TransactionListing]]:
+        """Every broker's transactional ids (each lists those it coordinates), by broker id.
+
+        Filters as ListTransactions has them: states, producer ids, and
+        (KIP-994) transactions running longer than ``duration_ms``.
+        """
+        await self.cluster.refresh([])
+        body = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                "duration_filter": -1 if duration_ms is None else duration_ms, "transactional_id_pattern": None}
+
+        async def one(node: int) -> list[TransactionListing]:
+            conn = await self.cluster.connection(node)
+            if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                raise UnsupportedVersionError(f"broker {node} cannot filter transactions by duration (ListTransactions v1)")
+            response = await conn.request(ApiKey.LIST_TRANSACTIONS, body)
+            if response.error_code != ErrorCode.none:
+                raise _error(response.error_code, None, f"list transactions on broker {node}")
+            return [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                    for t in response.transaction_states]
+
+        nodes = sorted(self.cluster.brokers)
+        return dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes))))
+
+    async def describe_transactions(self, transactional_ids: Iterable[str], *,
+                                    raise_errors: bool = True) -> dict[str, TransactionDescription]:
+        """Each transactional id's state at its coordinator (found with FindCoordinator, key type 1)."""
+        wanted = list(dict.fromkeys(transactional_ids))
+
+        async def one(transactional_id: str) -> TransactionDescription | KafkaError:
+            try:
+                address = await find_coordinator(self.cluster, transactional_id, TRANSACTION)
+            except KafkaError as exc:
+                if isinstance(exc, KafkaConnectionError):
+                    raise
+                return exc
+            conn = await self.cluster.connection(address)
+            response = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]})
+            [state] = [t for t in response.transaction_states if t.transactional_id == transactional_id]
+            if state.error_code != ErrorCode.none:
+                what = (f"transactional id {transactional_id!r} does not exist"
+                        if state.error_code == ErrorCode.transactional_id_not_found else f"transactional id {transactional_id!r}")
+                return KafkaError(state.error_code, what)
+            start = _millis(state.transaction_start_time)
+            coordinator = next((n for n, a in self.cluster.brokers.items() if a == address), -1)
+            return TransactionDescription(
+                coordinator, state.transaction_state, state.producer_id, state.producer_epoch,
+                _millis(state.transaction_timeout), start if start > 0 else None,
+                tuple(TopicPartition(t.topic, p) for t in state.topics for p in t.partitions))
+
+        if wanted and not self.cluster.brokers:
+            await self.cluster.refresh([])
+        results = dict(zip(wanted, await asyncio.gather(*(one(t) for t in wanted))))
+        return _finish(results, raise_errors)
+
+    async def describe_producers(self, partitions: Iterable[TopicPartition], *, broker_id: int | None = None,
+                                 raise_errors: bool = True) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, at its leader (or at ``broker_id``'s replica)."""
+
+        async def call(conn: Connection, group: dict[TopicPartition, Any]) -> dict[TopicPartition, Any]:
+            body = {"topics": [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(group).items()]}
+            response = await conn.request(ApiKey.DESCRIBE_PRODUCERS, body)
+            out: dict[TopicPartition, Any] = {}
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    out[tp] = ([ProducerState(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+                                              None if s.coordinator_epoch < 0 else s.coordinator_epoch,
+                                              None if s.current_txn_start_offset < 0 else s.current_txn_start_offset)
+                                for s in p.active_producers]
+                               if p.error_code == ErrorCode.none else
+                               _error(p.error_code, p.error_message, f"{tp.topic}-{tp.partition}"))
+            return out
+
+        wanted = dict.fromkeys(partitions)
+        if broker_id is not None:
+            answered = await call(await self._broker(broker_id), wanted)
+            results = {tp: answered.get(tp, KafkaError(ErrorCode.unknown_server_error, f"no answer for {tp.topic}-{tp.partition}"))
+                       for tp in wanted}
+        else:
+            results = await self._by_leader(wanted, call)
+        return _finish(results, raise_errors)
+
+    async def abort_transaction(self, spec: AbortTransactionSpec) -> None:
+        """Write an abort marker for a (hanging) transaction in one partition, with WriteTxnMarkers to its leader."""
+        tp = spec.topic_partition
+
+        async def call(conn: Connection, group: dict[TopicPartition, Any]) -> dict[TopicPartition, Any]:
+            response = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+                "producer_id": spec.producer_id, "producer_epoch": spec.producer_epoch, "transaction_result": False,
+                "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}],
+                "coordinator_epoch": spec.coordinator_epoch, "transaction_version": 0}]})
+            codes = {TopicPartition(t.name, p.partition_index): p.error_code
+                     for m in response.markers for t in m.topics for p in t.partitions}
+            code = codes.get(tp, ErrorCode.unknown_server_error)
+            return {tp: None if code == ErrorCode.none else KafkaError(code, f"abort marker for {tp.topic}-{tp.partition}")}
+
+        _finish(await self._by_leader({tp: None}, call), True)
+
     async def describe_cluster(self) -> ClusterDescription:
         """The cluster id, the controller and the live brokers."""
         conn = await self._any()
@@ -785,6 +941,18 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())
+
+    def list_transactions(self, **options: Any) -> dict[int, list[TransactionListing]]:
+        return self._run(self._admin.list_transactions(**options))
+
+    def describe_transactions(self, transactional_ids: Iterable[str], **options: Any) -> dict[str, TransactionDescription]:
+        return self._run(self._admin.describe_transactions(list(transactional_ids), **options))
+
+    def describe_producers(self, partitions: Iterable[TopicPartition], **options: Any) -> dict[TopicPartition, list[ProducerState]]:
+        return self._run(self._admin.describe_producers(list(partitions), **options))
+
+    def abort_transaction(self, spec: AbortTransactionSpec) -> None:
+        self._run(self._admin.abort_transaction(spec))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

@@ -35,7 +35,7 @@ def register_assignors(register: Register) -> None:
 
 @hookimpl
 def register_commands(cli: click.Group) -> None:
-    """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups."""
+    """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups, transactions..."""
     from josef_client.commands import register
     from josef_client.commands.dump_log import dump_log
     from josef_client.commands.leader_election import leader_election

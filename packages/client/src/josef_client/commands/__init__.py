@@ -2,9 +2,10 @@
 
 ``topics`` and ``configs`` (kafka-topics, kafka-configs), ``console-producer``
 and ``console-consumer``, ``perf produce``/``perf consume``
-(kafka-producer-perf-test, kafka-consumer-perf-test) and ``consumer-groups``
-(kafka-consumer-groups). Each module imports the
-client only when its command runs, so ``josef --help`` stays quick.
+(kafka-producer-perf-test, kafka-consumer-perf-test), ``consumer-groups``
+(kafka-consumer-groups) and ``transactions`` (kafka-transactions). Each
+module imports the client only when its command runs, so ``josef --help``
+stays quick.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ def register(cli: click.Group) -> None:
     from josef_client.commands.groups import consumer_groups
     from josef_client.commands.perf import perf
     from josef_client.commands.topics import topics
+    from josef_client.commands.transactions import transactions
 
-    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups):
+    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions):
         cli.add_command(command)

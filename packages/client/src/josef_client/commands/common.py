@@ -211,6 +211,13 @@ def parse_bool(value: str, name: str) -> bool:
     raise click.ClickException(f"property {name} must be true or false, got {value!r}")
 
 
+def tab_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The table of Kafka's newer tools (metadata-quorum, transactions): each cell padded to its column's width, then a tab."""
+    rows = list(rows)
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+    return ["".join(cell.ljust(width) + "\t" for cell, width in zip(row, widths)) for row in [headers, *rows]]
+
+
 def stderr(message: str) -> None:
     click.echo(message, err=True)
 

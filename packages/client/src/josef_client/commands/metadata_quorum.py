@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import click
 
-from josef_client.commands.common import Group, command_config_option, read_properties, run
+from josef_client.commands.common import Group, command_config_option, read_properties, run, tab_table
 
 METADATA_TOPIC = "__cluster_metadata"
 ZERO_UUID_TEXT = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -215,7 +215,7 @@ def _timestamp(value: int, human_readable: bool, now_ms: int) -> str:
 
 
 def replication_lines(info: QuorumInfo, human_readable: bool = False, now_ms: int | None = None) -> list[str]:
-    """Kafka's table: every cell padded to its column's width and followed by a tab."""
+    """Kafka's table (:func:`~josef_client.commands.common.tab_table`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     leader = info.leader
     groups = [([leader], "Leader"), ([v for v in info.voters if v.replica_id != info.leader_id], "Follower"),
@@ -225,8 +225,7 @@ def replication_lines(info: QuorumInfo, human_readable: bool = False, now_ms: in
              str(leader.log_end_offset - r.log_end_offset), _timestamp(r.last_fetch_timestamp, human_readable, now),
              _timestamp(r.last_caught_up_timestamp, human_readable, now), status]
             for replicas, status in groups for r in replicas]
-    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-    return ["".join(cell.ljust(width) + "\t" for cell, width in zip(row, widths)) for row in [headers, *rows]]
+    return tab_table(headers, rows)
 
 
 # The command -------------------------------------------------------------------------------------
