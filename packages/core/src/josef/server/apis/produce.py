@@ -71,11 +71,11 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
 
 async def _answer_when_replicated(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
                                   epochs: dict[int, int], topics: list[dict[str, Any]], deadline: float) -> dict[str, Any]:
-    await _await_replication(ctx, waiting, epochs, deadline)
+    await await_replication(ctx, waiting, epochs, deadline)
     return _response(ctx, topics)
 
 
-async def _await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
+async def await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
                              epochs: dict[int, int], deadline: float) -> None:
     """acks=all: hold the response until the ISR has every appended batch (Kafka's DelayedProduce), or time out.
 
