@@ -116,6 +116,8 @@ class Partition:
         self.high_watermark = min(log.log_end_offset, max(high_watermark or 0, log.log_start_offset))
         self.producers = self._load_producer_state()
         log.attach_producer_state(self.producers.snapshot)
+        #: Producers whose transaction membership is being checked with the coordinator (KIP-890), by producer id.
+        self._verifying: dict[int, object] = {}
 
     def _load_producer_state(self) -> ProducerStateManager:
         """The latest snapshot, then every batch header after it: per batch, never per record.
@@ -275,7 +277,18 @@ class Partition:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {self.tp}")
 
-    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT) -> tuple[AppendInfo, int]:
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer has an open transaction here at this epoch: its batches need no verification."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == producer_epoch
+
+    def start_verification(self, producer_id: int) -> object:
+        """A guard for an append that waits on the coordinator's verification; a marker meanwhile voids it."""
+        guard = self._verifying[producer_id] = object()
+        return guard
+
+    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT,
+                         verification: object | None = None) -> tuple[AppendInfo, int]:
         """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime).
 
         Idempotent batches are checked against the producer state after the
@@ -295,6 +308,10 @@ class Partition:
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
         plan = self._check_producers(info, origin)
+        if verification is not None and plan is not None and plan.duplicate is None:
+            if any(self._verifying.get(b.producer_id) is not verification for b in info.producer_ids):
+                raise PartitionError(ErrorCode.invalid_txn_state,
+                                     f"{self.tp}: the transaction ended while the partition was being verified")
         if plan is not None and plan.duplicate is not None:
             original = plan.duplicate
             duplicate = AppendInfo(original.first_offset, original.last_offset, original.max_timestamp,
@@ -344,6 +361,7 @@ class Partition:
 
     def _index_aborted(self, completed: Iterable[CompletedTxn]) -> None:
         for txn in completed:
+            self._verifying.pop(txn.producer_id, None)
             if txn.aborted:
                 self.log.append_aborted_txn(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
                                                        self.producers.last_stable_offset_after(txn)))
