@@ -197,11 +197,16 @@ def test_truncation_deletes_snapshots_above_the_new_end(harness):
 # Loading -----------------------------------------------------------------------------------
 
 
-def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness):
+def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness, clock):
     log = attached(harness)
-    for _ in range(7):
+    for _ in range(3):
+        harness.append(log, value_size=BIG)
+    clock.now += 60_000  # the flush checkpoints the recovery point: recovery starts at segment 1
+    log.flush()
+    for _ in range(4):
         harness.append(log, value_size=BIG)
     bases = log.segment_base_offsets
+    assert len(bases) >= 3 and bases[1] < log.recovery_point < bases[2]
     harness.crash()
     # The crash lost the last segment and the tail of the one before: the snapshot at its base describes lost data.
     os.truncate(harness.segment_file(bases[1], ".log"), 10)
@@ -209,6 +214,20 @@ def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness):
     assert log.log_end_offset == bases[1]
     assert snapshot_offsets(harness) == [bases[1]]
     assert log.latest_producer_snapshot().offset == bases[1]
+
+
+def test_loading_after_a_crash_drops_snapshots_past_the_first_recovered_segment(harness):
+    """So that the broker's replay covers every recovered segment, and reports their aborted transactions again."""
+    log = attached(harness)
+    for _ in range(7):
+        harness.append(log, value_size=BIG)
+    bases = log.segment_base_offsets
+    assert log.recovery_point == 0 and snapshot_offsets(harness) == bases[1:]
+    harness.crash()
+    log = harness.reopen()
+    assert log.log_end_offset == 7  # nothing was lost
+    assert snapshot_offsets(harness) == []
+    assert log.latest_producer_snapshot() is None  # the broker replays from the log start
 
 
 def test_loading_keeps_snapshots_at_segment_bases_and_the_newest_only(harness):
