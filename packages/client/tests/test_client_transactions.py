@@ -445,6 +445,25 @@ def test_transactions_v2_add_partitions_with_produce_and_bump_the_epoch_at_each_
     assert epochs == [(0, 0), (1, 0), (2, 0)]  # each transaction a new epoch, sequences from 0
 
 
+def test_a_v2_abort_before_any_batch_went_out_needs_no_end_txn(fake):
+    broker = fake(transaction_version=2)
+    with Producer(config(broker)) as producer:
+        producer.init_transactions()
+        producer._producer._linger_s = 60
+        producer.begin_transaction()
+        dropped = producer.send("t", b"never sent", partition=0)
+        producer.abort_transaction()  # the coordinator never heard of this transaction
+        with pytest.raises(TransactionAbortedError):
+            dropped.result(1)
+        assert producer._producer.producer_epoch == 0
+        producer._producer._linger_s = 0
+        producer.begin_transaction()
+        producer.send("t", b"sent", partition=0)
+        producer.commit_transaction()
+    assert [body.committed for _, body in broker.asked(ApiKey.END_TXN)] == [True]
+    assert broker.values("t", 0) == [b"sent"]
+
+
 def test_without_transactions_v2_the_old_versions_are_kept(fake):
     broker = fake(transaction_version=1)
     with Producer(config(broker)) as producer:

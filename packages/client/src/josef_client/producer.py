@@ -667,6 +667,8 @@ class AsyncProducer:
             by_topic[batch.tp.topic].append({"index": batch.tp.partition, "records": batch.encode(
                 self._codec, self.producer_id, self.producer_epoch, self._attributes)})
         txn = self._txn
+        if txn is not None:
+            txn.batches_sent()
         body = {"transactional_id": None if txn is None else txn.transactional_id, "acks": self._acks,
                 "timeout": self.config["request.timeout.ms"],
                 "topic_data": [{"name": t, "partition_data": p} for t, p in by_topic.items()]}

@@ -221,8 +221,7 @@ class TransactionManager:
             return False
         with self._lock:
             if self.v2:
-                self.partitions.add(tp)  # the Produce request adds it
-                self.started = True
+                self.partitions.add(tp)  # the Produce request adds it (and starts the transaction: batches_sent)
                 return False
             if tp in self._new or tp in self._adding:
                 return False
@@ -232,6 +231,16 @@ class TransactionManager:
     def sendable(self, tp: TopicPartition) -> bool:
         """Whether batches of ``tp`` may go out: only once the coordinator has the partition in the transaction."""
         return tp in self.partitions and self.state is not State.FATAL_ERROR
+
+    def batches_sent(self) -> None:
+        """A Produce request of the transaction went out: with V2 it is what starts the transaction at the coordinator.
+
+        Until then an abort needs no EndTxn, and must not send one: right
+        after the previous EndTxn the coordinator may still be completing
+        that transaction, and would take an EndTxn with the new epoch for a
+        fenced producer.
+        """
+        self.started = True
 
     @property
     def partitions_to_add(self) -> bool:
