@@ -367,3 +367,15 @@ def test_requests_fail_cleanly_once_the_broker_is_gone(josef_broker):
     finally:
         admin.close()
     admin.close()  # closing twice is harmless
+
+
+def test_list_consumer_group_offsets(admin, josef_broker):
+    from josef_client import Consumer, OffsetAndMetadata
+
+    admin.create_topics([NewTopic("grouped", 3)])
+    tps = [TopicPartition("grouped", p) for p in range(3)]
+    with Consumer(bootstrap_servers=josef_broker.bootstrap_servers, group_id="lister", enable_auto_commit=False) as c:
+        c.commit({tps[0]: 5, tps[2]: OffsetAndMetadata(9, "m")})
+    assert admin.list_consumer_group_offsets("lister") == {tps[0]: OffsetAndMetadata(5, ""), tps[2]: OffsetAndMetadata(9, "m")}
+    assert admin.list_consumer_group_offsets("lister", [tps[1], tps[2]]) == {tps[2]: OffsetAndMetadata(9, "m")}
+    assert admin.list_consumer_group_offsets("nobody") == {}

@@ -43,7 +43,7 @@ from josef.protocol.errors import (
 from josef.protocol.topic_partition import TopicPartition
 from josef_client.cluster import STALE_METADATA, Cluster
 from josef_client.config import ADMIN, build_config
-from josef_client.coordinator_requests import TRANSACTION, find_coordinator
+from josef_client.coordinator_requests import TRANSACTION, OffsetAndMetadata, find_coordinator, offset_fetch
 from josef_client.sync import LoopThread
 
 __all__ = [
@@ -758,6 +758,29 @@ class AsyncAdmin:
                     tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
                 for t in response.topics for p in t.partitions}
 
+    # Groups -----------------------------------------------------------------------------------
+
+    async def list_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None
+                                          ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """A group's committed offsets: of ``partitions``, or (None) every one it has; partitions without one are left out.
+
+        Only stable offsets are answered (OffsetFetch ``require_stable``):
+        while a transaction that commits offsets for the group is being
+        completed the coordinator answers UNSTABLE_OFFSET_COMMIT, which is
+        retried, like the coordinator moving, until ``request.timeout.ms``.
+        """
+        wanted = None if partitions is None else sorted(set(partitions))
+        deadline = self._deadline()
+        while True:
+            try:
+                conn = await self.cluster.connection(await find_coordinator(self.cluster, group))
+                found = await offset_fetch(conn, group, wanted)
+                return {tp: om for tp, om in found.items() if om is not None}
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(self._backoff_s)
+
     # Transactions ----------------------------------------------------------------------------
 
     async def list_transactions(self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
@@ -941,6 +964,10 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())
+
+    def list_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._run(self._admin.list_consumer_group_offsets(group, None if partitions is None else list(partitions)))
 
     def list_transactions(self, **options: Any) -> dict[int, list[TransactionListing]]:
         return self._run(self._admin.list_transactions(**options))
