@@ -119,9 +119,21 @@ def test_write_options():
     assert (o.topic, o.client_config) == ("out", {"linger.ms": "20"})
     assert write_options(SERVERS).topic is None
     for bad, message in (({"kafka.key.serializer": "x"}, "kafka.key.serializer"), ({"topics": "a"}, "topics"),
-                         ({"topic": " "}, "topic must not be empty"), ({"kafka.acks": "most"}, "acks")):
+                         ({"topic": " "}, "topic must not be empty"), ({"kafka.acks": "most"}, "acks"),
+                         ({"kafka.transactional.id": "t"}, "kafka.transactional.id is not supported"),
+                         ({"exactlyonce": "maybe"}, "exactlyOnce must be true or false"),
+                         ({"kafka.enable.idempotence": "false"}, "drop kafka.enable.idempotence=false"),
+                         ({"transactionalidprefix": " "}, "transactionalIdPrefix must not be empty")):
         with pytest.raises(OptionError, match=re.escape(message)):
             write_options({**SERVERS, **bad})
+
+
+def test_exactly_once_is_the_default_and_can_be_turned_off():
+    o = write_options(SERVERS)
+    assert (o.exactly_once, o.transactional_id_prefix) == (True, "josef-spark")
+    o = write_options({**SERVERS, "exactlyonce": "false", "kafka.enable.idempotence": "false",
+                       "transactionalidprefix": "billing"})
+    assert (o.exactly_once, o.transactional_id_prefix, o.client_config) == (False, "billing", {"enable.idempotence": "false"})
 
 
 def test_ranges_skip_empty_partitions_and_split_for_min_partitions():

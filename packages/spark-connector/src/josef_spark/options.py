@@ -27,7 +27,7 @@ EARLIEST, LATEST = -2, -1
 #: Kafka client keys Spark's source sets itself (kafka.* cannot override them).
 RESERVED_SOURCE_KEYS = frozenset({"auto.offset.reset", "key.deserializer", "value.deserializer",
                                   "enable.auto.commit", "interceptor.classes"})
-RESERVED_SINK_KEYS = frozenset({"key.serializer", "value.serializer"})
+RESERVED_SINK_KEYS = frozenset({"key.serializer", "value.serializer", "transactional.id"})
 
 #: Options Spark itself adds or passes to every source and sink.
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -44,7 +44,9 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 BATCH_GROUP_PREFIX, STREAMING_GROUP_PREFIX = "spark-kafka-relation", "spark-kafka-source"
 #: The suffixes of Spark's time strings (JavaUtils.timeStringAsMs), in milliseconds; no suffix is milliseconds.
 TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-WRITE_OPTIONS = SPARK_OPTIONS | frozenset({"topic"})
+WRITE_OPTIONS = SPARK_OPTIONS | frozenset({"topic", "exactlyonce", "transactionalidprefix"})
+#: The start of the transactional ids (and group ids) of exactly-once writes when transactionalIdPrefix is not set.
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "josef-spark"
 
 
 class OptionError(ValueError):
@@ -93,6 +95,9 @@ class WriteOptions:
     bootstrap_servers: str
     topic: str | None
     client_config: Mapping[str, Any]
+    #: Each task's rows in one transaction, with its (partition, batch) recorded so no attempt writes them twice.
+    exactly_once: bool = True
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
 
 
 def _kafka_options(options: Mapping[str, str], reserved: frozenset[str], known: frozenset[str],
@@ -293,4 +298,11 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("topic must not be empty")
-    return WriteOptions(servers, topic.strip() if topic else None, client)
+    exactly_once = _flag(options, "exactlyOnce", True)
+    if exactly_once and str(client.get("enable.idempotence", "true")).strip().lower() == "false":
+        raise OptionError("exactlyOnce writes are transactional, so idempotent: drop kafka.enable.idempotence=false "
+                          "or set exactlyOnce=false")
+    prefix = options.get("transactionalidprefix", DEFAULT_TRANSACTIONAL_ID_PREFIX).strip()
+    if not prefix:
+        raise OptionError("transactionalIdPrefix must not be empty")
+    return WriteOptions(servers, topic.strip() if topic else None, client, exactly_once, prefix)

@@ -1,0 +1,228 @@
+"""Exactly-once writes: a read_committed consumer sees every row once across task retries, zombies and driver kills.
+
+The writer functions are driven directly for the fencing cases (a zombie
+attempt that is still running when its retry starts), and Spark drivers in
+their own processes (``exactly_once_driver.py``) for a task that fails
+half-way and is retried, and for a streaming query whose driver is killed
+with SIGKILL in the middle of a micro-batch and restarted from its
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import create_topic, produce
+
+from josef.testing import eventually
+from josef_client import Admin, Consumer, ProducerFencedError, TopicPartition
+from josef_spark.options import write_options
+from josef_spark.writer import Written, fence_failed_tasks, transactional_id, write_exactly_once
+
+TIMEOUT_S = 180
+DRIVER = Path(__file__).with_name("exactly_once_driver.py")
+
+
+def read(broker, topic: str, partitions: int, isolation: str = "read_committed") -> list[bytes]:
+    """Every value from the start to the end (the LSO for read_committed)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "isolation.level": isolation,
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False}) as consumer:
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        values: list[bytes] = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            values += [r.value for batch in consumer.poll(timeout_ms=1000).values() for r in batch]
+    return values
+
+
+def arrow(values: list[str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"value": values})
+
+
+def options(broker, topic: str, **extra: str):
+    return write_options({"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": topic, **extra})
+
+
+# The writer, driven directly ---------------------------------------------------------------------
+
+
+class Zombie:
+    """An attempt writing partition ``partition`` of batch 7 that stalls after 50 of its 100 rows until released."""
+
+    def __init__(self, opts, partition: int) -> None:
+        self.rows = [f"{i}" for i in range(100)]
+        self.halfway, self.resume = threading.Event(), threading.Event()
+        self.outcome: queue.Queue[BaseException | Written] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, args=(opts, partition))
+        self.thread.start()
+        assert self.halfway.wait(TIMEOUT_S)
+
+    def _stalling(self):
+        yield arrow(self.rows[:50])
+        self.halfway.set()
+        self.resume.wait(TIMEOUT_S)
+        yield arrow(self.rows[50:])
+
+    def _run(self, opts, partition: int) -> None:
+        try:
+            self.outcome.put(write_exactly_once(opts, self._stalling(), write_id="q", partition=partition, batch_id=7))
+        except BaseException as exc:
+            self.outcome.put(exc)
+
+    def finish(self) -> BaseException | Written:
+        self.resume.set()
+        self.thread.join(TIMEOUT_S)
+        return self.outcome.get_nowait()
+
+
+def test_a_retry_fences_the_zombie_attempt_still_writing(josef_broker):
+    create_topic(josef_broker, "fenced", 1)
+    opts = options(josef_broker, "fenced")
+    zombie = Zombie(opts, 0)
+    eventually(lambda: len(read(josef_broker, "fenced", 1, "read_uncommitted")) == 50, TIMEOUT_S, "the zombie's rows")
+    retry = write_exactly_once(opts, [arrow(zombie.rows)], write_id="q", partition=0, batch_id=7)
+    assert retry == Written(100, 0, "q")
+    assert isinstance(zombie.finish(), ProducerFencedError)
+    eventually(lambda: read(josef_broker, "fenced", 1) == [r.encode() for r in zombie.rows], TIMEOUT_S, "the retry's rows")
+    assert len(read(josef_broker, "fenced", 1, "read_uncommitted")) == 150  # the zombie's half stays, aborted
+
+
+def test_abort_on_the_driver_ends_the_failed_tasks_transactions(josef_broker):
+    create_topic(josef_broker, "abandoned", 1)
+    opts = options(josef_broker, "abandoned")
+    zombie = Zombie(opts, 1)
+    tp = {TopicPartition("abandoned", 0): "latest"}
+    with Admin({"bootstrap.servers": josef_broker.bootstrap_servers}) as admin:
+        eventually(lambda: admin.list_offsets(tp)[TopicPartition("abandoned", 0)].offset == 50, TIMEOUT_S, "its rows")
+        assert admin.list_offsets(tp, read_committed=True)[TopicPartition("abandoned", 0)].offset == 0  # held back
+        fence_failed_tasks(opts, [Written(3, 0, "q"), None])  # partition 0 finished, partition 1 did not
+        # The abort marker follows the fence: the last stable offset passes the zombie's rows.
+        eventually(lambda: admin.list_offsets(tp, read_committed=True)[TopicPartition("abandoned", 0)].offset == 51,
+                   TIMEOUT_S, "the abort marker")
+    assert isinstance(zombie.finish(), ProducerFencedError)
+    assert read(josef_broker, "abandoned", 1) == []
+
+
+def test_a_partition_committed_by_an_earlier_attempt_is_not_written_again(josef_broker):
+    create_topic(josef_broker, "once", 2)
+    opts = options(josef_broker, "once")
+    batch = [arrow(["a", "b", "c"])]
+    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(3, 3, "q")
+    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(0, 3, "q", skipped=True)
+    assert write_exactly_once(opts, [arrow(["d"])], write_id="q", partition=3, batch_id=1) == Written(1, 3, "q")
+    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0).skipped  # an old batch replayed
+    assert write_exactly_once(opts, batch, write_id="other", partition=3, batch_id=0) == Written(3, 3, "other")
+    assert write_exactly_once(opts, [arrow([])], write_id="q", partition=4, batch_id=0) == Written(0, 4, "q")
+    eventually(lambda: sorted(read(josef_broker, "once", 2)) == [b"a", b"a", b"b", b"b", b"c", b"c", b"d"], TIMEOUT_S,
+               "the committed rows")
+    # The progress is a consumer group's committed offset: batch id + 1, in partition 0 of the topic written.
+    with Admin({"bootstrap.servers": josef_broker.bootstrap_servers}) as admin:
+        progress = admin.list_consumer_group_offsets(transactional_id(opts, "q", 3))
+    assert {tp: om.offset for tp, om in progress.items()} == {TopicPartition("once", 0): 2}
+
+
+# Spark drivers in their own processes ------------------------------------------------------------
+
+
+class Driver:
+    """``exactly_once_driver.py`` in a child process; its JVM's pid once the session is up."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(DRIVER), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, cwd=DRIVER.parent)
+        self.output: list[str] = []
+        self.jvm_pid: queue.Queue[int] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if line.startswith("JVM_PID "):
+                self.jvm_pid.put(int(line.split()[1]))
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(TIMEOUT_S)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def log(self) -> str:
+        return "".join(self.output[-60:])
+
+
+@pytest.fixture
+def drivers():
+    started: list[Driver] = []
+
+    def start(*args: str) -> Driver:
+        driver = Driver(*args)
+        started.append(driver)
+        return driver
+
+    yield start
+    for driver in started:
+        driver.stop()
+
+
+def open_transaction_with_records(broker, topic: str, partitions: int) -> bool:
+    """A writer's transaction is open with records in the log: read_uncommitted is ahead of read_committed."""
+    with Admin({"bootstrap.servers": broker.bootstrap_servers}) as admin:
+        ongoing = [t for ts in admin.list_transactions().values() for t in ts
+                   if t.transactional_id.startswith("josef-spark-") and t.state == "Ongoing"]
+        tps = {TopicPartition(topic, p): "latest" for p in range(partitions)}
+        high = admin.list_offsets(tps)
+        stable = admin.list_offsets(tps, read_committed=True)
+    committed_some = any(stable[tp].offset > 0 for tp in tps)
+    return bool(ongoing) and committed_some and any(high[tp].offset > stable[tp].offset for tp in tps)
+
+
+def test_a_streaming_query_killed_mid_batch_and_restarted_writes_every_row_once(josef_broker, drivers, tmp_path):
+    create_topic(josef_broker, "events", 2)
+    create_topic(josef_broker, "copied", 2)
+    values = [f"{i}".encode() for i in range(6000)]  # three micro-batches
+    produce(josef_broker, "events", values, keys=[f"k{i}".encode() for i in range(6000)])
+    checkpoint = str(tmp_path / "checkpoint")
+    bootstrap = josef_broker.bootstrap_servers
+
+    first = drivers("stream", bootstrap, "events", "copied", checkpoint, "running")
+    jvm = first.jvm_pid.get(timeout=TIMEOUT_S)
+    eventually(lambda: open_transaction_with_records(josef_broker, "copied", 2), TIMEOUT_S,
+               "a micro-batch after the first with its transactions open")
+    os.kill(jvm, signal.SIGKILL)  # the Spark driver, in the middle of a batch
+    assert first.wait() != 0, first.log()
+    assert len(read(josef_broker, "copied", 2)) < len(values)
+
+    second = drivers("stream", bootstrap, "events", "copied", checkpoint, "available-now")
+    assert second.wait() == 0, second.log()
+    # Every row, none twice (the markers of the last batch may still be on their way).
+    eventually(lambda: sorted(read(josef_broker, "copied", 2), key=int) == values, TIMEOUT_S, "every row committed")
+    assert len(read(josef_broker, "copied", 2, "read_uncommitted")) > len(values)  # the killed batch's, aborted
+
+
+def test_a_task_that_fails_half_way_is_retried_with_its_transactional_id_and_writes_once(josef_broker, drivers):
+    create_topic(josef_broker, "retried", 2)
+    driver = drivers("failing-batch", josef_broker.bootstrap_servers, "retried")
+    assert driver.wait() == 0, driver.log()
+    want = sorted(f"{i}".encode() for i in range(2000))
+    eventually(lambda: sorted(read(josef_broker, "retried", 2)) == want, TIMEOUT_S, "every row committed")
+    # One transactional id per partition for all attempts: the retry of partition 1 bumped its epoch.
+    with Admin({"bootstrap.servers": josef_broker.bootstrap_servers}) as admin:
+        ids = sorted(t.transactional_id for ts in admin.list_transactions().values() for t in ts)
+        epochs = {i[-1]: d.producer_epoch for i, d in admin.describe_transactions(ids).items()}
+    assert len(ids) == 2 and ids[0].startswith("josef-spark-") and ids[0][:-1] == ids[1][:-1]
+    assert epochs == {"0": 0, "1": 1}
