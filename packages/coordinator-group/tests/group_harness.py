@@ -36,7 +36,8 @@ class FakeContext:
         self.timers: dict[Any, tuple[float, Any]] = {}
         self.fail_writes: ErrorCode | None = None
 
-    async def write(self, records):
+    async def write(self, records, *, producer_id: int = -1, producer_epoch: int = -1):
+        """Record and replay, as the runtime does once the records are committed (transactional ones as pending)."""
         from josef.coordinator.runtime import CoordinatorError
 
         if self.fail_writes is not None:
@@ -44,8 +45,16 @@ class FakeContext:
         for key, value in records:
             self.written.append((key, value))
             assert self.shard is not None
-            self.shard.replay(key, value, len(self.written) - 1)
+            if producer_id >= 0:
+                self.shard.replay_transactional(producer_id, producer_epoch, key, value, len(self.written) - 1)
+            else:
+                self.shard.replay(key, value, len(self.written) - 1)
         return len(self.written) - 1
+
+    def end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The transaction coordinator's marker for ``producer_id`` is committed in the partition."""
+        assert self.shard is not None
+        self.shard.replay_end_transaction(producer_id, committed, len(self.written))
 
     def schedule(self, key, delay_s, callback):
         self.timers[key] = (delay_s, callback)

@@ -36,6 +36,8 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         20: {"topic_names": ["absent"], "topics": [{"name": "absent", "topic_id": None}], "timeout": 5000},
         21: {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 5000},
         22: {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1},
+        27: {"markers": [{"producer_id": 4242, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                          "transaction_version": 0, "topics": [{"name": topic, "partition_indexes": [0]}]}]},
         23: {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
             {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
         32: {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],

@@ -52,6 +52,41 @@ def test_encode_decode_round_trip():
     assert snapshots.decode(snapshots.encode(())) == ()
 
 
+IN_TRANSACTION = (
+    ProducerEntry(1, 4, (BatchMetadata(0, 4, 10, 14, 99),), coordinator_epoch=2**31 - 1, current_txn_first_offset=10),
+    ProducerEntry(2, 0, (), coordinator_epoch=0),
+)
+
+
+def test_version_2_carries_the_coordinator_epoch_and_the_open_transaction():
+    data = snapshots.encode(IN_TRANSACTION)
+    assert snapshots.decode(data) == IN_TRANSACTION
+    body = (
+        struct.pack(">i", 2)
+        + struct.pack(">qhiqh", 1, 4, 2**31 - 1, 10, 1) + struct.pack(">iiqqq", 0, 4, 10, 14, 99)
+        + struct.pack(">qhiqh", 2, 0, 0, -1, 0)
+    )
+    assert data == struct.pack(">hI", 2, zlib.crc32(body)) + body
+
+
+def test_the_log_stores_and_loads_the_transaction_state(harness):
+    log = harness.open()
+    log.attach_producer_state(lambda: IN_TRANSACTION)
+    harness.append(log, count=3)
+    assert harness.restart().latest_producer_snapshot().producers == IN_TRANSACTION
+
+
+def test_version_1_files_still_read_with_no_transaction_state():
+    body = (
+        struct.pack(">i", 2)
+        + struct.pack(">qhh", 1, 0, 2) + struct.pack(">iiqqq", 0, 4, 10, 14, 99) + struct.pack(">iiqqq", 5, 5, 15, 15, -1)
+        + struct.pack(">qhh", 3, -1, 0)
+    )
+    decoded = snapshots.decode(struct.pack(">hI", 1, zlib.crc32(body)) + body)
+    assert decoded == (ENTRIES[0], ENTRIES[2])
+    assert all((p.coordinator_epoch, p.current_txn_first_offset) == (-1, -1) for p in decoded)
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "version", "empty"])
 def test_damaged_files_are_rejected(damage):
     data = bytearray(snapshots.encode(ENTRIES))
@@ -62,7 +97,7 @@ def test_damaged_files_are_rejected(damage):
     elif damage == "extend":
         data += b"\x00"
     elif damage == "version":
-        struct.pack_into(">h", data, 0, 2)
+        struct.pack_into(">h", data, 0, 3)
     else:
         data = bytearray()
     with pytest.raises(ValueError):
@@ -197,11 +232,16 @@ def test_truncation_deletes_snapshots_above_the_new_end(harness):
 # Loading -----------------------------------------------------------------------------------
 
 
-def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness):
+def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness, clock):
     log = attached(harness)
-    for _ in range(7):
+    for _ in range(3):
+        harness.append(log, value_size=BIG)
+    clock.now += 60_000  # the flush checkpoints the recovery point: recovery starts at segment 1
+    log.flush()
+    for _ in range(4):
         harness.append(log, value_size=BIG)
     bases = log.segment_base_offsets
+    assert len(bases) >= 3 and bases[1] < log.recovery_point < bases[2]
     harness.crash()
     # The crash lost the last segment and the tail of the one before: the snapshot at its base describes lost data.
     os.truncate(harness.segment_file(bases[1], ".log"), 10)
@@ -209,6 +249,20 @@ def test_loading_after_a_crash_drops_snapshots_past_the_recovered_end(harness):
     assert log.log_end_offset == bases[1]
     assert snapshot_offsets(harness) == [bases[1]]
     assert log.latest_producer_snapshot().offset == bases[1]
+
+
+def test_loading_after_a_crash_drops_snapshots_past_the_first_recovered_segment(harness):
+    """So that the broker's replay covers every recovered segment, and reports their aborted transactions again."""
+    log = attached(harness)
+    for _ in range(7):
+        harness.append(log, value_size=BIG)
+    bases = log.segment_base_offsets
+    assert log.recovery_point == 0 and snapshot_offsets(harness) == bases[1:]
+    harness.crash()
+    log = harness.reopen()
+    assert log.log_end_offset == 7  # nothing was lost
+    assert snapshot_offsets(harness) == []
+    assert log.latest_producer_snapshot() is None  # the broker replays from the log start
 
 
 def test_loading_keeps_snapshots_at_segment_bases_and_the_newest_only(harness):

@@ -109,7 +109,7 @@ class GroupAdminApis:
         return {"throttle_time": 0, "groups": described}
 
     async def delete_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        """Delete empty groups and their offsets (tombstones for each); NON_EMPTY_GROUP while members remain."""
+        """Delete empty groups and their offsets, pending ones too (tombstones); NON_EMPTY_GROUP with members."""
 
         async def delete(shard: GroupShard, *, group_id: str) -> None:
             consumer_group = shard.consumer_groups.get(group_id)
@@ -122,7 +122,7 @@ class GroupAdminApis:
             group.validate_delete()
             records: list[tuple[bytes, bytes | None]] = [
                 (encode_key(OffsetKey(group_id, topic, partition)), None)
-                for topic, partition in shard.offsets.of_group(group_id)]
+                for topic, partition in shard.offsets.all_partitions(group_id)]
             records.append((encode_key(GroupKey(group_id)), None))
             await shard.write(records)
             shard.membership.forget(group, clock.now_ms())
@@ -147,7 +147,7 @@ async def delete_consumer_group(shard: GroupShard, group_id: str) -> None:
         raise GroupError(ErrorCode.non_empty_group, f"group {group_id} has members")
     records: list[tuple[bytes, bytes | None]] = [
         (encode_key(OffsetKey(group_id, topic, partition)), None)
-        for topic, partition in shard.offsets.of_group(group_id)]
+        for topic, partition in shard.offsets.all_partitions(group_id)]
     for member_id in list(group.target):
         records += member_tombstones(group, member_id)
     records += group_tombstones(group_id)

@@ -89,32 +89,44 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
             group.validate_offset_commit(request.member_id, request.group_instance_id, request.generation_id)
     except GroupError as exc:
         return {tp: exc.code for tp in everything}
-    settings = shard.settings()
+    errors: PartitionErrors = {(topic, p[0]): ErrorCode.unknown_topic_or_partition
+                               for topic, partitions in request.topics if topic not in image.topics for p in partitions}
+    known = [(topic, partitions) for topic, partitions in request.topics if topic in image.topics]
+    written, code = await write_offsets(shard, request.group_id, known, request.retention_ms)
+    errors.update(written)
+    if group is not None and code == ErrorCode.none and request.generation_id >= 0:
+        shard.membership.touch(group, request.member_id)
+    return errors
+
+
+async def write_offsets(shard: GroupShard, group_id: str, topics: CommitTopics, retention_ms: int = -1, *,
+                        producer_id: int = -1, producer_epoch: int = -1) -> tuple[PartitionErrors, ErrorCode]:
+    """Write the offset records of ``topics`` (existing ones), in ``producer_id``'s transaction if given.
+
+    Returns each partition's error (OFFSET_METADATA_TOO_LARGE, or the
+    write's outcome) and the write's outcome.
+    """
+    max_metadata = shard.settings().offset_metadata_max_bytes
     now = clock.now_ms()
-    expire = now + request.retention_ms if request.retention_ms >= 0 else -1
+    expire = now + retention_ms if retention_ms >= 0 else -1
     errors: PartitionErrors = {}
     records: list[tuple[bytes, bytes | None]] = []
     written: list[tuple[str, int]] = []
-    for topic, partitions in request.topics:
-        known = topic in image.topics
+    for topic, partitions in topics:
         for index, offset, leader_epoch, metadata in partitions:
-            if not known:
-                errors[(topic, index)] = ErrorCode.unknown_topic_or_partition
-            elif metadata is not None and len(metadata.encode()) > settings.offset_metadata_max_bytes:
+            if metadata is not None and len(metadata.encode()) > max_metadata:
                 errors[(topic, index)] = ErrorCode.offset_metadata_too_large
             else:
                 value = OffsetValue(offset, metadata or "", now, leader_epoch, expire)
-                records.append((encode_key(OffsetKey(request.group_id, topic, index)), encode_offset(value)))
+                records.append((encode_key(OffsetKey(group_id, topic, index)), encode_offset(value)))
                 written.append((topic, index))
     try:
-        await shard.write(records)
+        await shard.write(records, producer_id=producer_id, producer_epoch=producer_epoch)
         code = ErrorCode.none
     except CoordinatorError as exc:
         code = exc.code
     errors.update({tp: code for tp in written})
-    if group is not None and code == ErrorCode.none and request.generation_id >= 0:
-        shard.membership.touch(group, request.member_id)
-    return errors
+    return errors, code
 
 
 def _commit_response(request: Any, names: list[str | None], errors: PartitionErrors | None,
@@ -134,8 +146,12 @@ def _commit_response(request: Any, names: list[str | None], errors: PartitionErr
 
 
 def _fetch_partition(shard: GroupShard | None, group_id: str, topic: str, partition: int,
-                     error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
-    value = shard.offsets.get(group_id, topic, partition) if shard is not None else None
+                     error: ErrorCode = ErrorCode.none, require_stable: bool = False) -> dict[str, Any]:
+    """One partition's committed offset; UNSTABLE_OFFSET_COMMIT under ``require_stable`` while one is pending."""
+    if require_stable and shard is not None and shard.offsets.has_pending(group_id, topic, partition):
+        error, value = ErrorCode.unstable_offset_commit, None
+    else:
+        value = shard.offsets.get(group_id, topic, partition) if shard is not None else None
     if value is None:
         return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
                 "metadata": "", "error_code": error}
@@ -190,9 +206,15 @@ class OffsetApis:
             return _commit_response(request, names, None, exc.code)
         return _commit_response(request, names, errors, ErrorCode.none)
 
-    async def _fetch_group(self, group_id: str, requested: Any, version: int,
-                           image: MetadataImage) -> tuple[ErrorCode, list[dict[str, Any]]]:
-        """One group's offsets: the requested topics' partitions (-1 when none is committed), or all it has."""
+    async def _fetch_group(self, group_id: str, requested: Any, version: int, image: MetadataImage,
+                           require_stable: bool) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        """One group's offsets: the requested topics' partitions (-1 when none is committed), or all it has.
+
+        ``require_stable`` (v7+, KIP-447): a partition whose offset an open
+        transaction is committing answers UNSTABLE_OFFSET_COMMIT (a partition
+        error, in every version), so the consumer retries rather than start
+        from an offset the transaction is about to replace.
+        """
         try:
             context, shard = await self.coordinator.shard_for(group_id)
             if not context.active:
@@ -209,14 +231,15 @@ class OffsetApis:
             ids = {topic: topic_id(image, topic) for topic in by_topic} if version >= TOPIC_ID_VERSION else {}
             return ErrorCode.none, [
                 {"name": topic, "topic_id": ids.get(topic),
-                 "partitions": [_fetch_partition(shard, group_id, topic, p) for p in partitions]}
+                 "partitions": [_fetch_partition(shard, group_id, topic, p, require_stable=require_stable)
+                                for p in partitions]}
                 for topic, partitions in by_topic.items()
                 if version < TOPIC_ID_VERSION or ids[topic] is not None]
         topics = []
         for t in requested:
             name = topic_name(image, t, version)
             topics.append({"name": name, "topic_id": getattr(t, "topic_id", None), "partitions": [
-                _fetch_partition(shard, group_id, name, p) if name is not None
+                _fetch_partition(shard, group_id, name, p, require_stable=require_stable) if name is not None
                 else _fetch_partition(None, group_id, "", p, ErrorCode.unknown_topic_id)
                 for p in t.partition_indexes]})
         return ErrorCode.none, topics
@@ -224,13 +247,14 @@ class OffsetApis:
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
         image = ctx.broker.image
+        require_stable = bool(getattr(request, "require_stable", False))
         if version >= 8:
             groups = []
             for group in request.groups:
-                error, topics = await self._fetch_group(group.group_id, group.topics, version, image)
+                error, topics = await self._fetch_group(group.group_id, group.topics, version, image, require_stable)
                 groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
             return {"throttle_time": 0, "groups": groups}
-        error, topics = await self._fetch_group(request.group_id, request.topics, version, image)
+        error, topics = await self._fetch_group(request.group_id, request.topics, version, image, require_stable)
         return {"throttle_time": 0, "topics": topics, "error_code": error}
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -251,7 +275,8 @@ class OffsetApis:
                         errors[(topic, index)] = ErrorCode.group_subscribed_to_topic
                     else:
                         errors[(topic, index)] = ErrorCode.none
-                        if shard.offsets.get(group_id, topic, index) is not None:
+                        if (shard.offsets.get(group_id, topic, index) is not None
+                                or shard.offsets.has_pending(group_id, topic, index)):
                             records.append((encode_key(OffsetKey(group_id, topic, index)), None))
             await shard.write(records)
             return errors

@@ -371,10 +371,15 @@ class ConsumerMembership:
 
     # Offsets -----------------------------------------------------------------------------------
 
-    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int) -> None:
-        """Consumer-group members commit with their member id and member epoch (-1 without: admin commits)."""
+    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int,
+                               transactional: bool = False, instance_id: str | None = None) -> None:
+        """Consumer-group members commit with their member id and member epoch (-1 without: admin commits).
+
+        A transactional commit without member fields (TxnOffsetCommit before
+        v3, or a producer given no group metadata) is accepted, as in Kafka.
+        """
         if member_epoch < 0 and not member_id:
-            if group.members:
+            if group.members and not (transactional and instance_id is None):
                 raise GroupError(ErrorCode.unknown_member_id, "the group has members")
             return
         member = group.members.get(member_id)

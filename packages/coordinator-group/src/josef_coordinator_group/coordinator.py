@@ -13,6 +13,7 @@ from josef_coordinator_group.api_admin import GroupAdminApis
 from josef_coordinator_group.api_consumer import ConsumerGroupApis
 from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
+from josef_coordinator_group.api_txn_offsets import TxnOffsetApis
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.server_assignors import SERVER_PREFIX
 from josef_coordinator_group.shard import GroupShard
@@ -36,6 +37,7 @@ class GroupCoordinator:
         self.broker = broker
         self._membership = MembershipApis(self)
         self._offsets = OffsetApis(self)
+        self._txn_offsets = TxnOffsetApis(self)
         self._admin = GroupAdminApis(self)
         self._consumer = ConsumerGroupApis(self)
         self._assignors: dict[str, object] | None = None
@@ -58,7 +60,9 @@ class GroupCoordinator:
         """The group APIs with the versions Kafka 4.x answers (OffsetCommit v10 and OffsetFetch v10 since 4.1).
 
         Kafka 4.0 removed OffsetCommit v0-v1 and OffsetFetch v0 (KIP-896); kio
-        parses none of them either.
+        parses none of them either. TxnOffsetCommit is the group
+        coordinator's too, as in Kafka: the transaction coordinator only
+        adds the group's partition to the transaction (AddOffsetsToTxn).
         """
         m, o, a = self._membership, self._offsets, self._admin
         return (
@@ -69,6 +73,7 @@ class GroupCoordinator:
             (ApiKey.OFFSET_COMMIT, o.offset_commit, 2, 10),
             (ApiKey.OFFSET_FETCH, o.offset_fetch, 1, 10),
             (ApiKey.OFFSET_DELETE, o.offset_delete, 0, 0),
+            (ApiKey.TXN_OFFSET_COMMIT, self._txn_offsets.txn_offset_commit, 0, 5),
             (ApiKey.LIST_GROUPS, a.list_groups, 0, 5),
             (ApiKey.DESCRIBE_GROUPS, a.describe_groups, 0, 6),
             (ApiKey.DELETE_GROUPS, a.delete_groups, 0, 2),

@@ -431,8 +431,14 @@ class ClassicGroup:
 
     # Offsets ----------------------------------------------------------------------------
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> None:
-        """Kafka's rules for who may commit: members of the current generation, or anyone when the group is empty."""
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               transactional: bool = False) -> None:
+        """Kafka's rules for who may commit: members of the current generation, or anyone when the group is empty.
+
+        A transactional commit (TxnOffsetCommit) is checked only as far as it
+        names a member: before v3 the request has no member fields at all,
+        and the group's state does not matter to it.
+        """
         if self.state is GroupState.DEAD:
             raise GroupError(ErrorCode.coordinator_not_available, f"group {self.group_id} is dead")
         if generation_id < 0 and self.state is GroupState.EMPTY:
@@ -442,10 +448,12 @@ class ClassicGroup:
             if generation_id != self.generation_id:
                 raise GroupError(ErrorCode.illegal_generation,
                                  f"generation {generation_id} is not {self.group_id}'s current {self.generation_id}")
+        elif transactional:
+            return
         elif self.state is not GroupState.EMPTY:
             raise GroupError(ErrorCode.unknown_member_id,
                              f"group {self.group_id} is not empty: commits need a member id and generation")
-        if self.state is GroupState.COMPLETING_REBALANCE:
+        if self.state is GroupState.COMPLETING_REBALANCE and not transactional:
             # The member has its new generation but not its assignment yet: it may not know which
             # partitions it owns. (While the group is *preparing* a rebalance, members of the old
             # generation may still commit: eager consumers do so as they give their partitions up.)

@@ -2,7 +2,9 @@
 
 This is the :class:`josef.coordinator.runtime.CoordinatorShard` of the group
 coordinator. Offsets live only in what the partition holds: they change when
-a committed record is replayed. Groups follow Kafka's classic-group rule
+a committed record is replayed. Offsets written in a producer's transaction
+(TxnOffsetCommit) are replayed as pending and applied or dropped when the
+runtime replays the transaction's marker, while loading as afterwards. Groups follow Kafka's classic-group rule
 instead: their state changes in memory as requests and timers drive the state
 machine, and a GroupMetadata record is written at the end of every rebalance
 (and when the group becomes empty or is deleted) so a restarted coordinator
@@ -87,11 +89,9 @@ class GroupShard:
             decoded = decode_key(key)
             if isinstance(decoded, OffsetKey):
                 offset_value = decode_offset(value) if value is not None else None
-                self.offsets.replay(decoded, offset_value)
-                if (offset_value is not None and decoded.group not in self.groups
-                        and decoded.group not in self.consumer_groups):
-                    # Offsets without group metadata belong to a "simple" group (manual commits).
-                    self.groups[decoded.group] = ClassicGroup(decoded.group, clock.now_ms())
+                self.offsets.replay(decoded, offset_value, offset)
+                if offset_value is not None:
+                    self._ensure_group(decoded.group)
             elif isinstance(decoded, ConsumerKey):
                 if self.loading:
                     self._replay_consumer(decoded, value)
@@ -102,6 +102,32 @@ class GroupShard:
                     self.groups[decoded.group] = ClassicGroup.from_value(decoded.group, decode_group(value), clock.now_ms())
         except RecordFormatError as exc:
             log.warning("skipping unreadable record at %s offset %d: %s", self.context.tp, offset, exc)
+
+    def replay_transactional(self, producer_id: int, producer_epoch: int, key: bytes, value: bytes | None,
+                             offset: int) -> None:
+        """A record of ``producer_id``'s open transaction (TxnOffsetCommit): its offset stays pending until the marker.
+
+        Like Kafka, the group is created (a simple one) as soon as the record
+        is replayed, and anything but an offset commit applies at once.
+        """
+        try:
+            decoded = decode_key(key)
+            if not isinstance(decoded, OffsetKey) or value is None:
+                self.replay(key, value, offset)
+                return
+            self.offsets.replay_transactional(producer_id, decoded, decode_offset(value), offset)
+            self._ensure_group(decoded.group)
+        except RecordFormatError as exc:
+            log.warning("skipping unreadable record at %s offset %d: %s", self.context.tp, offset, exc)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool, offset: int) -> None:
+        """The transaction's marker is committed: its offsets become visible, or are discarded when it aborted."""
+        self.offsets.end_transaction(producer_id, committed)
+
+    def _ensure_group(self, group_id: str) -> None:
+        """Offsets without group metadata belong to a "simple" group (manual commits)."""
+        if group_id not in self.groups and group_id not in self.consumer_groups:
+            self.groups[group_id] = ClassicGroup(group_id, clock.now_ms())
 
     def _replay_consumer(self, key: ConsumerKey, value: bytes | None) -> None:
         """Rebuild a consumer group from its records (applied while loading; afterwards memory leads)."""
@@ -162,9 +188,10 @@ class GroupShard:
 
     # Writes and timers ---------------------------------------------------------------------
 
-    async def write(self, records: Records) -> None:
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append and wait for commit (then replay), within ``offsets.commit.timeout.ms``.
 
+        With a ``producer_id`` the records join that producer's transaction.
         Failures carry the error clients expect (Kafka's normalisation of
         append errors). A write that times out fails the request with
         COORDINATOR_NOT_AVAILABLE; its records may still commit later and are
@@ -177,7 +204,7 @@ class GroupShard:
         timeout = self.settings().commit_timeout_ms / 1000
         try:
             with anyio.move_on_after(timeout) as scope:
-                await self.context.write(records)
+                await self.context.write(records, producer_id=producer_id, producer_epoch=producer_epoch)
         except CoordinatorError as exc:
             raise CoordinatorError(write_error(exc.code), exc.message) from exc
         if scope.cancelled_caught:
@@ -234,10 +261,13 @@ class GroupShard:
                     continue  # offsets of a consumer group with members are kept (KIP-848 groups)
                 group = self.groups.get(group_id)
                 offsets = self.offsets.of_group(group_id)
-                expired = expired_offsets(group, offsets, now, settings.offsets_retention_ms)
+                # An offset an open transaction is about to replace is kept until its marker, and so is the group.
+                expired = [tp for tp in expired_offsets(group, offsets, now, settings.offsets_retention_ms)
+                           if not self.offsets.has_pending(group_id, *tp)]
                 records += [(encode_key(OffsetKey(group_id, topic, partition)), None) for topic, partition in expired]
                 expired_count += len(expired)
-                if group is not None and group.is_empty and len(expired) == len(offsets) and not group.pending_members:
+                if (group is not None and group.is_empty and len(expired) == len(offsets) and not group.pending_members
+                        and not self.offsets.has_open_transactions(group_id)):
                     records.append((encode_key(GroupKey(group_id)), None))
                     deleted.append(group)
             await self.write(records)

@@ -65,10 +65,14 @@ class AbortedTxn:
 
     ``first_offset`` is the producer's first offset in the transaction,
     ``last_offset`` the offset of its ABORT marker, ``last_stable_offset``
-    the partition's last stable offset once the marker was written (what
-    Kafka stores; informational). A ``read_committed`` fetch sends the
-    ``(producer_id, first_offset)`` of every aborted transaction overlapping
-    the range it returns, so the consumer drops those batches.
+    the partition's last stable offset once the marker was written: the
+    first offset of the oldest transaction still open then, or
+    ``last_offset + 1`` when none is (Kafka's
+    ``ProducerStateManager.lastStableOffset(completedTxn)``). It must not be
+    larger: :meth:`Log.aborted_txns` stops searching at it, as Kafka does. A
+    ``read_committed`` fetch sends the ``(producer_id, first_offset)`` of
+    every aborted transaction overlapping the range it returns, so the
+    consumer drops those batches.
     """
 
     producer_id: int
@@ -232,7 +236,13 @@ class Log(Protocol):
         is already indexed: the broker re-reports the markers of the batches
         it replays after a restart (from the producer snapshot on), so this
         must be idempotent. Entries above the log end are dropped by
-        :meth:`truncate_to` with their batches.
+        :meth:`truncate_to` with their batches. A marker at or past the log
+        end is a ``ValueError``.
+
+        Durable once :meth:`flush` returns (or the log is closed). After an
+        unclean shutdown the log may lose entries whose batches it keeps; it
+        then removes the producer snapshots past them, so that the broker's
+        replay from :meth:`latest_producer_snapshot` reports them again.
         """
 
     def aborted_txns(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
@@ -240,7 +250,12 @@ class Log(Protocol):
 
         That is every entry with ``last_offset >= start_offset`` and
         ``first_offset < upper_offset`` (Kafka's ``collectAbortedTransactions``):
-        what a ``read_committed`` fetch from ``start_offset`` needs.
+        what a ``read_committed`` fetch from ``start_offset`` needs, with
+        ``upper_offset`` the end of what it returns. Like Kafka, the search
+        walks the markers from ``start_offset`` on and ends after the first
+        entry whose ``last_stable_offset >= upper_offset`` (no transaction
+        begun below ``upper_offset`` was open after that marker), else at
+        the log end. Called for every ``read_committed`` fetch: no disk reads.
         """
 
     # Housekeeping ---------------------------------------------------------------

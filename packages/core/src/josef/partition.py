@@ -9,31 +9,39 @@ Each partition also keeps the idempotent producers' state
 (:mod:`josef.producer_state`): loaded from the log's latest producer snapshot
 plus the batch headers after it, checked on every leader append, and handed
 to the log, which snapshots it when a segment rolls and when it closes.
+The open transactions in that state give the last stable offset; every
+aborted transaction a marker ends (as leader, as follower, or replayed at
+start) goes to the log's aborted-transaction index.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import Log, LogConfig
+from josef.log import AbortedTxn, Log, LogConfig
 from josef.metadata.image import RECOVERING, PartitionImage
-from josef.producer_state import AppendPlan, ProducerStateError, ProducerStateManager
+from josef.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
 from josef.protocol.records import (
     AppendInfo,
     ProducerBatch,
+    build_marker,
     describe_batches,
     iter_batches,
+    producer_batch,
     recompress,
     validate_and_assign,
 )
 from josef.protocol.topic_partition import TopicPartition
 
+
+#: What a read may see (Fetch and ListOffsets ``isolation_level``; a follower sees the whole log).
+READ_UNCOMMITTED, READ_COMMITTED, FOLLOWER = 0, 1, -1
 
 #: Who appends as leader (Kafka's AppendOrigin): clients are held to the idempotence rules (sequences);
 #: a coordinator writing its own records in a producer's transaction is not.
@@ -108,6 +116,8 @@ class Partition:
         self.high_watermark = min(log.log_end_offset, max(high_watermark or 0, log.log_start_offset))
         self.producers = self._load_producer_state()
         log.attach_producer_state(self.producers.snapshot)
+        #: Producers whose transaction membership is being checked with the coordinator (KIP-890), by producer id.
+        self._verifying: dict[int, object] = {}
 
     def _load_producer_state(self) -> ProducerStateManager:
         """The latest snapshot, then every batch header after it: per batch, never per record.
@@ -120,11 +130,25 @@ class Partition:
         snapshot = self.log.latest_producer_snapshot()
         producers = ProducerStateManager(snapshot.producers if snapshot else ())
         start = snapshot.offset if snapshot else self.log.log_start_offset
-        for header in self.log.batch_headers(start):
-            if header.producer_id >= 0 and not header.is_control:
-                producers.replay(ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
-                                               header.base_offset, header.last_offset, header.max_timestamp))
+        headers = [h for h in self.log.batch_headers(start) if h.producer_id >= 0 and h.last_offset >= start]
+        for header in headers:
+            if header.is_control:  # a marker: its type and coordinator epoch are in its one record
+                raw = self.log.read(header.base_offset, header.size, header.base_offset + 1)
+                batch = producer_batch(raw, 0, header)
+            else:
+                batch = ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence, header.base_offset,
+                                      header.last_offset, header.max_timestamp, header.is_transactional)
+            completed = producers.replay(batch)
+            if completed is not None and completed.aborted:
+                self.log.append_aborted_txn(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                       completed.last_offset, producers.last_stable_offset_after(completed)))
         return producers
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below this every transaction is decided and replicated: what ``read_committed`` consumers may read."""
+        first_unstable = self.producers.first_unstable_offset(self.high_watermark)
+        return self.high_watermark if first_unstable is None else min(first_unstable, self.high_watermark)
 
     @property
     def is_leader(self) -> bool:
@@ -253,7 +277,18 @@ class Partition:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {self.tp}")
 
-    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT) -> tuple[AppendInfo, int]:
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer has an open transaction here at this epoch: its batches need no verification."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == producer_epoch
+
+    def start_verification(self, producer_id: int) -> object:
+        """A guard for an append that waits on the coordinator's verification; a marker meanwhile voids it."""
+        guard = self._verifying[producer_id] = object()
+        return guard
+
+    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT,
+                         verification: object | None = None) -> tuple[AppendInfo, int]:
         """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime).
 
         Idempotent batches are checked against the producer state after the
@@ -265,16 +300,18 @@ class Partition:
         state changes only once the log accepted the batches.
         """
         self.require_leader()
-        min_isr = self.topic_config.get("min.insync.replicas", 1)
-        if required_acks == -1 and len(self.isr) < min_isr:
-            raise PartitionError(ErrorCode.not_enough_replicas,
-                                 f"{self.tp} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}")
+        if required_acks == -1:
+            self._check_min_isr()
         append_time = int(time.time() * 1000) if self.topic_config.get("message.timestamp.type") == "LogAppendTime" else None
         codec = self.topic_config.get("compression.type", "producer")
         buf = bytearray(records) if codec == "producer" else recompress(records, Compression.from_name(codec))
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
-        plan = self._check_producers(info)
+        plan = self._check_producers(info, origin)
+        if verification is not None and plan is not None and plan.duplicate is None:
+            if any(self._verifying.get(b.producer_id) is not verification for b in info.producer_ids):
+                raise PartitionError(ErrorCode.invalid_txn_state,
+                                     f"{self.tp}: the transaction ended while the partition was being verified")
         if plan is not None and plan.duplicate is not None:
             original = plan.duplicate
             duplicate = AppendInfo(original.first_offset, original.last_offset, original.max_timestamp,
@@ -283,16 +320,51 @@ class Partition:
         self.log.append(buf, info)
         if plan is not None:
             self.producers.commit(plan)
+            self._index_aborted(plan.completed)
         self._maybe_advance_high_watermark()
         return info, append_time if append_time is not None else -1
 
-    def _check_producers(self, info: AppendInfo) -> AppendPlan | None:
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendInfo:
+        """Write a transaction marker as leader (WriteTxnMarkers): ends ``producer_id``'s transaction here.
+
+        The marker is checked against the producer's state like any batch
+        (an older coordinator or producer epoch is refused) and an abort is
+        indexed. The caller waits for the high watermark to pass it.
+        """
+        self.require_leader()
+        self._check_min_isr()
+        end = self.log.log_end_offset
+        buf = build_marker(producer_id, producer_epoch, coordinator_epoch, commit, int(time.time() * 1000),
+                           base_offset=end, leader_epoch=self.leader_epoch)
+        info = describe_batches(buf, end)
+        plan = self._check_producers(info, COORDINATOR)
+        assert plan is not None
+        self.log.append(buf, info)
+        self.producers.commit(plan)
+        self._index_aborted(plan.completed)
+        self._maybe_advance_high_watermark()
+        return info
+
+    def _check_min_isr(self) -> None:
+        min_isr = self.topic_config.get("min.insync.replicas", 1)
+        if len(self.isr) < min_isr:
+            raise PartitionError(ErrorCode.not_enough_replicas,
+                                 f"{self.tp} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}")
+
+    def _check_producers(self, info: AppendInfo, origin: str) -> AppendPlan | None:
         if not info.producer_ids:
             return None
         try:
-            return self.producers.validate(info.producer_ids)
+            return self.producers.validate(info.producer_ids, check_sequence=origin == CLIENT)
         except ProducerStateError as exc:
             raise PartitionError(exc.code, f"{self.tp}: {exc}") from None
+
+    def _index_aborted(self, completed: Iterable[CompletedTxn]) -> None:
+        for txn in completed:
+            self._verifying.pop(txn.producer_id, None)
+            if txn.aborted:
+                self.log.append_aborted_txn(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                       self.producers.last_stable_offset_after(txn)))
 
     # Follower side ------------------------------------------------------------------
 
@@ -312,8 +384,7 @@ class Partition:
                     latest = header.partition_leader_epoch
                     self.log.assign_epoch(latest, header.base_offset)
             self.log.append(records, info)
-            for batch in info.producer_ids:
-                self.producers.replay(batch)
+            self._index_aborted(filter(None, map(self.producers.replay, info.producer_ids)))
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
         if leader_log_start > self.log.log_start_offset:
             self.log.delete_records_before(min(leader_log_start, self.high_watermark))
@@ -359,7 +430,8 @@ class Partition:
         self.producers = self._load_producer_state()
         self.log.attach_producer_state(self.producers.snapshot)
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation_committed: bool = True) -> bytes:
-        """Batches from ``offset`` below the high watermark (consumers) or the log end (followers)."""
-        limit = self.high_watermark if isolation_committed else self.log.log_end_offset
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation: int = READ_UNCOMMITTED) -> bytes:
+        """Batches from ``offset`` below the high watermark (consumers), the last stable offset (``read_committed``) or the log end (followers)."""
+        limit = {READ_UNCOMMITTED: self.high_watermark, READ_COMMITTED: self.last_stable_offset}.get(
+            isolation, self.log.log_end_offset)
         return self.log.read(offset, max_bytes, limit, min_one_batch)

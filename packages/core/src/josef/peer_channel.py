@@ -22,7 +22,7 @@ import anyio
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.messages import build, request_type, response_type
-from josef.server.dispatch import RequestContext
+from josef.server.dispatch import Later, RequestContext
 
 if TYPE_CHECKING:
     from josef.broker import Broker
@@ -65,7 +65,10 @@ class PeerChannel:
         api = self._broker.dispatcher.apis[api_key]
         version = api.max_version if version is None else version
         ctx = RequestContext(self._broker, api_key, version, 0, f"broker-{self._broker.node_id}", "", "")
-        return build(response_type(api_key, version), await api.handler(ctx, build(request_type(api_key, version), body)))
+        answer = await api.handler(ctx, build(request_type(api_key, version), body))
+        if isinstance(answer, Later):
+            answer = await answer.body
+        return build(response_type(api_key, version), answer)
 
     async def _connection(self, node_id: int) -> Connection:
         lock = self._opening.setdefault(node_id, anyio.Lock())

@@ -36,9 +36,24 @@ in the log (a snapshot's tail after a restart), without any check.
 Entries are immutable, so a snapshot is a tuple of the current entries and
 stays consistent while appends go on.
 
-Not yet: transaction markers (control batches) are skipped, since they arrive
-with the transaction plugin; producers are never expired
-(``producer.id.expiration.ms``).
+Transactions (Kafka's ``ProducerAppendInfo.append``/``appendEndTxnMarker``):
+
+* a transactional batch opens the producer's transaction in this partition
+  at its first offset, unless one is open; a plain batch while one is open
+  is INVALID_TXN_STATE;
+* a marker (control batch) written by the transaction coordinator ends it.
+  A marker from an older coordinator epoch is TRANSACTION_COORDINATOR_FENCED,
+  one with an older producer epoch INVALID_PRODUCER_EPOCH. The marker's epoch
+  becomes the producer's (Transactions V2 bumps it in every marker).
+* the open transactions' first offsets, plus transactions completed by a
+  marker the high watermark has not passed yet, give the *first unstable
+  offset*: the partition's last stable offset (LSO) is the smaller of it and
+  the high watermark. ``read_committed`` consumers read only below the LSO.
+* a coordinator (TxnOffsetCommit) writes transactional batches without
+  sequence numbers that mean anything (Kafka's ``AppendOrigin.COORDINATOR``):
+  their sequences are not checked.
+
+Not yet: producers are never expired (``producer.id.expiration.ms``).
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef.protocol.records import SEQUENCE_WRAP, ProducerBatch
+from josef.protocol.records import ABORT_MARKER, SEQUENCE_WRAP, ProducerBatch
 
 #: Batches remembered per producer: the most a producer has in flight (max.in.flight.requests.per.connection).
 MAX_CACHED_BATCHES = 5
@@ -92,10 +107,30 @@ class ProducerEntry:
                 return batch
         return None
 
-    def with_batch(self, epoch: int, batch: BatchMetadata) -> ProducerEntry:
+    def with_batch(self, epoch: int, batch: BatchMetadata, transactional: bool = False) -> ProducerEntry:
         """The entry after appending ``batch`` under ``epoch``: a new epoch forgets the old epoch's batches."""
         kept = self.batches if epoch == self.epoch else ()
-        return ProducerEntry(self.producer_id, epoch, (kept + (batch,))[-MAX_CACHED_BATCHES:])
+        first = self.current_txn_first_offset
+        if transactional and first < 0:
+            first = batch.first_offset
+        return attrs.evolve(self, epoch=epoch, batches=(kept + (batch,))[-MAX_CACHED_BATCHES:],
+                            current_txn_first_offset=first)
+
+    def with_marker(self, epoch: int, coordinator_epoch: int) -> ProducerEntry:
+        """The entry after a transaction marker: no open transaction, the marker's epochs."""
+        return attrs.evolve(self, epoch=epoch, batches=self.batches if epoch == self.epoch else (),
+                            coordinator_epoch=coordinator_epoch, current_txn_first_offset=-1)
+
+
+@attrs.frozen
+class CompletedTxn:
+    """A transaction a marker ended in this partition: from the producer's first offset in it to the marker."""
+
+    producer_id: int
+    first_offset: int
+    #: The marker's offset.
+    last_offset: int
+    aborted: bool
 
 
 @attrs.frozen
@@ -121,6 +156,8 @@ class AppendPlan:
     updates: Mapping[int, ProducerEntry] = attrs.field(factory=dict)
     #: Set when the buffer repeats a cached batch: nothing is appended, the client gets these offsets.
     duplicate: BatchMetadata | None = None
+    #: Transactions the buffer's markers end.
+    completed: tuple[CompletedTxn, ...] = ()
 
 
 def _metadata(batch: ProducerBatch) -> BatchMetadata:
@@ -128,14 +165,26 @@ def _metadata(batch: ProducerBatch) -> BatchMetadata:
                          batch.max_timestamp)
 
 
-def _check(entry: ProducerEntry | None, batch: ProducerBatch) -> None:
-    """Kafka's ``checkProducerEpoch`` and ``checkSequence`` for a client's batch; raises :class:`ProducerStateError`."""
+def _check(entry: ProducerEntry | None, batch: ProducerBatch, check_sequence: bool) -> None:
+    """Kafka's ``checkProducerEpoch``, ``checkSequence`` and transaction checks; raises :class:`ProducerStateError`."""
     if entry is None or entry.epoch == NO_EPOCH:
         return  # unknown producer (never seen, or its state was lost): any sequence starts it
     pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if batch.marker >= 0:
+        if batch.coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(ErrorCode.transaction_coordinator_fenced,
+                                     f"marker for producer {pid} from coordinator epoch {batch.coordinator_epoch}, "
+                                     f"older than {entry.coordinator_epoch}")
     if epoch < entry.epoch:
         raise ProducerStateError(ErrorCode.invalid_producer_epoch,
                                  f"producer {pid} has epoch {epoch}, older than its current epoch {entry.epoch}")
+    if batch.marker >= 0:
+        return
+    if not batch.transactional and entry.current_txn_first_offset >= 0:
+        raise ProducerStateError(ErrorCode.invalid_txn_state,
+                                 f"producer {pid} wrote a non-transactional batch inside its open transaction")
+    if not check_sequence:
+        return
     if epoch != entry.epoch:
         if first_seq != 0:
             raise ProducerStateError(ErrorCode.out_of_order_sequence_number,
@@ -147,11 +196,27 @@ def _check(entry: ProducerEntry | None, batch: ProducerBatch) -> None:
                                  f"producer {pid} epoch {epoch} sent sequence {first_seq}, expected {expected}")
 
 
+def _apply(entry: ProducerEntry | None, batch: ProducerBatch) -> tuple[ProducerEntry, CompletedTxn | None]:
+    """The entry after ``batch`` (checked already, or replayed from the log), and the transaction a marker ends."""
+    entry = entry or ProducerEntry(batch.producer_id, NO_EPOCH)
+    if batch.marker < 0:
+        return entry.with_batch(batch.producer_epoch, _metadata(batch), batch.transactional), None
+    first = entry.current_txn_first_offset
+    completed = CompletedTxn(batch.producer_id, first if first >= 0 else batch.first_offset, batch.first_offset,
+                             batch.marker == ABORT_MARKER)
+    return entry.with_marker(batch.producer_epoch, batch.coordinator_epoch), completed
+
+
 class ProducerStateManager:
-    """The producer entries of one partition, by producer id."""
+    """The producer entries of one partition, by producer id, and its open transactions."""
 
     def __init__(self, producers: Iterable[ProducerEntry] = ()) -> None:
         self._producers: dict[int, ProducerEntry] = {p.producer_id: p for p in producers}
+        #: First offset of each producer's open transaction.
+        self._ongoing: dict[int, int] = {p.producer_id: p.current_txn_first_offset
+                                         for p in self._producers.values() if p.current_txn_first_offset >= 0}
+        #: Transactions ended by a marker the high watermark has not passed: still unstable.
+        self._unreplicated: list[CompletedTxn] = []
 
     @property
     def producers(self) -> Mapping[int, ProducerEntry]:
@@ -160,34 +225,77 @@ class ProducerStateManager:
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
-    def validate(self, batches: Sequence[ProducerBatch]) -> AppendPlan:
+    def validate(self, batches: Sequence[ProducerBatch], check_sequence: bool = True) -> AppendPlan:
         """Check the producer batches of one produce buffer (all or nothing); changes no state.
 
         Batches of the same producer in one buffer are checked against each
         other too, as Kafka does. Returns what :meth:`commit` applies, or the
-        duplicate to answer with. Raises :class:`ProducerStateError`.
+        duplicate to answer with. ``check_sequence`` is False for a
+        coordinator's own writes. Raises :class:`ProducerStateError`.
         """
         updates: dict[int, ProducerEntry] = {}
+        completed = []
         for batch in batches:
             pid = batch.producer_id
             current = self._producers.get(pid)
-            if current is not None:
+            if current is not None and batch.marker < 0 and check_sequence:
                 duplicate = current.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
                 if duplicate is not None:
                     return AppendPlan(duplicate=duplicate)
             entry = updates.get(pid, current)
-            _check(entry, batch)
-            updates[pid] = (entry or ProducerEntry(pid, NO_EPOCH)).with_batch(batch.producer_epoch, _metadata(batch))
-        return AppendPlan(updates)
+            _check(entry, batch, check_sequence)
+            updates[pid], txn = _apply(entry, batch)
+            if txn is not None:
+                completed.append(txn)
+        return AppendPlan(updates, completed=tuple(completed))
 
     def commit(self, plan: AppendPlan) -> None:
         """Apply a validated buffer's entries, once the log holds its batches."""
         self._producers.update(plan.updates)
+        for pid, entry in plan.updates.items():
+            self._track(pid, entry)
+        self._unreplicated.extend(plan.completed)
 
-    def replay(self, batch: ProducerBatch) -> None:
-        """Apply a batch that is already in the log, unchecked (rebuilding state after a snapshot)."""
-        entry = self._producers.get(batch.producer_id) or ProducerEntry(batch.producer_id, NO_EPOCH)
-        self._producers[batch.producer_id] = entry.with_batch(batch.producer_epoch, _metadata(batch))
+    def replay(self, batch: ProducerBatch) -> CompletedTxn | None:
+        """Apply a batch that is already in the log, unchecked (a follower's fetch, rebuilding state after a snapshot).
+
+        Returns the transaction a marker ends, so the caller can index it when aborted.
+        """
+        entry, completed = _apply(self._producers.get(batch.producer_id), batch)
+        self._producers[batch.producer_id] = entry
+        self._track(batch.producer_id, entry)
+        if completed is not None:
+            self._unreplicated.append(completed)
+        return completed
+
+    def _track(self, pid: int, entry: ProducerEntry) -> None:
+        if entry.current_txn_first_offset >= 0:
+            self._ongoing[pid] = entry.current_txn_first_offset
+        else:
+            self._ongoing.pop(pid, None)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction, or of one whose marker is not below ``high_watermark`` yet.
+
+        None when every transaction is decided and replicated: the last
+        stable offset is then the high watermark.
+        """
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        firsts = [t.first_offset for t in self._unreplicated]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
+        return min(firsts) if firsts else None
+
+    def last_stable_offset_after(self, txn: CompletedTxn) -> int:
+        """Kafka's ``lastStableOffset(completedTxn)``: stored with an aborted transaction in the index."""
+        others = [first for pid, first in self._ongoing.items() if pid != txn.producer_id]
+        return min(others) if others else txn.last_offset + 1
+
+    @property
+    def ongoing(self) -> Mapping[int, int]:
+        """First offset of each producer's open transaction (DescribeProducers' currentTxnStartOffset)."""
+        return self._ongoing
 
     def snapshot(self) -> tuple[ProducerEntry, ...]:
         """Every entry, for a snapshot file: immutable, so later appends do not change it."""

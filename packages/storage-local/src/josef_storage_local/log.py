@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from josef.log import EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
+from josef.log import AbortedTxn, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
 from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import snapshots
 from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
 from josef_storage_local.epochs import LeaderEpochCache
-from josef_storage_local.files import dir_error
+from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.logdir import LogDir
 from josef_storage_local.segment import DELETED_SUFFIX, SUFFIXES, Segment
 
@@ -55,8 +55,10 @@ class LocalLog:
 
     Holds the leader-epoch cache, the log start offset and the recovery
     point (everything below it has been fsynced, so recovery after a crash
-    starts there), and writes the broker's producer-state snapshots
-    (:mod:`josef_storage_local.snapshots`). Public methods take a lock because housekeeping runs
+    starts there), writes the broker's producer-state snapshots
+    (:mod:`josef_storage_local.snapshots`) and indexes the aborted
+    transactions it reports (:mod:`josef_storage_local.txn_index`, one index
+    per segment). Public methods take a lock because housekeeping runs
     in worker threads while the event loop appends and reads (the contract).
     """
 
@@ -81,6 +83,9 @@ class LocalLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._producer_source: Callable[[], Sequence[ProducerEntry]] | None = None
+        #: The lowest marker indexed since the last flush below the recovery point (a replay after a
+        #: rebuild): flush must reach its segment, which the recovery point alone would skip.
+        self._unflushed_txn_offset: int | None = None
         try:
             self._load(recover)
         except OSError as exc:
@@ -102,7 +107,9 @@ class LocalLog:
             raise LogDirError(f"corrupt leader-epoch checkpoint in {self.dir}: {exc}") from exc
         recovery_point = self._log_dir.recovery_point(self.tp)
         first_unflushed = self._segment_index(recovery_point) if recover else len(self._segments)
+        first_unindexed = min(first_unflushed, self._load_txn_indexes())
         self._end_offset = self._check_or_recover(first_unflushed)
+        self._forget_aborted_txns_from(first_unindexed)
         for segment in self._segments[:-1]:
             segment.seal()
         self._segments[-1].activate()
@@ -116,6 +123,54 @@ class LocalLog:
         self._epochs.checkpoint()
         self._record_offsets()
         self._clean_snapshots()
+
+    def _load_txn_indexes(self) -> int:
+        """Read every segment's aborted transactions; returns the index of the first segment whose file was corrupt.
+
+        A corrupt file (torn, unknown version) does not fail the log: it is
+        deleted with a warning by :meth:`_forget_aborted_txns_from`, and
+        rebuilt by the broker's replay. Returns the segment count when every
+        file was sound.
+        """
+        first_corrupt = len(self._segments)
+        for i, segment in enumerate(self._segments):
+            try:
+                segment.txn_index.load()
+            except ValueError as exc:
+                logger.warning("%s: deleting a corrupt transaction index, the broker rebuilds it: %s", self.tp, exc)
+                first_corrupt = min(first_corrupt, i)
+        return first_corrupt
+
+    def _forget_aborted_txns_from(self, first: int) -> None:
+        """Drop the aborted transactions of segment ``first`` and after, and the producer snapshots above its base.
+
+        For segments whose index cannot be trusted: those recovered after an
+        unclean shutdown (unflushed entries may be missing, as unflushed
+        batches may; Kafka resets the index of every segment it recovers)
+        and those from a corrupt file on. The broker rebuilds them: it replays
+        the batch headers after the latest producer snapshot and reports
+        every ABORT marker it finds (:meth:`append_aborted_txn`), so no
+        snapshot may remain past the first of these segments (Kafka too
+        deletes the snapshots above the segment it recovers). Later segments
+        are cleared too, since :meth:`append_aborted_txn` ignores markers
+        below the last one indexed. Snapshots at or below that base stay: a
+        snapshot at N describes only batches below N.
+
+        Without this, the snapshot of the last roll (or of a clean close)
+        would survive an unclean shutdown, as it does for the producer state
+        alone, and the broker would replay only the active segment.
+
+        The snapshots go first, durably: a crash before the indexes are
+        cleared then repeats all this at the next start, where the other
+        order could leave the indexes cleared and the snapshots that skip
+        their replay.
+        """
+        if first >= len(self._segments):
+            return
+        self._delete_snapshots(above=self._segments[first].base_offset)
+        fsync_dir(self.dir)
+        for segment in self._segments[first:]:
+            segment.txn_index.reset()
 
     def _clean_snapshots(self) -> None:
         """Remove producer snapshots that can no longer be used, as Kafka does when it loads a log.
@@ -399,6 +454,48 @@ class LocalLog:
         if self._producer_source is not None:
             snapshots.write_snapshot(self.dir, self._end_offset, self._producer_source())
 
+    # Aborted transactions -------------------------------------------------------------
+
+    @_locked
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index ``txn`` in the segment holding its marker: the active one, except while the broker replays after a load."""
+        if txn.last_offset <= self._last_aborted_offset():
+            return
+        if txn.last_offset >= self._end_offset:
+            raise ValueError(
+                f"{self.tp}: an aborted transaction's marker at {txn.last_offset} is past the log end {self._end_offset}"
+            )
+        if txn.last_offset < self._segments[0].base_offset:
+            return  # retention already deleted the marker's segment
+        try:
+            self._segments[self._segment_index(txn.last_offset)].txn_index.append(txn)
+        except OSError as exc:
+            raise dir_error(exc, "indexing an aborted transaction in", self.dir) from exc
+        if txn.last_offset < self._recovery_point and (
+            self._unflushed_txn_offset is None or txn.last_offset < self._unflushed_txn_offset
+        ):
+            self._unflushed_txn_offset = txn.last_offset
+
+    def _last_aborted_offset(self) -> int:
+        """The marker offset of the last indexed aborted transaction; -1 when there is none."""
+        for segment in reversed(self._segments):
+            if segment.txn_index.entries:
+                return segment.txn_index.entries[-1].last_offset
+        return -1
+
+    @_locked
+    def aborted_txns(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Kafka's ``collectAbortedTransactions``: from the segment holding ``start_offset``, until an entry says the search is complete.
+
+        In memory, per segment; segments without aborted transactions cost a
+        length check each.
+        """
+        found: list[AbortedTxn] = []
+        for segment in itertools.islice(self._segments, self._segment_index(start_offset), None):
+            if segment.txn_index.collect(start_offset, upper_offset, found):
+                break
+        return found
+
     @_locked
     def latest_producer_snapshot(self) -> ProducerSnapshot | None:
         try:
@@ -503,17 +600,24 @@ class LocalLog:
     def flush(self) -> None:
         """fsync every segment from the one holding the recovery point, then move the recovery point to the end.
 
+        Segment files include the transaction index; one written below the
+        recovery point (a replay) is reached too.
+
         The epoch cache is checkpointed first: epochs learnt from appends are
         only in memory, and recovery relearns them only above the recovery point.
         """
         end_offset = self._end_offset
+        flush_from = self._recovery_point
+        if self._unflushed_txn_offset is not None:
+            flush_from = min(flush_from, self._unflushed_txn_offset)
         try:
             for segment in itertools.islice(
-                self._segments, self._segment_index(self._recovery_point), None
+                self._segments, self._segment_index(flush_from), None
             ):
                 segment.flush()
             self._epochs.checkpoint()
             self._recovery_point = end_offset
+            self._unflushed_txn_offset = None
             self._unflushed_messages = 0
             self._last_flush_ms = self._clock()
             self._record_offsets()

@@ -1,4 +1,4 @@
-"""One segment of a partition log: a ``.log`` file of record batches and its two sparse indexes.
+"""One segment of a partition log: a ``.log`` file of record batches, its two sparse indexes and its aborted transactions.
 
 The ``.log`` holds batches exactly as they were appended (wire bytes), so a
 fetch is one ``pread`` of whole batches. Nothing here looks past a batch's
@@ -35,6 +35,8 @@ from josef.protocol.records import (
 from josef_storage_local.epochs import LeaderEpochCache
 from josef_storage_local.files import write_all
 from josef_storage_local.index import OffsetIndex, TimeIndex
+from josef_storage_local.txn_index import SUFFIX as TXN_INDEX_SUFFIX
+from josef_storage_local.txn_index import TxnIndex
 
 # Fields of a header unpacked with records.HEADER (a plain tuple: cheaper than BatchHeader per batch).
 BASE_OFFSET, BATCH_LENGTH, LAST_OFFSET_DELTA, MAX_TIMESTAMP = 0, 1, 6, 8
@@ -46,7 +48,7 @@ SCAN_CHUNK = 16 * 1024
 #: Bytes read at a time by recovery, which checks every byte's CRC anyway.
 RECOVERY_CHUNK = 8 * 1024 * 1024
 INT32_MAX = 2**31 - 1
-SUFFIXES = (".log", ".index", ".timeindex")
+SUFFIXES = (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX)
 DELETED_SUFFIX = ".deleted"
 
 
@@ -100,6 +102,8 @@ class Segment:
 
     def __init__(self, dir: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
         self.base_offset = base_offset
+        #: Not read here: the log loads it (and handles a corrupt one) when it loads the segments.
+        self.txn_index = TxnIndex(dir / file_name(base_offset, TXN_INDEX_SUFFIX), base_offset)
         self.path = dir / file_name(base_offset, ".log")
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
@@ -382,13 +386,15 @@ class Segment:
         return next_offset
 
     def recover(self, index_interval: int, epochs: LeaderEpochCache) -> tuple[int, bool]:
-        """Validate every batch and rebuild both indexes; cut the file at the first torn or corrupt batch.
+        """Validate every batch and rebuild both sparse indexes; cut the file at the first torn or corrupt batch.
 
         A batch must be complete, pass :func:`batch_is_valid` (magic, CRC)
         and start after the previous one. Leader epochs are learnt from the
         batches, as Kafka does, so a lost checkpoint is rebuilt (in memory:
-        the caller checkpoints). Returns the next offset and whether bytes
-        were cut.
+        the caller checkpoints). Aborted transactions whose markers were cut
+        go too; the rest of the transaction index cannot be rebuilt from the
+        batches alone (it takes the producer state), so the log decides
+        whether to keep it. Returns the next offset and whether bytes were cut.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -435,10 +441,14 @@ class Segment:
         self.offset_index.write(plan.offset_entries)
         self.time_index.write(plan.time_entries)
         self._commit(plan)
+        self.txn_index.truncate_to(next_offset)
         return next_offset, truncated
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
-        """Drop the batches ending at or after ``offset`` (a batch holding it goes whole); returns the next offset."""
+        """Drop the batches ending at or after ``offset`` (a batch holding it goes whole); returns the next offset.
+
+        The aborted transactions whose markers go are dropped with them.
+        """
         found = self.find(offset)
         if found is not None:
             os.ftruncate(self.fd, found[0])
@@ -450,6 +460,7 @@ class Segment:
             self.created_ms = now_ms
         next_offset = self.load_tail()
         assert next_offset is not None, "a truncated segment ends on a batch boundary"
+        self.txn_index.truncate_to(next_offset)
         return next_offset
 
     # Life cycle ------------------------------------------------------------------
@@ -477,10 +488,12 @@ class Segment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self.fd)
 
     def delete(self) -> None:

@@ -9,12 +9,14 @@ The format is josef's own (Kafka's keeps only the last batch of each
 producer; this keeps all five, so a retry of any of them is still recognised
 after a restart). Big-endian, like everything in Kafka::
 
-    version         int16   1
+    version         int16   2 (1 is still read)
     crc             uint32  CRC-32 (zlib's) of everything after this field
     producer_count  int32
     producer_count times:
         producer_id     int64
         epoch           int16
+        coordinator_epoch          int32   version 2 only
+        current_txn_first_offset   int64   version 2 only
         batch_count     int16   at most 5, oldest first
         batch_count times:
             first_seq       int32
@@ -23,9 +25,16 @@ after a restart). Big-endian, like everything in Kafka::
             last_offset     int64
             max_timestamp   int64
 
-A file that is too short, has another version, a wrong CRC or trailing bytes
-is corrupt: :func:`read_snapshot` raises ``ValueError`` and the log falls back
-to an older snapshot, or to the log itself (Kafka does the same).
+Version 2 adds what transactions need after a restart, as Kafka's snapshots
+hold it: the epoch of the coordinator that wrote the producer's last marker
+(older coordinators stay fenced) and the first offset of the producer's open
+transaction, -1 when none is (the last stable offset, and the first offset
+of an aborted transaction whose marker the broker replays). Version 1 files,
+written before transactions, read with both at -1: no transaction was open.
+
+A file that is too short, has an unknown version, a wrong CRC or trailing
+bytes is corrupt: :func:`read_snapshot` raises ``ValueError`` and the log
+falls back to an older snapshot, or to the log itself (Kafka does the same).
 """
 
 from __future__ import annotations
@@ -41,10 +50,12 @@ from josef.producer_state import BatchMetadata, ProducerEntry
 from josef_storage_local.files import fsync_dir
 
 SUFFIX = ".snapshot"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
-_PRODUCER = struct.Struct(">qhh")
+#: A producer's fields before its batches, by version: the fields of :class:`ProducerEntry` in
+#: order (producer id, epoch, then version 2's coordinator epoch and open transaction), then the batch count.
+_PRODUCER = {1: struct.Struct(">qhh"), 2: struct.Struct(">qhiqh")}
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -64,8 +75,10 @@ def list_snapshots(dir: Path) -> list[int]:
 
 def encode(producers: Sequence[ProducerEntry]) -> bytes:
     body = bytearray(_COUNT.pack(len(producers)))
+    producer_struct = _PRODUCER[VERSION]
     for producer in producers:
-        body += _PRODUCER.pack(producer.producer_id, producer.epoch, len(producer.batches))
+        body += producer_struct.pack(producer.producer_id, producer.epoch, producer.coordinator_epoch,
+                                     producer.current_txn_first_offset, len(producer.batches))
         for batch in producer.batches:
             body += _BATCH.pack(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset,
                                 batch.max_timestamp)
@@ -77,8 +90,9 @@ def decode(data: bytes) -> tuple[ProducerEntry, ...]:
     if len(data) < _HEADER.size + _COUNT.size:
         raise ValueError(f"{len(data)} bytes are too short for a snapshot")
     version, crc = _HEADER.unpack_from(data, 0)
-    if version != VERSION:
-        raise ValueError(f"snapshot version {version} is not {VERSION}")
+    producer_struct = _PRODUCER.get(version)
+    if producer_struct is None:
+        raise ValueError(f"snapshot version {version} is not one of {sorted(_PRODUCER)}")
     body = memoryview(data)[_HEADER.size :]
     if zlib.crc32(body) != crc:
         raise ValueError("snapshot CRC mismatch")
@@ -87,13 +101,14 @@ def decode(data: bytes) -> tuple[ProducerEntry, ...]:
         pos = _COUNT.size
         producers = []
         for _ in range(count):
-            producer_id, epoch, batch_count = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
+            *fields, batch_count = producer_struct.unpack_from(body, pos)
+            pos += producer_struct.size
             batches = []
             for _ in range(batch_count):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
-            producers.append(ProducerEntry(producer_id, epoch, tuple(batches)))
+            producer_id, epoch, *txn_fields = fields
+            producers.append(ProducerEntry(producer_id, epoch, tuple(batches), *txn_fields))
     except struct.error as exc:
         raise ValueError(f"snapshot ends early: {exc}") from None
     if pos != len(body):

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 #: Records a coordinator writes: (key, value); a None value is a tombstone.
 Records = Sequence[tuple[bytes, bytes | None]]
 _LOAD_CHUNK = 4 * 1024 * 1024
+#: What the producer state refuses a transactional write for: the producer is answered with it, as in Kafka.
+_PRODUCER_ERRORS = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced, ErrorCode.invalid_txn_state})
 
 
 class CoordinatorError(Exception):
@@ -123,8 +125,10 @@ class ShardContext:
         With a ``producer_id`` the records belong to that producer's open
         transaction (a transactional batch, so the partition's last stable
         offset waits for its marker) and are replayed with
-        ``replay_transactional``. Call with :attr:`lock` held, so the next
-        request sees this one's effects.
+        ``replay_transactional``; a producer the partition's producer state
+        refuses (an older epoch...) gets that error, not a retriable one.
+        Call with :attr:`lock` held, so the next request sees this one's
+        effects.
         """
         if not self.active:
             raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved to another broker")
@@ -138,6 +142,8 @@ class ShardContext:
         try:
             info, _ = self.partition.append_as_leader(batch, required_acks=-1, origin=COORDINATOR)
         except PartitionError as exc:
+            if transactional and exc.code in _PRODUCER_ERRORS:
+                raise CoordinatorError(exc.code, exc.message) from exc  # the producer is fenced: tell it so
             raise CoordinatorError(ErrorCode.not_coordinator if exc.code == ErrorCode.not_leader_or_follower
                                    else ErrorCode.coordinator_not_available, exc.message) from exc
         replicas = self.runtime.broker.replicas

@@ -123,6 +123,12 @@ class ProducerBatch:
     first_offset: int
     last_offset: int
     max_timestamp: int
+    #: Part of a transaction (attributes bit 4).
+    transactional: bool = False
+    #: A transaction marker (control batch): ABORT_MARKER or COMMIT_MARKER; -1 for data.
+    marker: int = -1
+    #: The transaction coordinator's epoch a marker carries in its value.
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -200,7 +206,8 @@ def validate_and_assign(
             max_ts, max_ts_offset = batch_max_ts, last
         batches.append(BatchInfo(pos, size, next_offset, last, batch_max_ts))
         if pid >= 0:
-            producers.append(ProducerBatch(pid, pepoch, bseq, next_offset, last, batch_max_ts))
+            producers.append(ProducerBatch(pid, pepoch, bseq, next_offset, last, batch_max_ts,
+                                           bool(attributes & TRANSACTIONAL_BIT)))
         count += nrecords
         next_offset = last + 1
         pos += size
@@ -236,14 +243,20 @@ def describe_batches(buf: bytes | bytearray | memoryview, next_offset: int, max_
         batches.append(BatchInfo(pos, header.size, header.base_offset, header.last_offset, header.max_timestamp))
         if header.max_timestamp > max_ts:
             max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-        if header.producer_id >= 0 and not header.is_control:
-            producers.append(ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
-                                           header.base_offset, header.last_offset, header.max_timestamp))
+        if header.producer_id >= 0:
+            producers.append(producer_batch(buf, pos, header))
         count += header.records_count
         next_offset = header.last_offset + 1
     if not batches or batches[-1].position + batches[-1].size != len(buf):
         raise CorruptRecordError(f"{len(buf)} bytes are not whole record batches")
     return AppendInfo(first, next_offset - 1, max_ts, max_ts_offset, count, tuple(batches), tuple(producers))
+
+
+def producer_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> ProducerBatch:
+    """The producer fields of a batch already in a log; a marker's type and coordinator epoch are read from its record."""
+    marker, coordinator_epoch = control_marker(buf, pos) if header.is_control else (-1, -1)
+    return ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence, header.base_offset,
+                         header.last_offset, header.max_timestamp, header.is_transactional, marker, coordinator_epoch)
 
 
 def iter_batches(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
@@ -272,6 +285,7 @@ CREATE_TIME, LOG_APPEND_TIME = 0, 1
 #: Control record types (the key's second int16).
 ABORT_MARKER, COMMIT_MARKER = 0, 1
 _CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_KEY_EPOCH = struct.Struct(">hi")
 _NO_RECORD_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 
 
@@ -491,12 +505,33 @@ def _read_headers(body: bytes, p: int, count: int, offset: int) -> tuple[tuple[t
     return tuple(headers), p
 
 
-def control_type(buf: bytes, pos: int) -> int:
+def control_type(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """ABORT_MARKER or COMMIT_MARKER: the type in the key of a control batch's record (-1 if unreadable)."""
-    records = decode_batch(buf, pos, "", -1, check_crc=False)
+    return control_marker(buf, pos)[0]
+
+
+def control_marker(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """``(type, coordinator epoch)`` of the control batch at ``pos``; ``(-1, -1)`` if unreadable.
+
+    The key is ``version int16, type int16``; a transaction marker's value
+    is ``version int16, coordinatorEpoch int32``.
+    """
+    size = BatchHeader.parse(buf, pos).size
+    records = decode_batch(bytes(buf[pos : pos + size]), 0, "", -1, check_crc=False)
     if not records or records[0].key is None or len(records[0].key) < 4:
-        return -1
-    return _CONTROL_KEY.unpack_from(records[0].key)[1]
+        return -1, -1
+    kind = _CONTROL_KEY.unpack_from(records[0].key)[1]
+    value = records[0].value
+    return kind, _CONTROL_KEY_EPOCH.unpack_from(value)[1] if value is not None and len(value) >= 6 else -1
+
+
+def build_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool, timestamp: int,
+                 *, base_offset: int = 0, leader_epoch: int = -1) -> bytes:
+    """A transaction marker: a transactional control batch of one record (REFERENCE.md's control batch layout)."""
+    key = _CONTROL_KEY.pack(0, COMMIT_MARKER if commit else ABORT_MARKER)
+    value = _CONTROL_KEY_EPOCH.pack(0, coordinator_epoch)
+    return build_batch([(key, value, timestamp)], base_offset=base_offset, producer_id=producer_id,
+                       producer_epoch=producer_epoch, attributes=TRANSACTIONAL_BIT | CONTROL_BIT, leader_epoch=leader_epoch)
 
 
 def iter_records(batch: bytes | bytearray | memoryview) -> list[ConsumerRecord]:

@@ -25,6 +25,7 @@ from josef.server.apis import (
     reassignments,
     telemetry,
     topic_partitions,
+    txn_markers,
 )
 from josef.server.dispatch import Dispatcher, RequestContext
 
@@ -64,6 +65,7 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     (ApiKey.METADATA, cluster.metadata, 0, 13),
     (ApiKey.DELETE_RECORDS, offsets.delete_records, 0, 2),
     (ApiKey.INIT_PRODUCER_ID, producer.init_producer_id, 0, 5),
+    (ApiKey.WRITE_TXN_MARKERS, txn_markers.write_txn_markers, 1, 2),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, offsets.offset_for_leader_epoch, 2, 4),
     (ApiKey.DESCRIBE_CONFIGS, configs.describe_configs, 1, 4),
     (ApiKey.DESCRIBE_PRODUCERS, producers.describe_producers, 0, 0),

@@ -28,7 +28,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.partition import Partition
+from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import RequestContext
@@ -55,8 +55,10 @@ async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
         name = topic_name(ctx, topic)
         for part in topic.partitions:
             wanted.append((topic, part, name))
+    isolation = FOLLOWER if replica_id >= 0 else getattr(request, "isolation_level", READ_UNCOMMITTED)
     while True:
-        responses, total, tps = _read_all(ctx, wanted, max_bytes, replica_id, getattr(request, "rack_id", "") or "")
+        responses, total, tps = _read_all(ctx, wanted, max_bytes, replica_id, getattr(request, "rack_id", "") or "",
+                                          isolation)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or not tps or any(
             p["error_code"] for t in responses for p in t["partitions"]
@@ -72,7 +74,7 @@ async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], max_bytes: int, replica_id: int,
-              client_rack: str) -> tuple[list[dict[str, Any]], int, list[Any]]:
+              client_rack: str, isolation: int) -> tuple[list[dict[str, Any]], int, list[Any]]:
     total = 0
     by_topic: dict[int, dict[str, Any]] = {}
     tps = []
@@ -92,7 +94,7 @@ def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], ma
             preferred = ctx.broker.replicas.preferred_read_replica(partition, client_rack, part.fetch_offset)
             if preferred >= 0:
                 result.update(preferred_read_replica=preferred, high_watermark=partition.high_watermark,
-                              last_stable_offset=partition.high_watermark, log_start_offset=partition.log.log_start_offset)
+                              last_stable_offset=partition.last_stable_offset, log_start_offset=partition.log.log_start_offset)
                 continue
             if replica_id >= 0:
                 diverging = _diverging_epoch(partition, part)
@@ -105,7 +107,7 @@ def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], ma
                 records = b""
             else:
                 records = partition.read(part.fetch_offset, limit, min_one_batch=total == 0,
-                                         isolation_committed=replica_id < 0) if limit or total == 0 else b""
+                                         isolation=isolation) if limit or total == 0 else b""
             if replica_id >= 0:
                 ctx.broker.replicas.follower_fetched(partition, replica_id, part.fetch_offset)
         except Exception as exc:
@@ -117,8 +119,14 @@ def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], ma
             continue
         tps.append(partition.tp)
         total += len(records)
+        stable = partition.last_stable_offset
         result.update(records=records, high_watermark=partition.high_watermark,
-                      last_stable_offset=partition.high_watermark, log_start_offset=partition.log.log_start_offset)
+                      last_stable_offset=stable, log_start_offset=partition.log.log_start_offset)
+        if isolation == READ_COMMITTED:
+            # Only what overlaps the records returned: from the fetch offset to the last stable offset.
+            result["aborted_transactions"] = [
+                {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                for t in partition.log.aborted_txns(part.fetch_offset, stable)] if records else []
     return list(by_topic.values()), total, tps
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from josef.log import OffsetOutOfRangeError
-from josef.partition import Partition
+from josef.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition
 from josef.server.apis.common import error_of, partition_for
 from josef.server.dispatch import RequestContext
 
@@ -22,11 +22,16 @@ def _epoch_at(partition: Partition, offset: int) -> int:
     return entries[index].epoch if index >= 0 else -1
 
 
-def _lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) answering a ListOffsets query, (-1, -1) when no record qualifies."""
+def _lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query, (-1, -1) when no record qualifies.
+
+    Nothing at or past what the isolation level may read counts: the high
+    watermark, or the last stable offset for ``read_committed``.
+    """
     log = partition.log
+    fetchable = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
     if timestamp == LATEST:
-        return -1, partition.high_watermark
+        return -1, fetchable
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, log.log_start_offset
     if timestamp == MAX_TIMESTAMP:
@@ -36,7 +41,7 @@ def _lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
         hit = log.offset_for_timestamp(timestamp)
         if hit is not None:
             found = (hit[1], hit[0])
-    if found is None or found[1] < 0 or found[1] >= partition.high_watermark:
+    if found is None or found[1] < 0 or found[1] >= fetchable:
         return -1, -1
     return found
 
@@ -66,10 +71,12 @@ def _per_partition(ctx: RequestContext, request: Any, topic_field: str, index_fi
     return {"throttle_time": 0, "topics": topics}
 
 
-def _list_offset(partition: Partition, part: Any) -> dict[str, Any]:
-    timestamp, offset = _lookup(partition, part.timestamp)
-    epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
-    return {"timestamp": timestamp, "offset": offset, "leader_epoch": epoch if offset >= 0 else -1}
+def _list_offset(isolation: int) -> Answer:
+    def answer(partition: Partition, part: Any) -> dict[str, Any]:
+        timestamp, offset = _lookup(partition, part.timestamp, isolation)
+        epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
+        return {"timestamp": timestamp, "offset": offset, "leader_epoch": epoch if offset >= 0 else -1}
+    return answer
 
 
 def _end_of_epoch(partition: Partition, part: Any) -> dict[str, Any]:
@@ -88,7 +95,8 @@ def _delete_before(partition: Partition, part: Any) -> dict[str, Any]:
 
 async def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return _per_partition(ctx, request, "name", "partition_index",
-                          {"timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}, _list_offset)
+                          {"timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": ()},
+                          _list_offset(getattr(request, "isolation_level", READ_UNCOMMITTED)))
 
 
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:

@@ -17,7 +17,9 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.partition import PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
+from josef.server.apis.txn_verification import verify_partitions
 from josef.server.dispatch import Later, RequestContext
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later | None:
     acks = request.acks
     replicas = ctx.broker.replicas
+    verdicts = await verify_partitions(ctx, request)
     topics = []
     waiting = []  # (partition, offset the high watermark must pass, response dict)
     for topic in request.topic_data:
@@ -38,9 +41,12 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later |
             if acks not in (0, 1, -1):
                 result["error_code"] = ErrorCode.invalid_required_acks
                 continue
+            verdict = verdicts.get((name, data.index))
             try:
+                if isinstance(verdict, ErrorCode):
+                    raise PartitionError(verdict, f"{name}-{data.index} is not in transaction {request.transactional_id!r}")
                 partition = partition_for(ctx, name, data.index)
-                info, append_time = partition.append_as_leader(data.records or b"", acks)
+                info, append_time = partition.append_as_leader(data.records or b"", acks, verification=verdict)
             except Exception as exc:
                 code, message = error_of(exc)
                 log.debug("produce to %s-%s failed: %s", name, data.index, message)
@@ -71,11 +77,11 @@ def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, An
 
 async def _answer_when_replicated(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
                                   epochs: dict[int, int], topics: list[dict[str, Any]], deadline: float) -> dict[str, Any]:
-    await _await_replication(ctx, waiting, epochs, deadline)
+    await await_replication(ctx, waiting, epochs, deadline)
     return _response(ctx, topics)
 
 
-async def _await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
+async def await_replication(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
                              epochs: dict[int, int], deadline: float) -> None:
     """acks=all: hold the response until the ISR has every appended batch (Kafka's DelayedProduce), or time out.
 

@@ -1,4 +1,4 @@
-"""DescribeProducers (KIP-664): the idempotent producers a partition remembers, for finding hanging producers.
+"""DescribeProducers (KIP-664): the producers a partition remembers and their open transactions, for finding hanging ones.
 
 Answered from each hosted partition's producer state, as Kafka's
 ``ReplicaManager.activeProducerState`` does: any replica with the log can
@@ -26,9 +26,9 @@ def _producer(entry: ProducerEntry) -> dict[str, Any]:
         "producer_epoch": entry.epoch,
         "last_sequence": entry.last_seq,
         "last_timestamp": entry.batches[-1].max_timestamp if entry.batches else _NONE,
-        # Only transactions (markers, a coordinator) set these: idempotent producers never have them.
-        "coordinator_epoch": _NONE,
-        "current_txn_start_offset": _NONE,
+        # Only transactions set these: the epoch of the coordinator that wrote the last marker, the open transaction.
+        "coordinator_epoch": entry.coordinator_epoch,
+        "current_txn_start_offset": entry.current_txn_first_offset,
     }
 
 
