@@ -33,9 +33,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict[str, 
 
 
 async def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
+    # An error leaves the other fields at the schema's defaults, as Kafka's answer does.
     answer: dict[str, Any] = {"error_code": E.none, "transactional_id": transactional_id, "transaction_state": "",
-                              "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
-                              "producer_epoch": -1, "topics": []}
+                              "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
+                              "producer_epoch": 0, "topics": []}
     if transactional_id == "":
         answer["error_code"] = E.invalid_request
         return answer
