@@ -281,3 +281,11 @@ def test_records_in_the_partition_are_kafka_s(josef_broker, client):
                for r in iter_records(memoryview(data)[pos:pos + header.size])]
     assert [(key, value.state_id, value.producer_epoch) for key, value in records] == [("tx", 0, 0), ("tx", 1, 0)]
     assert records[1][1].partitions == frozenset({("orders", 0)})
+
+
+def test_transaction_version_feature(client):
+    """Kafka 4.x's range, 0-2, finalized at 2 in a new cluster (clients use Transactions V2 when it is)."""
+    answer = client.call(K.API_VERSIONS, 4, {"client_software_name": "test", "client_software_version": "1"})
+    supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in answer.finalized_features}
+    assert supported["transaction.version"] == (0, 2) and finalized["transaction.version"] == (2, 2)
