@@ -289,3 +289,20 @@ def test_transaction_version_feature(client):
     supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in answer.finalized_features}
     assert supported["transaction.version"] == (0, 2) and finalized["transaction.version"] == (2, 2)
+
+
+def test_transactions_v2_produce_adds_the_partition(client):
+    """A Transactions V2 producer (Produce v12+, EndTxn v5) never calls AddPartitionsToTxn: the leader adds for it."""
+    answer = init(client)
+    producer = (answer.producer_id, answer.producer_epoch)
+    batch = build_batch([(b"k", b"v2", int(time.time() * 1000))], producer_id=producer[0], producer_epoch=producer[1],
+                        base_sequence=0, attributes=TRANSACTIONAL_BIT)
+    produced = client.call(K.PRODUCE, 12, {"transactional_id": "tx", "acks": -1, "timeout": 5000, "topic_data": [
+        {"name": "orders", "partition_data": [{"index": 1, "records": batch}]}]})
+    assert produced.responses[0].partition_responses[0].error_code == E.none
+    [txn] = describe(client, "tx")
+    assert (txn.transaction_state, [(t.topic, list(t.partitions)) for t in txn.topics]) == ("Ongoing", [("orders", [1])])
+    ended = end(client, producer, True, version=5)
+    assert (ended.error_code, ended.producer_epoch) == (E.none, 1)
+    eventually(lambda: state_of(client) == "CompleteCommit", 10, "the commit to complete")
+    assert stable_offset(client, 1) == 2
