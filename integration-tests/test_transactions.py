@@ -25,7 +25,7 @@ from typing import Any, Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata
@@ -38,6 +38,9 @@ DEADLINE_S = 60
 SENTINEL = b"sentinel"
 #: Short coordinator intervals, so an expired transaction is aborted within a second of its timeout.
 FAST_ABORTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+#: A cluster whose killed broker is fenced (and its partitions led elsewhere) within seconds; topics on all three.
+FAILOVER = {"broker.heartbeat.interval.ms": "200", "broker.session.timeout.ms": "4000",
+            "replica.lag.time.max.ms": "2000", "default.replication.factor": "3", "min.insync.replicas": "2"}
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -60,13 +63,15 @@ def commit_sentinel(bootstrap: str, topic: str, partitions: int = 1) -> None:
     producer.commit_transaction(DEADLINE_S)
 
 
-def read(bootstrap: str, topic: str, isolation: str, *, until: Callable[[list[bytes]], bool],
-         group: str | None = None) -> list[bytes]:
-    """Values of ``topic`` from the start, as a consumer of ``isolation`` reads them, until ``until(values)``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group or f"reader-{topic}-{isolation}",
-                         "isolation.level": isolation, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "fetch.queue.backoff.ms": 10})
-    consumer.subscribe([topic])
+def read(bootstrap: str, topic: str, isolation: str, *, until: Callable[[list[bytes]], bool]) -> list[bytes]:
+    """Values of ``topic`` from the start, as a consumer of ``isolation`` reads them, until ``until(values)``.
+
+    The partitions are assigned, not subscribed to: no group is involved.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": isolation,
+                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
+    partitions = consumer.list_topics(topic, DEADLINE_S).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     values: list[bytes] = []
     deadline = time.monotonic() + DEADLINE_S
     try:
@@ -219,6 +224,26 @@ def test_send_offsets_to_transaction_commits_group_offsets_with_it(brokers):
     commit_sentinel(brokers.bootstrap_servers, "txn-out")
     out = read(brokers.bootstrap_servers, "txn-out", "read_committed", until=sentinels())
     assert sorted(out) == sorted([b"IN-%d" % i for i in range(6)] + [SENTINEL])
+
+
+def test_a_transaction_survives_its_coordinator_failing_over(josef_cluster):
+    """The coordinator is killed mid-transaction: the next leader of its partition loads it, and the commit ends it."""
+    cluster = josef_cluster(controllers=1, brokers=3, **FAILOVER)
+    create(cluster.bootstrap_servers, "txn-failover", 3)
+    producer = confluent_producer(cluster.bootstrap_servers, "failing-over")
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce("txn-failover", value=b"v%d" % i, partition=i % 3)
+    producer.flush(DEADLINE_S)
+    client = RawClient(cluster.brokers[0].listener("PLAINTEXT")[1])
+    try:
+        [found] = client.call(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["failing-over"]}).coordinators
+    finally:
+        client.close()
+    cluster.node(found.node_id).kill()  # SIGKILL: its __transaction_state partition fails over to an ISR member
+    producer.commit_transaction(DEADLINE_S)
+    values = read(cluster.bootstrap_servers, "txn-failover", "read_committed", until=lambda v: len(v) >= 9)
+    assert sorted(values) == sorted(b"v%d" % i for i in range(9))
 
 
 # kafka-python --------------------------------------------------------------------------------------------
