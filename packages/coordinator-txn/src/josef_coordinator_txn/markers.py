@@ -124,7 +124,7 @@ class MarkerChannel:
             self._queues.setdefault(leader, []).append(_Marker(completion, frozenset(tps)))
             if leader not in self._sending:
                 self._sending.add(leader)
-                self._broker.coordinators.spawn(lambda leader=leader: self._send_loop(leader))
+                self._spawn(lambda leader=leader: self._send_loop(leader))
         if unknown:
             self._retry_later(completion, frozenset(unknown))
         self._maybe_written(completion)
@@ -186,9 +186,20 @@ class MarkerChannel:
             await anyio.sleep(RETRY_BACKOFF_S)
             self._route(completion, partitions)
 
-        self._broker.coordinators.spawn(again)
+        self._spawn(again)
 
     def _maybe_written(self, completion: PendingCompletion) -> None:
         if completion.current and not completion.metadata.partitions and not completion.completing:
             completion.completing = True
-            self._broker.coordinators.spawn(lambda: self._on_written(completion))
+            self._spawn(lambda: self._on_written(completion))
+
+    def _spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        """Run ``function`` in the coordinator runtime's task group; a failure is logged, not fatal to the broker."""
+
+        async def logged() -> None:
+            try:
+                await function()
+            except Exception:
+                log.exception("transaction markers: %s failed", getattr(function, "__name__", function))
+
+        self._broker.coordinators.spawn(logged)
