@@ -137,6 +137,8 @@ def test_add_partitions_client_versions(client, version):
     assert add(client, producer, {"orders": [0, 1]}, version=version) == {("orders", 0): E.none, ("orders", 1): E.none}
     assert add(client, producer, {"orders": [0], "missing": [0]}, version=version) == {
         ("orders", 0): E.operation_not_attempted, ("missing", 0): E.unknown_topic_or_partition}
+    assert add(client, producer, {"orders": [0], "__consumer_offsets": [1]}, version=version) == {
+        ("orders", 0): E.operation_not_attempted, ("__consumer_offsets", 1): E.topic_authorization_failed}
     fenced = E.invalid_producer_epoch if version < 2 else E.producer_fenced
     assert add(client, (producer[0], 9), {"orders": [0]}, version=version) == {("orders", 0): fenced}
     assert add(client, (producer[0] + 1, 0), {"orders": [0]}, version=version) == {

@@ -8,6 +8,9 @@ leader checks before it appends a transactional batch), while v5+ without
 partition, Produce v12+, which the leader passes on). A transaction naming a
 partition the metadata does not know fails as a whole: that partition is
 answered UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED.
+So does a client's (v0-v3) partition of an internal topic, which Kafka never
+lets a client write: TOPIC_AUTHORIZATION_FAILED (offsets join a transaction
+through AddOffsetsToTxn).
 
 AddOffsetsToTxn adds the ``__consumer_offsets`` partition of the group, the
 one ``TxnOffsetCommit`` then writes to, found as the group coordinator finds
@@ -44,6 +47,8 @@ V2_END_VERSION = 5
 OFFSETS_TOPIC = "__consumer_offsets"
 #: Kafka's default of ``offsets.topic.num.partitions``, for a broker without the group coordinator's keys.
 DEFAULT_OFFSETS_PARTITIONS = 50
+#: Kafka's internal topics (``Topic.isInternal``): never written by clients themselves.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
 
 
 def _topic_results(errors: PartitionErrors) -> list[dict[str, Any]]:
@@ -61,9 +66,14 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epo
                partitions: frozenset[tuple[str, int]], *, verify_only: bool, client_transaction_version: int
                ) -> PartitionErrors:
     image = ctx.broker.image
-    unknown = {tp for tp in partitions if tp[0] not in image.topics or tp[1] not in image.topics[tp[0]].partitions}
-    if unknown:
-        return {tp: E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted for tp in partitions}
+    refused: PartitionErrors = {}
+    for tp in partitions:
+        if ctx.api_version < BROKER_VERSION and tp[0] in INTERNAL_TOPICS:
+            refused[tp] = E.topic_authorization_failed
+        elif tp[0] not in image.topics or tp[1] not in image.topics[tp[0]].partitions:
+            refused[tp] = E.unknown_topic_or_partition
+    if refused:
+        return {tp: refused.get(tp, E.operation_not_attempted) for tp in partitions}
     if transactional_id == "":
         return dict.fromkeys(partitions, E.invalid_request)
     if verify_only:
