@@ -5,7 +5,8 @@ consumers all at once; an aborted one never does (``read_uncommitted`` sees
 its records); a producer that dies mid-transaction is aborted by the
 coordinator after its ``transaction.timeout.ms``; a new producer with the
 same ``transactional.id`` fences the old one; and offsets sent in a
-transaction are committed with it. Tests taking ``brokers`` run against one
+transaction are committed with it (crashes of the application and of the
+coordinator are in test_transactions_exactly_once.py). Tests taking ``brokers`` run against one
 broker and against three, where ``__transaction_state`` has three replicas
 (its default) and markers travel between brokers.
 
@@ -38,9 +39,6 @@ DEADLINE_S = 60
 SENTINEL = b"sentinel"
 #: Short coordinator intervals, so an expired transaction is aborted within a second of its timeout.
 FAST_ABORTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
-#: A cluster whose killed broker is fenced (and its partitions led elsewhere) within seconds; topics on all three.
-FAILOVER = {"broker.heartbeat.interval.ms": "200", "broker.session.timeout.ms": "4000",
-            "replica.lag.time.max.ms": "2000", "default.replication.factor": "3", "min.insync.replicas": "2"}
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -224,26 +222,6 @@ def test_send_offsets_to_transaction_commits_group_offsets_with_it(brokers):
     commit_sentinel(brokers.bootstrap_servers, "txn-out")
     out = read(brokers.bootstrap_servers, "txn-out", "read_committed", until=sentinels())
     assert sorted(out) == sorted([b"IN-%d" % i for i in range(6)] + [SENTINEL])
-
-
-def test_a_transaction_survives_its_coordinator_failing_over(josef_cluster):
-    """The coordinator is killed mid-transaction: the next leader of its partition loads it, and the commit ends it."""
-    cluster = josef_cluster(controllers=1, brokers=3, **FAILOVER)
-    create(cluster.bootstrap_servers, "txn-failover", 3)
-    producer = confluent_producer(cluster.bootstrap_servers, "failing-over")
-    producer.begin_transaction()
-    for i in range(9):
-        producer.produce("txn-failover", value=b"v%d" % i, partition=i % 3)
-    producer.flush(DEADLINE_S)
-    client = RawClient(cluster.brokers[0].listener("PLAINTEXT")[1])
-    try:
-        [found] = client.call(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["failing-over"]}).coordinators
-    finally:
-        client.close()
-    cluster.node(found.node_id).kill()  # SIGKILL: its __transaction_state partition fails over to an ISR member
-    producer.commit_transaction(DEADLINE_S)
-    values = read(cluster.bootstrap_servers, "txn-failover", "read_committed", until=lambda v: len(v) >= 9)
-    assert sorted(values) == sorted(b"v%d" % i for i in range(9))
 
 
 # kafka-python --------------------------------------------------------------------------------------------
