@@ -224,6 +224,37 @@ def test_send_offsets_to_transaction_commits_group_offsets_with_it(brokers):
     assert sorted(out) == sorted([b"IN-%d" % i for i in range(6)] + [SENTINEL])
 
 
+def test_aborted_and_open_transactions_survive_kill_9(broker_factory):
+    """After SIGKILL the log's recovery rebuilds what read_committed needs: the aborted index and the open transaction.
+
+    The restarted broker must still hide the aborted records (its .txnindex is rebuilt from the
+    markers), hold read_committed consumers below the transaction left open (the producer state
+    rebuilt from the log), and show what that transaction wrote only once the coordinator has
+    aborted it after its timeout.
+    """
+    broker = broker_factory(**FAST_ABORTS)
+    create(broker.bootstrap_servers, "txn-crash", 2)
+    producer = confluent_producer(broker.bootstrap_servers, "crash-tx")
+    for round_, commit in enumerate((True, False, True, False)):
+        producer.begin_transaction()
+        for i in range(20):
+            producer.produce("txn-crash", value=b"%s-%d-%d" % (b"c" if commit else b"a", round_, i), partition=i % 2)
+        assert producer.flush(DEADLINE_S) == 0  # on the broker before the abort (which drops what is unsent)
+        (producer.commit_transaction if commit else producer.abort_transaction)(DEADLINE_S)
+    hanging = confluent_producer(broker.bootstrap_servers, "crash-open", **{"transaction.timeout.ms": 3000})
+    hanging.begin_transaction()
+    hanging.produce("txn-crash", value=b"open", partition=0)
+    assert hanging.flush(DEADLINE_S) == 0
+    broker.kill()
+    broker.start()
+    commit_sentinel(broker.bootstrap_servers, "txn-crash", 2)
+    committed = read(broker.bootstrap_servers, "txn-crash", "read_committed", until=sentinels(2))
+    assert sorted(v for v in committed if v != SENTINEL) == sorted(
+        b"c-%d-%d" % (r, i) for r in (0, 2) for i in range(20))
+    everything = read(broker.bootstrap_servers, "txn-crash", "read_uncommitted", until=sentinels(2))
+    assert sum(v.startswith(b"a-") for v in everything) == 40 and b"open" in everything
+
+
 # kafka-python --------------------------------------------------------------------------------------------
 
 
