@@ -16,7 +16,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
-PACKAGES = ["core", "client", "storage-local", "metadata-kraft", "coordinator-group"]
+PACKAGES = ["core", "client", "storage-local", "metadata-kraft", "coordinator-group", "coordinator-txn"]
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
 METADATA = ["kraft"]
 STORAGE = ["local"]

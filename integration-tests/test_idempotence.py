@@ -225,7 +225,9 @@ def test_init_producer_id_hands_out_distinct_ids_at_every_version(broker):
     assert len({a.producer_id for a in answers}) == 6 and min(a.producer_id for a in answers) >= 0
 
 
-def test_transactional_ids_wait_for_the_transaction_plugin(broker):
+def test_transactional_ids_wait_for_the_transaction_plugin(broker_factory, monkeypatch):
+    monkeypatch.setenv("JOSEF_BLOCK_PLUGINS", "coordinator-txn")  # a broker without it, as a core-only install
+    broker = broker_factory()
     answer = Raw(broker.port).init_producer_id(transactional_id="txn-1")
     assert (answer.error_code, answer.producer_id) == (ErrorCode.coordinator_not_available, -1)
     assert broker.wait_for_log("transaction coordinator plugin")

@@ -36,7 +36,8 @@ class FakeContext:
         self.timers: dict[Any, tuple[float, Any]] = {}
         self.fail_writes: ErrorCode | None = None
 
-    async def write(self, records, *, producer_id: int = -1, producer_epoch: int = -1):
+    async def write(self, records, *, producer_id: int = -1, producer_epoch: int = -1, transactional_id=None,
+                    add_partition=False):
         """Record and replay, as the runtime does once the records are committed (transactional ones as pending)."""
         from josef.coordinator.runtime import CoordinatorError
 

@@ -22,7 +22,10 @@ FETCH, INIT_PRODUCER_ID, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT, DESCRIBE, DELETE,
     9, 22, 27, 28, 15, 42, 19)
 OFFSETS_PARTITIONS = 50
 
-pytestmark = pytest.mark.josef_config(**{"group.initial.rebalance.delay.ms": "0"})
+# These tests play the transaction coordinator themselves (WriteTxnMarkers), so no coordinator is there to verify
+# the offsets partition with (KIP-890): verification is off.
+pytestmark = pytest.mark.josef_config(**{"group.initial.rebalance.delay.ms": "0",
+                                         "transaction.partition.verification.enable": "false"})
 
 
 def create_orders(client: RawClient) -> None:

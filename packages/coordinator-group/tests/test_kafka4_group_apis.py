@@ -58,7 +58,13 @@ def test_find_coordinator_v0_to_v6_for_groups(josef_broker):
     client.close()
 
 
-def test_find_coordinator_v6_key_types(josef_broker):
+@pytest.fixture
+def without_transactions(monkeypatch):
+    """The broker started after this fixture loads no transaction coordinator (josef-coordinator-txn is blocked)."""
+    monkeypatch.setenv("JOSEF_BLOCK_PLUGINS", "coordinator-txn")
+
+
+def test_find_coordinator_v6_key_types(without_transactions, josef_broker):
     """Groups are found; no transaction coordinator is installed here; share groups (KIP-932) have none yet."""
     client = RawClient(josef_broker.port)
     runtime = josef_broker.broker.coordinators

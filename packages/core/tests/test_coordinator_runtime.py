@@ -64,7 +64,7 @@ class ToyPlugin:
 
 @pytest.fixture
 def broker(tmp_path):
-    pm = get_plugin_manager(plugins=[ToyPlugin()], block=["coordinator-group"])
+    pm = get_plugin_manager(plugins=[ToyPlugin()], block=["coordinator-group", "coordinator-txn"])
     thread = BrokerThread(broker_overrides(tmp_path), pm=pm)
     thread.start()
     yield thread

@@ -100,7 +100,8 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
 
 
 async def write_offsets(shard: GroupShard, group_id: str, topics: CommitTopics, retention_ms: int = -1, *,
-                        producer_id: int = -1, producer_epoch: int = -1) -> tuple[PartitionErrors, ErrorCode]:
+                        producer_id: int = -1, producer_epoch: int = -1, transactional_id: str | None = None,
+                        add_partition: bool = False) -> tuple[PartitionErrors, ErrorCode]:
     """Write the offset records of ``topics`` (existing ones), in ``producer_id``'s transaction if given.
 
     Returns each partition's error (OFFSET_METADATA_TOO_LARGE, or the
@@ -121,7 +122,8 @@ async def write_offsets(shard: GroupShard, group_id: str, topics: CommitTopics, 
                 records.append((encode_key(OffsetKey(group_id, topic, index)), encode_offset(value)))
                 written.append((topic, index))
     try:
-        await shard.write(records, producer_id=producer_id, producer_epoch=producer_epoch)
+        await shard.write(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                          transactional_id=transactional_id, add_partition=add_partition)
         code = ErrorCode.none
     except CoordinatorError as exc:
         code = exc.code

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from josef_coordinator_group.coordinator import GroupCoordinator
     from josef_coordinator_group.shard import GroupShard
 
+#: From this version on producers use Transactions V2: they send no AddOffsetsToTxn, the coordinator adds the partition.
+ADD_PARTITION_VERSION = 5
 #: A KIP-848 member's epoch errors, which a transactional producer knows as ILLEGAL_GENERATION (as Kafka maps them).
 _MEMBER_EPOCH_ERRORS = frozenset({ErrorCode.stale_member_epoch, ErrorCode.fenced_member_epoch})
 
@@ -61,6 +63,10 @@ class TxnCommitRequest:
     group_instance_id: str | None
     #: Topics that exist, with ``(partition, offset, leader epoch, metadata)``.
     topics: CommitTopics
+    #: The producer's transactional id: the offsets partition is verified with its coordinator (KIP-890).
+    transactional_id: str | None = None
+    #: TxnOffsetCommit v5+ (Transactions V2): the coordinator adds the offsets partition, no AddOffsetsToTxn came.
+    add_partition: bool = False
 
 
 def validate_txn_commit(shard: GroupShard, request: TxnCommitRequest) -> None:
@@ -91,7 +97,8 @@ async def commit_transactional_offsets(shard: GroupShard, request: TxnCommitRequ
     except GroupError as exc:
         return {(topic, p[0]): exc.code for topic, partitions in request.topics for p in partitions}
     errors, _ = await write_offsets(shard, request.group_id, request.topics, producer_id=request.producer_id,
-                                    producer_epoch=request.producer_epoch)
+                                    producer_epoch=request.producer_epoch, transactional_id=request.transactional_id,
+                                    add_partition=request.add_partition)
     return errors
 
 
@@ -107,6 +114,8 @@ class TxnOffsetApis:
             group_id=request.group_id,
             producer_id=request.producer_id,
             producer_epoch=request.producer_epoch,
+            transactional_id=request.transactional_id,
+            add_partition=ctx.api_version >= ADD_PARTITION_VERSION,
             generation_id=getattr(request, "generation_id", -1),
             member_id=getattr(request, "member_id", ""),
             group_instance_id=getattr(request, "group_instance_id", None),

@@ -188,10 +188,13 @@ class GroupShard:
 
     # Writes and timers ---------------------------------------------------------------------
 
-    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1) -> None:
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+                    transactional_id: str | None = None, add_partition: bool = False) -> None:
         """Append and wait for commit (then replay), within ``offsets.commit.timeout.ms``.
 
-        With a ``producer_id`` the records join that producer's transaction.
+        With a ``producer_id`` the records join that producer's transaction
+        (verified with its coordinator when ``transactional_id`` is given; see
+        :meth:`josef.coordinator.runtime.ShardContext.write`).
         Failures carry the error clients expect (Kafka's normalisation of
         append errors). A write that times out fails the request with
         COORDINATOR_NOT_AVAILABLE; its records may still commit later and are
@@ -204,7 +207,8 @@ class GroupShard:
         timeout = self.settings().commit_timeout_ms / 1000
         try:
             with anyio.move_on_after(timeout) as scope:
-                await self.context.write(records, producer_id=producer_id, producer_epoch=producer_epoch)
+                await self.context.write(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                         transactional_id=transactional_id, add_partition=add_partition)
         except CoordinatorError as exc:
             raise CoordinatorError(write_error(exc.code), exc.message) from exc
         if scope.cancelled_caught:

@@ -40,6 +40,7 @@ from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.partition import COORDINATOR, Partition, PartitionError
 from josef.protocol.records import COMMIT_MARKER, TRANSACTIONAL_BIT, build_batch, control_type, iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
+from josef.txn_verification import verify
 
 if TYPE_CHECKING:
     from josef.broker import Broker
@@ -119,7 +120,8 @@ class ShardContext:
     def broker(self) -> Broker:
         return self.runtime.broker
 
-    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1) -> int:
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+                    transactional_id: str | None = None, add_partition: bool = False) -> int:
         """Append ``records`` to the partition, wait until they are committed, replay them; returns the last offset.
 
         With a ``producer_id`` the records belong to that producer's open
@@ -127,8 +129,11 @@ class ShardContext:
         offset waits for its marker) and are replayed with
         ``replay_transactional``; a producer the partition's producer state
         refuses (an older epoch...) gets that error, not a retriable one.
-        Call with :attr:`lock` held, so the next request sees this one's
-        effects.
+        With its ``transactional_id`` the partition is first verified with
+        the transaction coordinator (KIP-890, :mod:`josef.txn_verification`),
+        or added to the transaction when ``add_partition`` (TxnOffsetCommit
+        v5+). Call with :attr:`lock` held, so the next request sees this
+        one's effects.
         """
         if not self.active:
             raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved to another broker")
@@ -136,11 +141,17 @@ class ShardContext:
             return self.partition.log.log_end_offset - 1
         now = int(time.time() * 1000)
         transactional = producer_id >= 0
+        guard = None
+        if transactional and transactional_id is not None:
+            guard = (await verify(self.broker, transactional_id, producer_id, producer_epoch,
+                                  {self.tp: self.partition}, add_partition)).get(self.tp)
+            if isinstance(guard, ErrorCode):
+                raise CoordinatorError(guard, f"{self.tp} is not in transaction {transactional_id!r}")
         batch = build_batch([(key, value, now) for key, value in records], producer_id=producer_id,
                             producer_epoch=producer_epoch, base_sequence=0 if transactional else -1,
                             attributes=TRANSACTIONAL_BIT if transactional else 0)
         try:
-            info, _ = self.partition.append_as_leader(batch, required_acks=-1, origin=COORDINATOR)
+            info, _ = self.partition.append_as_leader(batch, required_acks=-1, origin=COORDINATOR, verification=guard)
         except PartitionError as exc:
             if transactional and exc.code in _PRODUCER_ERRORS:
                 raise CoordinatorError(exc.code, exc.message) from exc  # the producer is fenced: tell it so

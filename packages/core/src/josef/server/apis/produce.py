@@ -17,18 +17,22 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.partition import PartitionError
+from josef.partition import Partition, PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
-from josef.server.apis.txn_verification import verify_partitions
+from josef.protocol.records import HEADER_SIZE, BatchHeader
+from josef.txn_verification import Verdict, verify
 from josef.server.dispatch import Later, RequestContext
 
 log = logging.getLogger(__name__)
+
+#: From this Produce version on, clients use Transactions V2 and the leader adds the partition itself.
+ADD_PARTITION_VERSION = 12
 
 
 async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later | None:
     acks = request.acks
     replicas = ctx.broker.replicas
-    verdicts = await verify_partitions(ctx, request)
+    verdicts = await _verify_partitions(ctx, request)
     topics = []
     waiting = []  # (partition, offset the high watermark must pass, response dict)
     for topic in request.topic_data:
@@ -68,6 +72,32 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later |
         deadline = time.monotonic() + request.timeout.total_seconds()
         return Later(_answer_when_replicated(ctx, waiting, epochs, topics, deadline))
     return _response(ctx, topics)
+
+
+async def _verify_partitions(ctx: RequestContext, request: Any) -> dict[tuple[str, int], Verdict]:
+    """Verdicts for the partitions of a transactional produce that need one; others are absent."""
+    if not request.transactional_id:
+        return {}
+    written: dict[tuple[str, int], Partition] = {}
+    producer = None
+    for topic in request.topic_data:
+        name = topic_name(ctx, topic)
+        for data in topic.partition_data:
+            records = data.records
+            if name is None or not records or len(records) < HEADER_SIZE:
+                continue
+            header = BatchHeader.parse(records)
+            if not header.is_transactional or header.producer_id < 0:
+                continue
+            try:
+                partition = partition_for(ctx, name, data.index)
+            except PartitionError:
+                continue  # the append answers it
+            written[(name, data.index)] = partition
+            producer = (header.producer_id, header.producer_epoch)
+    if producer is None:
+        return {}
+    return await verify(ctx.broker, request.transactional_id, *producer, written, ctx.api_version >= ADD_PARTITION_VERSION)
 
 
 def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,180 @@
+"""The state of one ``__transaction_state`` partition: its transactional ids, rebuilt by replay.
+
+This is the :class:`josef.coordinator.runtime.CoordinatorShard` of the
+transaction coordinator. Records are applied only while loading; afterwards
+memory leads, as in Kafka: a transition is prepared in memory (its
+``pending`` state guards the transactional id), written, and made current
+once the write is committed (:meth:`TransactionShard.append`).
+
+Unlike the group coordinator, requests do not hold the shard's lock while a
+write waits for replication: the pending state already keeps two requests
+for one id apart, so the partition's other transactional ids go on meanwhile,
+as Kafka's per-transaction locks allow. Every decision between two awaits is
+synchronous, which is what makes a pending state set before a write the only
+guard needed on one event loop.
+
+The coordinator epoch is the partition's leader epoch when the shard was
+loaded; markers carry it, and partitions refuse markers from an older one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
+from josef.metadata.controller import ControllerError
+from josef.metadata.quorum import NotControllerError
+from josef_coordinator_txn import clock, transactions
+from josef_coordinator_txn.configs import TxnSettings
+from josef_coordinator_txn.metadata import TransactionMetadata, TransactionState, TxnError, TxnTransit
+from josef_coordinator_txn.records import RecordFormatError, decode_key, decode_value, encode_key, encode_value
+
+if TYPE_CHECKING:
+    from josef_coordinator_txn.coordinator import TransactionCoordinator
+
+log = logging.getLogger(__name__)
+
+ABORT_TIMED_OUT_TIMER = "abort-timed-out-transactions"
+EXPIRE_IDS_TIMER = "remove-expired-transactional-ids"
+
+
+class TransactionShard:
+    """Transactional ids of one partition, their transitions, and the timers that abort and expire them."""
+
+    def __init__(self, context: ShardContext, coordinator: TransactionCoordinator) -> None:
+        self.context = context
+        self.coordinator = coordinator
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.loading = True
+        self.coordinator_epoch: int = context.partition.leader_epoch
+
+    @property
+    def active(self) -> bool:
+        return bool(self.context.active)
+
+    def settings(self) -> TxnSettings:
+        return self.coordinator.settings()
+
+    # CoordinatorShard -----------------------------------------------------------------------------------
+
+    def replay(self, key: bytes, value: bytes | None, offset: int) -> None:
+        if not self.loading:
+            return  # a write of this shard's own, already applied when its transition completed
+        try:
+            transactional_id = decode_key(key)
+            if transactional_id is None:
+                return
+            if value is None:
+                self.transactions.pop(transactional_id, None)
+            else:
+                self.transactions[transactional_id] = TransactionMetadata.from_log(transactional_id,
+                                                                                   decode_value(value))
+        except (RecordFormatError, ValueError) as exc:
+            log.warning("skipping unreadable record at %s offset %d: %s", self.context.tp, offset, exc)
+
+    def loaded(self) -> None:
+        """Finish what the previous coordinator left in Prepare*: send its markers again; start the timers."""
+        self.loading = False
+        now = clock.now_ms()
+        for metadata in self.transactions.values():
+            if metadata.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+                transactions.send_markers(self, metadata, metadata.prepare_complete(now))
+        settings = self.settings()
+        self.schedule(ABORT_TIMED_OUT_TIMER, settings.abort_timed_out_interval_ms, transactions.abort_timed_out)
+        self.schedule(EXPIRE_IDS_TIMER, settings.remove_expired_interval_ms, transactions.expire_transactional_ids)
+
+    def unloaded(self) -> None:
+        """The partition moved: its markers still queued give up (they check :attr:`active`); forget its state."""
+        self.transactions.clear()
+
+    # Transactional ids -----------------------------------------------------------------------------------
+
+    def transaction(self, transactional_id: str) -> TransactionMetadata | None:
+        if not self.active:
+            raise TxnError(ErrorCode.not_coordinator, f"{self.context.tp} is no longer coordinated here")
+        return self.transactions.get(transactional_id)
+
+    def put_if_absent(self, metadata: TransactionMetadata) -> TransactionMetadata:
+        """Add a new transactional id, or return the one another request added meanwhile."""
+        existing = self.transaction(metadata.transactional_id)
+        if existing is not None:
+            return existing
+        self.transactions[metadata.transactional_id] = metadata
+        return metadata
+
+    def owns(self, metadata: TransactionMetadata) -> bool:
+        """Whether ``metadata`` is still this loaded shard's state of its id (not unloaded, expired or replaced)."""
+        return self.active and self.transactions.get(metadata.transactional_id) is metadata
+
+    def server_transaction_version(self) -> int:
+        """The finalized ``transaction.version``: what the coordinator's own aborts use, and the record version."""
+        return int(self.coordinator.broker.image.features.get("transaction.version", 0))
+
+    async def generate_producer_id(self) -> int:
+        """A new producer id from the broker's block; its failures are answered as Kafka's ProducerIdManager's."""
+        try:
+            return await self.coordinator.broker.producer_ids.generate()
+        except ControllerError as exc:
+            raise TxnError(exc.code, exc.message) from exc
+        except NotControllerError as exc:
+            raise TxnError(ErrorCode.coordinator_load_in_progress, str(exc)) from exc
+
+    # Writes --------------------------------------------------------------------------------------------
+
+    async def append(self, metadata: TransactionMetadata, transit: TxnTransit, *,
+                     retry_on_unavailable: bool = False) -> ErrorCode:
+        """Write ``transit`` and, once committed, make it current (Kafka's ``appendTransactionToLog``).
+
+        On failure the pending state is cleared, so the client may retry,
+        except for COORDINATOR_NOT_AVAILABLE with ``retry_on_unavailable``:
+        the completion of a transaction keeps its claim and writes again.
+        """
+        version = 0 if self.server_transaction_version() == 0 else 1
+        error = await self.write([(encode_key(metadata.transactional_id), encode_value(transit.log_value(), version))])
+        if not self.owns(metadata):
+            return ErrorCode.not_coordinator if error == ErrorCode.none else error
+        if error == ErrorCode.none:
+            metadata.complete_transition(transit)
+        elif not (retry_on_unavailable and error == ErrorCode.coordinator_not_available):
+            log.info("%s: writing %s failed with %s; the transition is abandoned", metadata.transactional_id,
+                     transit.state.kafka_name, error.name)
+            metadata.pending = None
+        return error
+
+    async def write(self, records: Records) -> ErrorCode:
+        """Append and wait for commit within ``request.timeout.ms``; the error a client is told, or NONE.
+
+        A write that times out is answered COORDINATOR_NOT_AVAILABLE; its
+        record may still commit later and is then seen on the next load.
+        """
+        if not self.active:
+            return ErrorCode.not_coordinator
+        timeout = self.settings().write_timeout_ms / 1000
+        try:
+            with anyio.fail_after(timeout):
+                await self.context.write(records)
+        except TimeoutError:
+            log.warning("writing to %s took longer than %ss", self.context.tp, timeout)
+            return ErrorCode.coordinator_not_available
+        except CoordinatorError as exc:
+            return exc.code
+        return ErrorCode.none
+
+    # Timers --------------------------------------------------------------------------------------------
+
+    def schedule(self, key: str, interval_ms: int, job: Callable[[TransactionShard], Awaitable[None]]) -> None:
+        """Run ``job(self)`` every ``interval_ms`` while the shard is loaded."""
+
+        async def run() -> None:
+            try:
+                if self.active:
+                    await job(self)
+            finally:
+                if self.active:
+                    self.schedule(key, interval_ms, job)
+
+        self.context.schedule(key, interval_ms / 1000, run)
