@@ -3,9 +3,9 @@
 Against broker processes with the transaction coordinator (one broker, and
 three with every topic replicated, via ``brokers``): commit and abort,
 fencing of a zombie producer, offsets committed with the transaction
-(consume-transform-produce), the last stable offset holding back
-read_committed consumers, and ``josef transactions`` aborting an open
-transaction from the command line.
+(consume-transform-produce, with transaction.version 1 and 2), the last
+stable offset holding back read_committed consumers, and ``josef
+transactions`` aborting an open transaction from the command line.
 """
 
 from __future__ import annotations
@@ -129,12 +129,7 @@ def use_transaction_version(bootstrap: str, level: int) -> None:
         admin.close()
 
 
-@pytest.mark.parametrize("transaction_version", [
-    1,
-    pytest.param(2, marks=pytest.mark.xfail(strict=True, reason=(
-        "josef's group coordinator does not yet add __consumer_offsets to the transaction for TxnOffsetCommit v5 "
-        "(api_txn_offsets.py, 'Not done'), so with Transactions V2 the offsets stay pending"))),
-])
+@pytest.mark.parametrize("transaction_version", [1, 2])
 def test_consume_transform_produce_commits_offsets_with_the_output(brokers, transaction_version):
     use_transaction_version(brokers.bootstrap_servers, transaction_version)
     create(brokers.bootstrap_servers, "txn-in", 2)

@@ -11,36 +11,10 @@ import os
 import sys
 
 import pytest
-from kio.schema.errors import ErrorCode
 from pyspark.sql import SparkSession
 
-from josef.protocol.api_keys import ApiKey
-from josef.testing import RawClient
 from josef_client import Admin, NewTopic, Producer
 from josef_spark import JosefDataSource
-
-#: UpdateFeatures' upgrade type that lowers a finalized level.
-SAFE_DOWNGRADE = 2
-
-
-@pytest.fixture
-def josef_broker(josef_broker):
-    """The core's in-process broker, with transaction.version 1 finalized instead of 2 (Transactions V2).
-
-    Exactly-once writes record their progress with send_offsets_to_transaction;
-    under V2 that is TxnOffsetCommit v5, whose partition josef's group
-    coordinator does not add to the transaction yet, so the offsets would
-    stay pending. Drop this override once it does.
-    """
-    client = RawClient(josef_broker.port)
-    try:
-        answer = client.call(ApiKey.UPDATE_FEATURES, 1, {"timeout": 30000, "validate_only": False, "feature_updates": [
-            {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": SAFE_DOWNGRADE}]})
-    finally:
-        client.close()
-    assert answer.error_code == ErrorCode.none and all(r.error_code == ErrorCode.none for r in answer.results), answer
-    return josef_broker
-
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):

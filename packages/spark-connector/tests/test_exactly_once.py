@@ -179,39 +179,44 @@ def drivers():
         driver.stop()
 
 
-def open_transaction_with_records(broker, topic: str, partitions: int) -> bool:
-    """A writer's transaction is open with records in the log: read_uncommitted is ahead of read_committed."""
+def mid_batch(broker, topic: str, partitions: int, committed_below: int) -> bool:
+    """Whether a micro-batch after the first is being written, before ``committed_below`` rows are committed.
+
+    Some rows are committed, and a writer's transaction is open with records
+    in the log (read_uncommitted is ahead of read_committed).
+    """
     with Admin({"bootstrap.servers": broker.bootstrap_servers}) as admin:
         ongoing = [t for ts in admin.list_transactions().values() for t in ts
                    if t.transactional_id.startswith("josef-spark-") and t.state == "Ongoing"]
         tps = {TopicPartition(topic, p): "latest" for p in range(partitions)}
         high = admin.list_offsets(tps)
         stable = admin.list_offsets(tps, read_committed=True)
-    committed_some = any(stable[tp].offset > 0 for tp in tps)
-    return bool(ongoing) and committed_some and any(high[tp].offset > stable[tp].offset for tp in tps)
+    committed = sum(stable[tp].offset for tp in tps)
+    return bool(ongoing) and 0 < committed < committed_below and any(high[tp].offset > stable[tp].offset for tp in tps)
 
 
 def test_a_streaming_query_killed_mid_batch_and_restarted_writes_every_row_once(josef_broker, drivers, tmp_path):
     create_topic(josef_broker, "events", 2)
     create_topic(josef_broker, "copied", 2)
-    values = [f"{i}".encode() for i in range(6000)]  # three micro-batches
-    produce(josef_broker, "events", values, keys=[f"k{i}".encode() for i in range(6000)])
+    values = [f"{i}".encode() for i in range(8000)]  # four micro-batches
+    produce(josef_broker, "events", values, keys=[f"k{i}".encode() for i in range(8000)])
     checkpoint = str(tmp_path / "checkpoint")
     bootstrap = josef_broker.bootstrap_servers
 
     first = drivers("stream", bootstrap, "events", "copied", checkpoint, "running")
     jvm = first.jvm_pid.get(timeout=TIMEOUT_S)
-    eventually(lambda: open_transaction_with_records(josef_broker, "copied", 2), TIMEOUT_S,
-               "a micro-batch after the first with its transactions open")
+    eventually(lambda: mid_batch(josef_broker, "copied", 2, len(values) // 2), TIMEOUT_S,
+               "the second micro-batch with its transactions open")
     os.kill(jvm, signal.SIGKILL)  # the Spark driver, in the middle of a batch
     assert first.wait() != 0, first.log()
-    assert len(read(josef_broker, "copied", 2)) < len(values)
+    assert len(read(josef_broker, "copied", 2)) <= len(values) // 2  # the later batches are not written
 
     second = drivers("stream", bootstrap, "events", "copied", checkpoint, "available-now")
     assert second.wait() == 0, second.log()
-    # Every row, none twice (the markers of the last batch may still be on their way).
+    # Every row, none twice (the markers of the last batch may still be on their way). The killed batch's open
+    # transactions were aborted by the restart's fencing, or committed by a Python worker that had all its rows and
+    # outlived the JVM, and then skipped by the restart: either way, once.
     eventually(lambda: sorted(read(josef_broker, "copied", 2), key=int) == values, TIMEOUT_S, "every row committed")
-    assert len(read(josef_broker, "copied", 2, "read_uncommitted")) > len(values)  # the killed batch's, aborted
 
 
 def test_a_task_that_fails_half_way_is_retried_with_its_transactional_id_and_writes_once(josef_broker, drivers):
@@ -225,4 +230,4 @@ def test_a_task_that_fails_half_way_is_retried_with_its_transactional_id_and_wri
         ids = sorted(t.transactional_id for ts in admin.list_transactions().values() for t in ts)
         epochs = {i[-1]: d.producer_epoch for i, d in admin.describe_transactions(ids).items()}
     assert len(ids) == 2 and ids[0].startswith("josef-spark-") and ids[0][:-1] == ids[1][:-1]
-    assert epochs == {"0": 0, "1": 1}
+    assert epochs["1"] > epochs["0"]  # the same transactions otherwise (one each, committed)
