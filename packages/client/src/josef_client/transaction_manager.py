@@ -198,10 +198,6 @@ class TransactionManager:
     def has_error(self) -> bool:
         return self.state in (State.ABORTABLE_ERROR, State.FATAL_ERROR)
 
-    @property
-    def aborting(self) -> bool:
-        return self.state is State.ABORTING_TRANSACTION
-
     def error_for_unsent(self) -> KafkaError | None:
         """What batches not yet sent fail with now: the error of a failed transaction, else None (send them)."""
         return self.last_error if self.has_error else None
