@@ -355,7 +355,7 @@ class FakeBroker:
             txn = self.txns.get(t)
             if txn is None:
                 answers.append({"error_code": E.transactional_id_not_found, "transactional_id": t, "transaction_state": "",
-                                "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
+                                "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
                                 "producer_epoch": -1, "topics": []})
                 continue
             topics: dict[str, list[int]] = {}
@@ -363,8 +363,7 @@ class FakeBroker:
                 topics.setdefault(tp.topic, []).append(tp.partition)
             answers.append({"error_code": E.none, "transactional_id": t, "transaction_state": txn.state,
                             "transaction_timeout": txn.timeout_ms,
-                            # Kafka sends -1 for "none", which kio cannot decode (a required timestamp): 0 here.
-                            "transaction_start_time": txn.start_ms if txn.state == "Ongoing" else 0,
+                            "transaction_start_time": txn.start_ms if txn.state == "Ongoing" else -1,
                             "producer_id": txn.producer_id, "producer_epoch": txn.epoch,
                             "topics": [{"topic": n, "partitions": p} for n, p in topics.items()]})
         return {"throttle_time": 0, "transaction_states": answers}

@@ -826,7 +826,7 @@ class AsyncAdmin:
                 what = (f"transactional id {transactional_id!r} does not exist"
                         if state.error_code == ErrorCode.transactional_id_not_found else f"transactional id {transactional_id!r}")
                 return KafkaError(state.error_code, what)
-            start = _millis(state.transaction_start_time)
+            start = -1 if state.transaction_start_time is None else _millis(state.transaction_start_time)
             coordinator = next((n for n, a in self.cluster.brokers.items() if a == address), -1)
             return TransactionDescription(
                 coordinator, state.transaction_state, state.producer_id, state.producer_epoch,

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
+from kio.static.primitive import TZAware
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.bounds import BoundsError, check_bounds, skip_tagged_fields
@@ -151,8 +152,55 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """``(correlation id, response)`` of a response frame (without its size prefix)."""
     offset = 5 if has_flexible_response_header(api_key, version) else 4
-    response, _ = _reader(response_type(api_key, version))(frame, offset)
-    return _INT32.unpack_from(frame, 0)[0], response
+    cls = response_type(api_key, version)
+    tolerant = _unset_timestamps_allowed(cls)
+    response, _ = _reader(tolerant)(frame, offset)
+    return _INT32.unpack_from(frame, 0)[0], response if tolerant is cls else _as_kio(cls, response)
+
+
+@cache
+def _unset_timestamps_allowed(cls: type) -> type:
+    """``cls``, or a copy of it that reads -1 in a required timestamp as None.
+
+    Kafka writes -1 for "no time" in some required timestamps
+    (DescribeTransactions' TransactionStartTimeMs of a transactional id with
+    no open transaction), which kio refuses to read as a negative timestamp.
+    """
+    fields = []
+    changed = False
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        annotation = field.type
+        if isinstance(kind, (EntityField, EntityTupleField)):
+            nested = _unset_timestamps_allowed(kind.type_)
+            if nested is not kind.type_:
+                annotation = tuple[nested, ...] if isinstance(kind, EntityTupleField) else nested  # type: ignore[valid-type]
+                changed = True
+        elif field.metadata.get("kafka_type") == "datetime_i64" and field.type is TZAware:
+            annotation = TZAware | None
+            changed = True
+        default: Any = {"default": field.default} if field.default is not dataclasses.MISSING else (
+            {"default_factory": field.default_factory} if field.default_factory is not dataclasses.MISSING else {})
+        fields.append((field.name, annotation, dataclasses.field(metadata=field.metadata, **default)))
+    if not changed:
+        return cls
+    namespace = {name: vars(cls)[name] for name in ("__type__", "__version__", "__flexible__", "__api_key__",
+                                                     "__header_schema__") if name in vars(cls)}
+    return dataclasses.make_dataclass(cls.__name__, fields, namespace=namespace, frozen=True, slots=True)
+
+
+def _as_kio(cls: type, value: Any) -> Any:
+    """A value read as :func:`_unset_timestamps_allowed` ``(cls)`` as an instance of kio's ``cls`` (None timestamps kept)."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        item = getattr(value, field.name)
+        kind = classify_field(field)
+        if isinstance(kind, EntityTupleField):
+            item = tuple(_as_kio(kind.type_, entry) for entry in item)
+        elif isinstance(kind, EntityField) and item is not None:
+            item = _as_kio(kind.type_, item)
+        values[field.name] = item
+    return cls(**values)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, response: Any) -> bytes:
