@@ -21,12 +21,11 @@ A KIP-848 member's stale epoch is ILLEGAL_GENERATION too, the error
 producers know. A producer fenced by a newer epoch in this partition gets
 INVALID_PRODUCER_EPOCH from the append.
 
-Not done: Kafka (``transaction.partition.verification.enable``, KIP-890)
-first asks the transaction coordinator whether this partition is part of the
-producer's transaction, and from v5 (transactions V2) adds it there itself,
-as the producer then sends no AddOffsetsToTxn. Here the producer's
-AddOffsetsToTxn must have added it (transactions V1), or no marker ends the
-transaction in this partition and its offsets stay pending.
+Before the write the offsets partition is verified with the transaction
+coordinator (KIP-890, ``transaction.partition.verification.enable``): was
+it added to the producer's transaction (AddOffsetsToTxn)? From v5
+(Transactions V2) the producer sends no AddOffsetsToTxn and the
+coordinator adds the partition itself (:mod:`josef.txn_verification`).
 """
 
 from __future__ import annotations
