@@ -8,11 +8,8 @@ gives it; it records what it was asked.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import socket
-import struct
-import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -24,7 +21,7 @@ from kio.schema.errors import ErrorCode as E
 from josef.cli import build_cli
 from josef.metadata.records import uuid_to_text
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.messages import build, encode_response, is_flexible, parse_body, parse_header, response_type
+from fake_server import FakeKafkaServer
 from josef_client.commands.metadata_quorum import QuorumInfo, Replica, metadata_quorum, replication_lines
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
@@ -34,61 +31,15 @@ NOW = 1_700_000_000_000
 Handler = Callable[[int, Any], dict[str, Any]]
 
 
-class QuorumServer:
-    """A Kafka server that knows three APIs, on a free port of 127.0.0.1."""
+class QuorumServer(FakeKafkaServer):
+    """A Kafka server that answers the APIs of ``handlers``."""
 
     def __init__(self, handlers: dict[int, Handler]) -> None:
         self.handlers = handlers
-        self.requests: list[tuple[int, int, Any]] = []
-        self.client_ids: set[str | None] = set()
-        self.loop = asyncio.new_event_loop()
-        self.port = -1
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        assert started.wait(10)
+        super().__init__()
 
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = self.server.sockets[0].getsockname()[1]
-        started.set()
-        self.loop.run_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                frame = await reader.readexactly(size)
-                header = parse_header(frame, is_flexible)
-                key, version = header.api_key, header.api_version
-                body = parse_body(key, version, frame, header.body_offset)
-                self.requests.append((key, version, body))
-                self.client_ids.add(header.client_id)
-                answer = self.handlers[ApiKey.API_VERSIONS if key == ApiKey.API_VERSIONS else key](version, body)
-                writer.write(encode_response(key, version, header.correlation_id, build(response_type(key, version), answer)))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def asked(self, key: int) -> list[tuple[int, Any]]:
-        return [(version, body) for k, version, body in self.requests if k == key]
-
-    def close(self) -> None:
-        async def shut() -> None:
-            self.server.close()
-            await self.server.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
+    def answer(self, key: int, version: int, body: Any) -> dict[str, Any]:
+        return self.handlers[key](version, body)
 
 
 def api_versions(keys: dict[int, tuple[int, int]]) -> Handler:

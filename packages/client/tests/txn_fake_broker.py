@@ -13,10 +13,7 @@ It speaks the real framing through josef's own encoders.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import struct
-import threading
 from typing import Any, Callable
 
 import attrs
@@ -24,9 +21,10 @@ from kio.schema.errors import ErrorCode as E
 from kio.schema.index import api_key_map, schema_name_map
 
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.messages import build, encode_response, is_flexible, parse_body, parse_header, response_type
 from josef.protocol.records import iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
+
+from fake_server import FakeKafkaServer
 
 NODE = 0
 
@@ -55,13 +53,12 @@ class Stored:
     outcome: str | None = None  # "commit" / "abort" for transactional records whose marker was written
 
 
-class FakeBroker:
+class FakeBroker(FakeKafkaServer):
     def __init__(self, topics: dict[str, int], *, transaction_version: int = 0,
                  max_versions: dict[int, int] | None = None) -> None:
         self.topics = dict(topics)
         self.transaction_version = transaction_version
         self.max_versions = max_versions or {}
-        self.requests: list[tuple[int, int, Any]] = []
         self.errors: dict[int, collections.deque[E]] = collections.defaultdict(collections.deque)
         self.txns: dict[str, Txn] = {}
         self.logs: dict[TopicPartition, list[Stored]] = collections.defaultdict(list)
@@ -71,54 +68,14 @@ class FakeBroker:
         self.txn_offset_members: list[tuple[int, str, str | None]] = []
         self.generations: dict[str, int] = {}
         self.markers: list[Any] = []
-        self.hold: dict[int, asyncio.Event] = {}
-        self.connections: set[asyncio.Task[None]] = set()
         self._next_pid = 1000
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        assert started.wait(10)
+        super().__init__()
 
     # Harness ------------------------------------------------------------------------------
-
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = self.server.sockets[0].getsockname()[1]
-        started.set()
-        self.loop.run_forever()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        async def shut() -> None:
-            self.server.close()
-            for task in self.connections:
-                task.cancel()
-            await asyncio.gather(*self.connections, return_exceptions=True)
-            await self.server.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
     def fail(self, api_key: int, *codes: E) -> None:
         """The next answers to ``api_key`` carry these errors, one answer each (per partition where the API has partitions)."""
         self.errors[api_key].extend(codes)
-
-    def pause(self, api_key: int) -> None:
-        """Hold requests of ``api_key`` (and what follows them on their connection) until :meth:`release`."""
-        self.hold[api_key] = asyncio.Event()
-
-    def release(self, api_key: int) -> None:
-        self.loop.call_soon_threadsafe(self.hold.pop(api_key).set)
-
-    def asked(self, api_key: int) -> list[tuple[int, Any]]:
-        return [(version, body) for key, version, body in self.requests if key == api_key]
 
     def values(self, topic: str, partition: int = 0, outcome: str | None = "commit") -> list[bytes | None]:
         """Values of transactional records with that outcome (None: still open) and of plain records (outcome 'commit')."""
@@ -129,30 +86,9 @@ class FakeBroker:
         queue = self.errors.get(api_key)
         return queue.popleft() if queue else E.none
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.connections.add(task)
-        try:
-            while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                frame = await reader.readexactly(size)
-                header = parse_header(frame, is_flexible)
-                key, version = header.api_key, header.api_version
-                body = parse_body(key, version, frame, header.body_offset)
-                self.requests.append((key, version, body))
-                if key in self.hold:
-                    await self.hold[key].wait()
-                answer = self.handlers[key](self, version, body)
-                if key == ApiKey.PRODUCE and body.acks == 0:
-                    continue
-                writer.write(encode_response(key, version, header.correlation_id, build(response_type(key, version), answer)))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-            self.connections.discard(task)
+    def answer(self, key: int, version: int, body: Any) -> dict[str, Any] | None:
+        answer = self.handlers[key](self, version, body)
+        return None if key == ApiKey.PRODUCE and body.acks == 0 else answer
 
     # Cluster ------------------------------------------------------------------------------------
 
