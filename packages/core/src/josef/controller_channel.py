@@ -28,7 +28,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.error_responses import error_codes, error_response
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
-from josef.protocol.messages import build, decode_response, encode_request, request_type, response_type
+from josef.protocol.messages import decode_response, encode_request
 from josef.server.apis.envelope import address_bytes, principal_bytes
 from josef.server.dispatch import RequestContext
 
@@ -90,7 +90,7 @@ class ControllerChannel:
             if controller_id >= 0:
                 endpoint = self._node.quorum.controller_endpoint(controller_id)
                 if endpoint is None:
-                    return await self._in_process(api_key, ctx, request)
+                    return await self._node.controller_dispatcher.call(api_key, request, ctx=ctx)
                 try:
                     response = await self._over_network(controller_id, endpoint, api_key, ctx, request)
                 except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as exc:
@@ -103,15 +103,6 @@ class ControllerChannel:
             if time.monotonic() >= deadline:
                 raise ControllerUnavailableError(f"no active controller answered within {timeout_s:.0f} s")
             await anyio.sleep(RETRY_BACKOFF_S)
-
-    async def _in_process(self, api_key: int, ctx: RequestContext | None, request: Any) -> Any:
-        dispatcher = self._node.controller_dispatcher
-        api = dispatcher.apis[api_key]
-        if ctx is None:
-            version = api.max_version
-            ctx = RequestContext(self._node, api_key, version, 0, f"broker-{self._node.node_id}", "", "")
-            request = build(request_type(api_key, version), request)
-        return build(response_type(api_key, ctx.api_version), await api.handler(ctx, request))
 
     async def _over_network(self, controller_id: int, endpoint: tuple[str, int], api_key: int,
                             ctx: RequestContext | None, request: Any) -> Any:

@@ -21,8 +21,6 @@ import anyio
 
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
-from josef.protocol.messages import build, request_type, response_type
-from josef.server.dispatch import Later, RequestContext
 
 if TYPE_CHECKING:
     from josef.broker import Broker
@@ -53,22 +51,13 @@ class PeerChannel:
         ``request.timeout.ms``; the connection is then dropped.
         """
         if node_id == self._broker.node_id:
-            return await self._in_process(api_key, body, version)
+            return await self._broker.dispatcher.call(api_key, body, version=version)
         try:
             conn = await self._connection(node_id)
             return await conn.request(api_key, body, version=version)
         except (KafkaConnectionError, KafkaTimeoutError):
             await self._drop(node_id)
             raise
-
-    async def _in_process(self, api_key: int, body: Mapping[str, Any], version: int | None) -> Any:
-        api = self._broker.dispatcher.apis[api_key]
-        version = api.max_version if version is None else version
-        ctx = RequestContext(self._broker, api_key, version, 0, f"broker-{self._broker.node_id}", "", "")
-        answer = await api.handler(ctx, build(request_type(api_key, version), body))
-        if isinstance(answer, Later):
-            answer = await answer.body
-        return build(response_type(api_key, version), answer)
 
     async def _connection(self, node_id: int) -> Connection:
         lock = self._opening.setdefault(node_id, anyio.Lock())

@@ -37,6 +37,7 @@ from josef.protocol.messages import (
     is_flexible,
     parse_body,
     parse_header,
+    request_type,
     response_type,
 )
 
@@ -102,6 +103,24 @@ class Dispatcher:
             raise ValueError(f"API key {key} ({api_key_map.get(key)}) is answered twice")
         known = schema_name_map[api_key_map[key]]
         self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))
+
+    async def call(self, api_key: int, body: Any, *, version: int | None = None,
+                   ctx: RequestContext | None = None) -> Any:
+        """Answer a request from inside this process (a node asking itself), as a kio response, as if it came by network.
+
+        ``body`` is a dict, built at ``version`` (default: the newest this
+        dispatcher answers), or a request already parsed at ``ctx``'s version
+        (one forwarded as it arrived). An answer that waits (:class:`Later`)
+        is awaited.
+        """
+        api = self.apis[api_key]
+        if ctx is None:
+            ctx = RequestContext(self.broker, api_key, api.max_version if version is None else version, 0,
+                                 f"broker-{self.broker.node_id}", "", "")
+        answer = await api.handler(ctx, build(request_type(api_key, ctx.api_version), body))
+        if isinstance(answer, Later):
+            answer = await answer.body
+        return build(response_type(api_key, ctx.api_version), answer)
 
     async def handle(self, conn: Connection, frame: bytes | memoryview) -> Reply | None:
         header = parse_header(frame, is_flexible)
