@@ -29,8 +29,6 @@ from josef_client import (
     TopicPartition,
 )
 
-pytest.importorskip("josef_coordinator_txn", reason="needs the transaction coordinator plugin (josef-coordinator-txn)")
-
 TIMEOUT_S = 60
 
 

@@ -14,7 +14,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.hashing import partition_for
-from josef.protocol.topic_partition import TopicPartition
 from josef.testing import RawClient
 
 E = ErrorCode
@@ -75,13 +74,6 @@ def fetch(client: RawClient, group: str, partitions=(0, 1), *, version: int = 9,
         answer.topics, answer.error_code)
     assert error == E.none
     return [(p.partition_index, p.committed_offset, p.metadata, p.error_code) for p in topics[0].partitions]
-
-
-def skip_without_abort_index(josef_broker: Any) -> None:
-    """An abort marker is indexed by the log storage (``append_aborted_txn``, the ``.txnindex``): skip until it can."""
-    log = josef_broker.broker.replicas.get(TopicPartition("orders", 0)).log
-    if not hasattr(log, "append_aborted_txn"):
-        pytest.skip(f"{type(log).__name__} has no aborted-transaction index yet: abort markers fail")
 
 
 def test_the_api_is_the_group_coordinators_v0_to_v5(josef_broker):
@@ -145,7 +137,6 @@ def test_loading_rebuilds_pending_and_committed_transactions(josef_broker):
 def test_an_abort_discards_the_offsets_also_after_loading(josef_broker):
     client = RawClient(josef_broker.port)
     create_orders(client)
-    skip_without_abort_index(josef_broker)
     aborter, later = new_producer(client), new_producer(client)
     plain = client.call(8, 9, {"group_id": "h", "generation_id_or_member_epoch": -1, "member_id": "",
                                "group_instance_id": None, "retention_time": -1, "topics": [
