@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
+from josef.testing import ManualClock
 from josef.protocol.consumer_protocol import Subscription, encode_subscription
-from josef_coordinator_group import clock
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.group import JoinResult, SyncResult, Waiter
 from josef_coordinator_group.membership import JoinRequest, LeavingMember, SyncRequest
@@ -64,19 +64,11 @@ class FakeContext:
         self.timers.pop(key, None)
 
 
-@attrs.define
-class Clock:
-    now: int = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class Harness:
     """One shard and helpers that speak in requests, as handlers would (lock held for each operation)."""
 
     def __init__(self, monkeypatch, **settings: Any) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock()
         monkeypatch.setattr(clock, "now_ms", self.clock)
         defaults = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 10, "max_session_timeout_ms": 60_000}
         self.settings = GroupSettings(**{**defaults, **settings})

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.metadata.records import uuid_from_text
 from josef.protocol.consumer_protocol import Subscription, encode_assignment, encode_subscription
 from josef.protocol.topic_partition import TopicPartition
 from josef.testing import RawClient
-from josef_coordinator_group import clock
 
 E = ErrorCode
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, OFFSET_DELETE, LIST, DESCRIBE, DELETE, FIND = (

@@ -13,11 +13,12 @@ from typing import Any, Callable
 
 import anyio
 import anyio.abc
-import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
+from josef.testing import ManualClock
 from josef.coordinator.runtime import CoordinatorError
-from josef_coordinator_txn import clock, transactions
+from josef_coordinator_txn import transactions
 from josef_coordinator_txn.configs import TxnSettings
 from josef_coordinator_txn.markers import MarkerChannel
 from josef_coordinator_txn.records import decode_key, decode_value
@@ -56,14 +57,6 @@ class FakeContext:
 
     def cancel(self, key):
         self.timers.pop(key, None)
-
-
-@attrs.define
-class Clock:
-    now: int = 1_800_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FakePeers:
@@ -150,7 +143,7 @@ class Harness:
     """One loaded shard with helpers that speak in requests; markers go through the real channel to FakePeers."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, monkeypatch, *, transaction_version: int = 2, **settings: Any) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock()
         monkeypatch.setattr(clock, "now_ms", self.clock)
         self.broker = FakeBroker(tg, transaction_version)
         self.broker.add_topic("orders", {0: 1, 1: 2, 2: 3})

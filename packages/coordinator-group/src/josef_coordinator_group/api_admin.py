@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError
 from josef.protocol.consumer_protocol import PROTOCOL_TYPE
 from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
-from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import group_operations, with_shard
 from josef_coordinator_group.group import GroupError, GroupState
 from josef_coordinator_group.records import GroupKey, OffsetKey, encode_key

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import uuid_from_text, uuid_to_text
 from josef.server.dispatch import RequestContext
-from josef_coordinator_group import clock
 from josef_coordinator_group.api_common import ms, with_shard
 from josef_coordinator_group.group import GroupError
 from josef_coordinator_group.records import OffsetKey, OffsetValue, encode_key, encode_offset

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError
-from josef_coordinator_group import clock
 from josef_coordinator_group.group import (
     ClassicGroup,
     GroupError,

@@ -25,8 +25,8 @@ from typing import Any, Awaitable, Callable
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
-from josef_coordinator_group import clock
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
 from josef_coordinator_group.consumer_membership import ConsumerMembership

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.server.dispatch import RequestContext
-from josef_coordinator_txn import clock
 from josef_coordinator_txn.api_common import coordinator_of, on_shard
 from josef_coordinator_txn.metadata import TransactionMetadata, TransactionState
 

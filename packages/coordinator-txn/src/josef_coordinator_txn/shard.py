@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
 from josef.metadata.controller import ControllerError
 from josef.metadata.quorum import NotControllerError
-from josef_coordinator_txn import clock, transactions
+from josef_coordinator_txn import transactions
 from josef_coordinator_txn.configs import TxnSettings
 from josef_coordinator_txn.metadata import TransactionMetadata, TransactionState, TxnError, TxnTransit
 from josef_coordinator_txn.records import RecordFormatError, decode_key, decode_value, encode_key, encode_value

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef_coordinator_txn import clock
+from josef.coordinator import clock
 from josef_coordinator_txn.markers import RETRY_BACKOFF_S, PendingCompletion
 from josef_coordinator_txn.metadata import (
     MAX_EPOCH,

@@ -67,6 +67,20 @@ def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "the
         time.sleep(0.05)
 
 
+class ManualClock:
+    """Coordinators' time under a test's control: ``monkeypatch.setattr(josef.coordinator.clock, "now_ms", clock)``.
+
+    Tests move ``now`` forward (session expiry, offset retention,
+    transaction timeouts) instead of sleeping.
+    """
+
+    def __init__(self, now: int = 1_800_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "josef_config(**overrides): server.properties overrides for josef_broker")
 
