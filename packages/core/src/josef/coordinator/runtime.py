@@ -104,6 +104,15 @@ class Coordinator(Protocol):
         """An empty state machine for one partition; the runtime then replays the partition into it."""
 
 
+def _replay(shard: CoordinatorShard, producer_id: int, producer_epoch: int, key: bytes, value: bytes | None,
+            offset: int) -> None:
+    """One committed record into its shard: pending in ``producer_id``'s transaction, or at once (-1)."""
+    if producer_id >= 0:
+        shard.replay_transactional(producer_id, producer_epoch, key, value, offset)  # type: ignore[attr-defined]
+    else:
+        shard.replay(key, value, offset)
+
+
 class ShardContext:
     """A loaded shard's link to its partition: its lock, its writes, its timers."""
 
@@ -165,10 +174,7 @@ class ShardContext:
                 raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved while writing")
         assert self.shard is not None
         for offset, (key, value) in enumerate(records, info.first_offset):
-            if transactional:
-                self.shard.replay_transactional(producer_id, producer_epoch, key, value, offset)  # type: ignore[attr-defined]
-            else:
-                self.shard.replay(key, value, offset)
+            _replay(self.shard, producer_id if transactional else -1, producer_epoch, key, value, offset)
         return info.last_offset
 
     def schedule(self, key: Any, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
@@ -279,11 +285,8 @@ class CoordinatorRuntime:
                     else:
                         for record in iter_records(memoryview(chunk)[pos : pos + header.size]):
                             if record.offset >= offset and record.key is not None:
-                                if header.is_transactional:
-                                    shard.replay_transactional(  # type: ignore[attr-defined]
-                                        header.producer_id, header.producer_epoch, record.key, record.value, record.offset)
-                                else:
-                                    shard.replay(record.key, record.value, record.offset)
+                                _replay(shard, header.producer_id if header.is_transactional else -1,
+                                        header.producer_epoch, record.key, record.value, record.offset)
                                 count += 1
                     offset = header.last_offset + 1
             self._shards[tp] = context
