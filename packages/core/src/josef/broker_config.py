@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, one_of
+from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, between, one_of
 from josef.replication_quota import check_throttled_replicas
 
-B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
+B, S, I, L, D, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST
 
 COMPRESSION_TYPES = ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer")
 
@@ -163,9 +163,19 @@ CORE_KEYS = (
     ConfigKey("auto.leader.rebalance.enable", B, True, "Move leadership back to each partition's preferred replica when leaders are imbalanced."),
     ConfigKey("leader.imbalance.check.interval.seconds", L, 300, "How often the controller checks whether leaders are imbalanced.", at_least(1)),
     ConfigKey("leader.imbalance.per.broker.percentage", I, 10, "The share of a broker's preferred partitions led elsewhere above which the controller rebalances them.", at_least(0)),
+    # The log cleaner (compaction)
+    ConfigKey("log.cleaner.threads", I, 1, "The number of background threads that compact logs.", at_least(0), dynamic=True),
+    ConfigKey("log.cleaner.dedupe.buffer.size", L, 134217728, "Memory for the cleaners' key-to-offset maps, shared by all cleaner threads.", dynamic=True),
+    ConfigKey("log.cleaner.io.buffer.size", I, 524288, "Memory for the cleaners' read and write buffers, shared by all cleaner threads.", at_least(0), dynamic=True),
+    ConfigKey("log.cleaner.io.buffer.load.factor", D, 0.9, "How full a cleaner's key-to-offset map may get.", dynamic=True),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", D, 1.7976931348623157e308, "The cleaners' read plus write rate limit, bytes per second.", dynamic=True),
+    ConfigKey("log.cleaner.backoff.ms", L, 15000, "How long a cleaner sleeps when no log needs cleaning.", at_least(0), dynamic=True),
     # Topic-level keys (broker default, topic override)
     ConfigKey("log.cleanup.policy", LST, ["delete"], "delete, compact or both.", one_of("delete", "compact"), topic_name="cleanup.policy", dynamic=True),
     ConfigKey("compression.type", S, "producer", "Codec of stored batches; producer keeps the producer's codec.", one_of(*COMPRESSION_TYPES), topic_name="compression.type", dynamic=True),
+    ConfigKey("log.cleaner.min.cleanable.ratio", D, 0.5, "The dirty share of a compacted log above which the cleaner cleans it.", between(0, 1), topic_name="min.cleanable.dirty.ratio", dynamic=True),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", L, 0, "The minimum time a record stays uncompacted.", at_least(0), topic_name="min.compaction.lag.ms", dynamic=True),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", L, INT64_MAX, "The maximum time a record stays uncompacted: a log holding older dirty records is cleaned whatever its dirty ratio.", at_least(1), topic_name="max.compaction.lag.ms", dynamic=True),
     ConfigKey("log.cleaner.delete.retention.ms", L, 86400000, "How long delete tombstones are kept in compacted topics.", at_least(0), topic_name="delete.retention.ms", dynamic=True),
     ConfigKey("log.segment.delete.delay.ms", L, 60000, "Wait before a deleted segment's files are removed.", at_least(0), topic_name="file.delete.delay.ms", dynamic=True),
     ConfigKey("log.flush.interval.messages", L, INT64_MAX, "Flush a log after this many messages.", at_least(1), topic_name="flush.messages", dynamic=True),
@@ -188,4 +198,4 @@ CORE_KEYS = (
     ConfigKey("unclean.leader.election.enable", B, False, "Elect a leader outside the ISR when none is left, at the risk of losing data.", topic_name="unclean.leader.election.enable", dynamic=True),
 )
 
-del B, S, I, L, LST, INT32_MAX
+del B, S, I, L, D, LST, INT32_MAX

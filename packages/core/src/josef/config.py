@@ -84,6 +84,14 @@ def at_least(minimum: int | float) -> Validator:
     return check
 
 
+def between(low: int | float, high: int | float) -> Validator:
+    def check(value: Any) -> None:
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"must be between {low} and {high}")
+
+    return check
+
+
 def one_of(*choices: str) -> Validator:
     def check(value: Any) -> None:
         values = value if isinstance(value, list) else [value]

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime
 
 import attrs
 
+from josef.config import Config
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader
 from josef.protocol.topic_partition import TopicPartition
@@ -48,6 +49,14 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     file_delete_delay_ms: int = 60000
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def from_topic_config(cls, values: Mapping[str, Any]) -> LogConfig:
@@ -79,6 +88,23 @@ class AbortedTxn:
     first_offset: int
     last_offset: int
     last_stable_offset: int
+
+
+@attrs.frozen
+class CleanerStats:
+    """What one cleaning of a log did (Kafka's ``CleanerStats``): for the cleaner's log line, metrics and benchmarks.
+
+    ``cleaned_to`` is the first offset the cleaning did not reach (the
+    start of the log's dirty section from then on); -1 when nothing was
+    cleanable.
+    """
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    cleaned_to: int = -1
+    elapsed_s: float = 0.0
 
 
 @attrs.frozen
@@ -258,6 +284,32 @@ class Log(Protocol):
         the log end. Called for every ``read_committed`` fetch: no disk reads.
         """
 
+    # Compaction ---------------------------------------------------------------
+    #
+    # Logs whose cleanup.policy holds ``compact`` are cleaned in the
+    # background by the storage (:meth:`LogStorage.startup`), as Kafka's log
+    # cleaner does: the latest record of each key is kept, offsets never
+    # change, tombstones and aborted transactional data go after
+    # ``delete.retention.ms``. The cleaner never passes the partition's last
+    # stable offset, which only the broker knows.
+
+    def attach_last_stable_offset(self, source: Callable[[], int]) -> None:
+        """Give the log the partition's last stable offset (never above the high watermark), which cleaning never reaches.
+
+        ``source()`` is called from cleaner threads; a log without a source
+        (the metadata log) is never compacted.
+        """
+
+    def clean(self, now_ms: int) -> CleanerStats:
+        """Compact the log now, as far as its settings and the last stable offset allow; blocking.
+
+        What the storage's cleaner threads do to the dirtiest log, callable
+        directly (tests, tools). Appends and reads from the event loop go on
+        meanwhile and always see a valid, offset-ordered log; a crash at any
+        point leaves either the old segments or the cleaned ones at the next
+        start. A log that is not compacted is left alone.
+        """
+
     # Housekeeping ---------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
@@ -294,6 +346,18 @@ class LogStorage(Protocol):
 
     def delete(self, tp: TopicPartition) -> None:
         """Close and remove ``tp``'s log and its files."""
+
+    def startup(self) -> None:
+        """Start the storage's background work, once the broker has opened its logs; :meth:`close` stops it.
+
+        Local storage runs ``log.cleaner.threads`` cleaner threads, flushes
+        rolled segments (advancing the recovery point), checkpoints recovery
+        points and log start offsets, and removes deleted segments after
+        ``file.delete.delay.ms``.
+        """
+
+    def update_config(self, config: Config) -> None:
+        """Apply a new broker configuration (dynamic ``log.cleaner.*`` settings) to the background work."""
 
     def log_dirs(self) -> list[LogDirInfo]:
         """Every log directory, in configured order, with its volume's sizes or why it is offline."""

@@ -116,6 +116,7 @@ class Partition:
         self.high_watermark = min(log.log_end_offset, max(high_watermark or 0, log.log_start_offset))
         self.producers = self._load_producer_state()
         log.attach_producer_state(self.producers.snapshot)
+        log.attach_last_stable_offset(self._stable_offset_for_cleaner)
         #: Producers whose transaction membership is being checked with the coordinator (KIP-890), by producer id.
         self._verifying: dict[int, object] = {}
 
@@ -149,6 +150,12 @@ class Partition:
         """Below this every transaction is decided and replicated: what ``read_committed`` consumers may read."""
         first_unstable = self.producers.first_unstable_offset(self.high_watermark)
         return self.high_watermark if first_unstable is None else min(first_unstable, self.high_watermark)
+
+    def _stable_offset_for_cleaner(self) -> int:
+        """:attr:`last_stable_offset`, read from a cleaner thread (nothing is changed, so it is safe there)."""
+        high_watermark = self.high_watermark
+        first_unstable = self.producers.first_unstable_offset(high_watermark, prune=False)
+        return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
 
     @property
     def is_leader(self) -> bool:

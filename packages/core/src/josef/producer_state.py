@@ -274,17 +274,21 @@ class ProducerStateManager:
         else:
             self._ongoing.pop(pid, None)
 
-    def first_unstable_offset(self, high_watermark: int) -> int | None:
+    def first_unstable_offset(self, high_watermark: int, *, prune: bool = True) -> int | None:
         """The first offset of an open transaction, or of one whose marker is not below ``high_watermark`` yet.
 
         None when every transaction is decided and replicated: the last
-        stable offset is then the high watermark.
+        stable offset is then the high watermark. ``prune=False`` reads
+        without forgetting the replicated transactions, from another thread
+        than the event loop's (the log cleaner's): it only copies.
         """
-        if self._unreplicated:
-            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
-        firsts = [t.first_offset for t in self._unreplicated]
-        if self._ongoing:
-            firsts.append(min(self._ongoing.values()))
+        unreplicated = [t for t in list(self._unreplicated) if t.last_offset >= high_watermark]
+        if prune:
+            self._unreplicated = unreplicated
+        firsts = [t.first_offset for t in unreplicated]
+        ongoing = list(self._ongoing.values())
+        if ongoing:
+            firsts.append(min(ongoing))
         return min(firsts) if firsts else None
 
     def last_stable_offset_after(self, txn: CompletedTxn) -> int:

@@ -95,6 +95,7 @@ class ReplicaManager:
         for topic in image.topics.values():
             self._apply_throttled_replicas(topic.name, self.topic_config(image, topic.name))
         self.apply_delta(MetadataDelta(changed_partitions=tuple((tp.topic, tp.partition) for tp in sorted(hosted))), image)
+        self.storage.startup()
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         strict = image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
@@ -151,6 +152,7 @@ class ReplicaManager:
     def apply_broker_config(self, config: Config, image: MetadataImage) -> None:
         """Dynamic broker defaults changed: every topic's effective settings may have, and the throttle rates."""
         self.config = config
+        self.storage.update_config(config)
         self._apply_quota_rates()
         for name in {tp.topic for tp in self.partitions}:
             topic_config = self.topic_config(image, name)

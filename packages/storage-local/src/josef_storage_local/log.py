@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from josef.log import AbortedTxn, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
+from josef.log import AbortedTxn, CleanerStats, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
 from josef.protocol.topic_partition import TopicPartition
@@ -83,6 +83,7 @@ class LocalLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._producer_source: Callable[[], Sequence[ProducerEntry]] | None = None
+        self._stable_offset_source: Callable[[], int] | None = None
         #: The lowest marker indexed since the last flush below the recovery point (a replay after a
         #: rebuild): flush must reach its segment, which the recovery point alone would skip.
         self._unflushed_txn_offset: int | None = None
@@ -453,6 +454,14 @@ class LocalLog:
         """Snapshot the broker's producer state at the log end (nothing without an attached source)."""
         if self._producer_source is not None:
             snapshots.write_snapshot(self.dir, self._end_offset, self._producer_source())
+
+    # Compaction ------------------------------------------------------------------------
+
+    def attach_last_stable_offset(self, source: Callable[[], int]) -> None:
+        self._stable_offset_source = source
+
+    def clean(self, now_ms: int) -> CleanerStats:
+        return CleanerStats()  # the cleaner lands with issue 13
 
     # Aborted transactions -------------------------------------------------------------
 

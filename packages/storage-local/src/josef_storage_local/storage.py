@@ -29,6 +29,7 @@ class LocalLogStorage:
     def __init__(self, config: Config, *, clock: Clock = wall_clock_ms) -> None:
         paths = config["log.dirs"] or [config["log.dir"]]
         interval = config["log.flush.offset.checkpoint.interval.ms"]
+        self._config = config
         self._clock = clock
         self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
         self._logs: dict[TopicPartition, LocalLog] = {}
@@ -159,6 +160,12 @@ class LocalLogStorage:
             log_dir.recovered(tp)
             self._logs[tp] = log
             return log
+
+    def startup(self) -> None:
+        """Nothing runs in the background yet (issue 13 brings the cleaner and the flusher)."""
+
+    def update_config(self, config: Config) -> None:
+        self._config = config
 
     def stored(self) -> list[TopicPartition]:
         return sorted({tp for log_dir in self._dirs for tp in log_dir.stored()})
