@@ -12,6 +12,8 @@ from typing import Mapping
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogDirInfo, LogDirNotFoundError
 from josef.protocol.topic_partition import TopicPartition
+from josef_storage_local import cleaner_checkpoint
+from josef_storage_local.cleaner import LogCleaner
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
@@ -34,6 +36,7 @@ class LocalLogStorage:
         self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
         self._logs: dict[TopicPartition, LocalLog] = {}
         self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
+        self._cleaner = LogCleaner(self._open_logs, config, clock)
         self._dirs = []
         # Absolute, as DescribeLogDirs reports them and AlterReplicaLogDirs names them.
         absolute = [Path(os.path.abspath(path)) for path in paths]
@@ -162,10 +165,16 @@ class LocalLogStorage:
             return log
 
     def startup(self) -> None:
-        """Nothing runs in the background yet (issue 13 brings the cleaner and the flusher)."""
+        """Start the cleaner threads (:mod:`josef_storage_local.cleaner`)."""
+        self._cleaner.start()
 
     def update_config(self, config: Config) -> None:
         self._config = config
+        self._cleaner.update_config(config)
+
+    def _open_logs(self) -> list[LocalLog]:
+        with self._lock:
+            return [log for log in self._logs.values() if not log.closed]
 
     def stored(self) -> list[TopicPartition]:
         return sorted({tp for log_dir in self._dirs for tp in log_dir.stored()})
@@ -185,6 +194,7 @@ class LocalLogStorage:
         path = log_dir.path / str(tp)
         log_dir.forget(tp)
         try:
+            cleaner_checkpoint.update(log_dir.path, tp, None)
             log_dir.checkpoint()
             if path.exists():
                 doomed = path.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
@@ -224,7 +234,8 @@ class LocalLogStorage:
         return epochs.pop() if len(epochs) == 1 else -1
 
     def close(self, broker_epoch: int = -1) -> None:
-        """Close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""
+        """Stop the cleaner, close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""
+        self._cleaner.stop()
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()
