@@ -595,7 +595,7 @@ class LocalLog:
     def _run_cleaning(self, plan: CleaningPlan, options: CleanerOptions, started: float) -> CleanerStats:
         counters = Counters()
         offsets = OffsetMap(options.map_capacity)
-        clean_end = max(build_offset_map(plan, offsets, options, counters), plan.first_dirty)
+        clean_end = max(build_offset_map(plan, offsets, options, Counters()), plan.first_dirty)
         offsets.latest_offset = clean_end - 1
         horizon = -1
         todo = [source for source in plan.segments if source.base_offset < clean_end]
