@@ -439,7 +439,7 @@ def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: Off
                     kept_all = len(kept) == len(records)
                     records = kept
                 set_horizon = tombstones and not has_horizon
-                if not records:
+                if not control and not records:
                     if retain_empty:
                         writer.add(_empty(fields, attributes, max_ts), last_offset, max_ts)
                     continue
