@@ -49,9 +49,11 @@ class Throttler:
         if not 0 < self.bytes_per_second < 1e300:
             return
         with self._lock:
+            if self._observed == 0:  # a window starts with its first bytes, not after an idle time
+                self._period_start = time.monotonic()
             self._observed += count
             elapsed = time.monotonic() - self._period_start
-            if elapsed < THROTTLE_CHECK_S:
+            if elapsed < THROTTLE_CHECK_S and self._observed < self.bytes_per_second * THROTTLE_CHECK_S:
                 return
             delay = self._observed / self.bytes_per_second - elapsed
             if delay > 0:

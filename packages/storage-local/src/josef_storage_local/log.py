@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from josef.log import AbortedTxn, CleanerStats, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
-from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
+from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo, CorruptRecordError
 from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import cleaner_checkpoint, snapshots, swap
 from josef_storage_local.compaction import (
@@ -550,10 +550,13 @@ class LocalLog:
             except CleaningAborted as exc:
                 logger.info("%s: cleaning given up: %s", self.tp, exc)
                 return CleanerStats()
-            except OSError as exc:
-                if self.closed:
-                    logger.info("%s: cleaning given up, the log was closed: %s", self.tp, exc)
+            except (OSError, CorruptRecordError) as exc:
+                if self.closed or self._generation != plan.generation:
+                    # Files deleted, moved or cut under the pass: what it read or wrote no longer matters.
+                    logger.info("%s: cleaning given up, the log was closed or changed: %s", self.tp, exc)
                     return CleanerStats()
+                if isinstance(exc, CorruptRecordError):
+                    raise
                 raise dir_error(exc, "cleaning the log in", self.dir) from exc
             finally:
                 plan.close()
