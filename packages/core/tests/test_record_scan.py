@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from josef.protocol.codecs import Compression
-from josef.protocol.record_scan import batch_body, scan_records
+from josef.protocol.record_scan import batch_body, scan_keys, scan_records, with_timestamp_delta
 from josef.protocol.records import CorruptRecordError, build_batch, decode_batch, encode_record
 
 
@@ -21,6 +21,7 @@ def test_scan_matches_decode(codec: Compression) -> None:
     scanned = scan_records(body, start, end, count)
     decoded = decode_batch(batch, 0, "t", 0)
     assert len(scanned) == len(decoded) == 300
+    assert scan_keys(body, start, end, count) == [(r[0], r[2]) for r in scanned]
     for (delta, ts_delta, key, tombstone, rec_start, rec_end), record in zip(scanned, decoded):
         assert 100 + delta == record.offset
         assert 1000 + ts_delta == record.timestamp
@@ -36,3 +37,15 @@ def test_scan_rejects_a_short_batch() -> None:
         scan_records(body, start, end, 3)
     with pytest.raises(CorruptRecordError):
         scan_records(body, start, end, 1)
+    for wrong in (1, 3):
+        with pytest.raises(CorruptRecordError):
+            scan_keys(body, start, end, wrong)
+
+
+def test_with_timestamp_delta_keeps_the_rest_of_the_record() -> None:
+    batch = build_batch([(b"key", b"value", 5000, (("h", b"1"),)), (b"k2", None, 7000)])
+    body, start, end, count = batch_body(batch)
+    records = scan_records(body, start, end, count)
+    moved = b"".join(with_timestamp_delta(body, r[4], r[5], r[1] - 100_000) for r in records)
+    rescanned = scan_records(moved, 0, len(moved), 2)
+    assert [(r[0], r[1], r[2], r[3]) for r in rescanned] == [(0, -100_000, b"key", False), (1, 2000 - 100_000, b"k2", True)]

@@ -39,7 +39,7 @@ import attrs
 import crc32c
 from josef.log import AbortedTxn, CleanerStats
 from josef.protocol.codecs import Compression, compress
-from josef.protocol.record_scan import batch_body, scan_records, with_timestamp_delta
+from josef.protocol.record_scan import batch_body, scan_keys, scan_records, with_timestamp_delta
 from josef.protocol.records import (
     ABORT_MARKER,
     COMMIT_MARKER,
@@ -266,16 +266,19 @@ def build_offset_map(plan: CleaningPlan, offsets: OffsetMap, options: CleanerOpt
                 txns.on_control_batch(fields[9], last, _control_marker(chunk, at, fields))
             elif not txns.on_batch(fields[9], last, bool(attributes & TRANSACTIONAL_BIT)) and fields[12]:
                 body, rstart, rend, count = batch_body(chunk, at)
-                records = scan_records(body, rstart, rend, count)
+                keys = scan_keys(body, rstart, rend, count)
                 counters.records_read += count
                 if len(table) + count > capacity:
-                    fresh = {r[2] for r in records if r[2] is not None and r[2] not in table}
+                    fresh = {key for _, key in keys if key is not None and key not in table}
                     if len(table) + len(fresh) > capacity and table:
                         return mapped_to
-                for record in records:
-                    key = record[2]
-                    if key is not None and base + record[0] >= start:
-                        table[key] = base + record[0]
+                if base >= start:
+                    table.update([(key, base + delta) for delta, key in keys])
+                    table.pop(None, None)  # type: ignore[call-overload]
+                else:
+                    for delta, key in keys:
+                        if key is not None and base + delta >= start:
+                            table[key] = base + delta
             mapped_to = last + 1
     return mapped_to
 
@@ -381,7 +384,7 @@ def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: Off
     txns = _CleanedTxns([t for t in plan.aborted if t.first_offset < group_end and t.last_offset >= base])
     writer = _Writer(plan, base, options, counters)
     now, horizon_for_new = plan.now_ms, plan.now_ms + plan.delete_retention_ms
-    latest, table, producers = offsets.latest_offset, offsets.offsets, plan.producers
+    latest, get, producers = offsets.latest_offset, offsets.offsets.get, plan.producers
     min_horizon = -1
     try:
         for source in group:
@@ -420,22 +423,12 @@ def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: Off
                 else:
                     body, rstart, rend, _ = batch_body(chunk, at)
                     records = scan_records(body, rstart, rend, count)
-                    kept = []
-                    tombstones = False
-                    for record in records:
-                        offset = base_offset + record[0]
-                        key = record[2]
-                        if offset > latest:
-                            keep = True
-                        elif key is None:
-                            keep = False
-                        else:
-                            keep = offset >= table.get(key, -1) and (
-                                not record[3] or not has_horizon or now < base_ts)
-                        if keep:
-                            kept.append(record)
-                            if record[3]:
-                                tombstones = True
+                    # Kafka's shouldRetainRecord: past the map, or the key's latest and not an expired tombstone.
+                    expired = has_horizon and base_ts <= now
+                    last = latest - base_offset
+                    kept = [r for r in records if r[0] > last or (
+                        r[2] is not None and r[0] >= get(r[2], -1) - base_offset and not (r[3] and expired))]
+                    tombstones = any(r[3] for r in kept)
                     kept_all = len(kept) == len(records)
                     records = kept
                 set_horizon = tombstones and not has_horizon

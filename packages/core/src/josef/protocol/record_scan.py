@@ -15,7 +15,7 @@ length below 8 KiB) are decoded inline, longer ones by a loop.
 from __future__ import annotations
 
 from josef.protocol.codecs import decompress
-from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError
+from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, _varint
 
 #: Fields of one scanned record.
 OFFSET_DELTA, TIMESTAMP_DELTA, KEY, TOMBSTONE, START, END = range(6)
@@ -100,7 +100,8 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
                 p += b
             b = body[p]  # value length: only whether it is -1 (null), encoded 0x01 or padded (0x81 0x00)
             if b > 0x7F:
-                b = _rest(body, p + 1, b & 0x7F, 7)[0]
+                c = body[p + 1]
+                b = _rest(body, p + 2, (b & 0x7F) | ((c & 0x7F) << 7))[0] if c > 0x7F else (b & 0x7F) | (c << 7)
             append((offset_delta, timestamp_delta, key, b == 1, record_start, record_end))
             p = record_end
     except IndexError:
@@ -110,8 +111,61 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
     return out
 
 
-def _rest(buf: bytes, pos: int, result: int, shift: int = 14) -> tuple[int, int]:
-    """The rest of a long varint: ``result`` holds its first ``shift`` bits, ``pos`` is at the next byte."""
+def scan_keys(body: bytes, start: int, end: int, count: int) -> list[tuple[int, bytes | None]]:
+    """``(offset delta, key)`` of the ``count`` records in ``body[start:end]``: :func:`scan_records` without the rest.
+
+    What the cleaner's offset map and the null-key check of compacted topics
+    need; the timestamp is skipped undecoded and the value never looked at.
+    """
+    out: list[tuple[int, bytes | None]] = []
+    append = out.append
+    p = start
+    try:
+        for _ in range(count):
+            b = body[p]  # length
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                b = (b & 0x7F) | ((c & 0x7F) << 7)
+                if c > 0x7F:
+                    b, p = _rest(body, p, b)
+            record_end = p + ((b >> 1) ^ -(b & 1))
+            p += 1  # attributes
+            while body[p] > 0x7F:  # timestamp delta, skipped
+                p += 1
+            b = body[p + 1]  # offset delta
+            p += 2
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                b = (b & 0x7F) | ((c & 0x7F) << 7)
+                if c > 0x7F:
+                    b, p = _rest(body, p, b)
+            offset_delta = (b >> 1) ^ -(b & 1)
+            b = body[p]  # key length
+            p += 1
+            if b > 0x7F:
+                c = body[p]
+                p += 1
+                b = (b & 0x7F) | ((c & 0x7F) << 7)
+                if c > 0x7F:
+                    b, p = _rest(body, p, b)
+            if b & 1:
+                append((offset_delta, None))
+            else:
+                append((offset_delta, body[p : p + (b >> 1)]))
+            p = record_end
+    except IndexError:
+        raise CorruptRecordError(f"records end inside a record at byte {p}") from None
+    if p != end:
+        raise CorruptRecordError(f"{count} records end at byte {p}, not at the batch's end {end}")
+    return out
+
+
+def _rest(buf: bytes, pos: int, result: int) -> tuple[int, int]:
+    """A varint longer than two bytes: ``result`` holds its first 14 bits, ``pos`` is at its third byte."""
+    shift = 14
     while True:
         byte = buf[pos]
         pos += 1
@@ -121,3 +175,21 @@ def _rest(buf: bytes, pos: int, result: int, shift: int = 14) -> tuple[int, int]
         shift += 7
         if shift > 63:
             raise CorruptRecordError("varint longer than 10 bytes")
+
+
+def with_timestamp_delta(body: bytes, start: int, end: int, timestamp_delta: int) -> bytes:
+    """The record at ``body[start:end]`` with another timestamp delta (a batch whose base timestamp changes).
+
+    Everything after the delta is copied as it is; the length prefix is
+    rewritten. The log cleaner needs this when it moves a batch's base
+    timestamp to the batch's delete horizon (KIP-534).
+    """
+    p = start
+    while body[p] > 0x7F:  # length
+        p += 1
+    p += 2  # last length byte, attributes
+    attributes_at = p - 1
+    while body[p] > 0x7F:  # old timestamp delta
+        p += 1
+    inner = body[attributes_at : attributes_at + 1] + _varint(timestamp_delta) + body[p + 1 : end]
+    return _varint(len(inner)) + inner
