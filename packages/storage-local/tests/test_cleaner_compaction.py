@@ -168,3 +168,20 @@ def test_the_cleaner_checkpoint_survives_a_restart(manual: Harness) -> None:
     log = manual.restart(COMPACT)
     log.attach_last_stable_offset(lambda: log.log_end_offset)
     assert log.clean(manual.clock.now).cleaned_to == -1  # nothing dirty since
+
+
+def test_compact_delete_is_both_compacted_and_trimmed_by_retention(manual: Harness) -> None:
+    clock = manual.clock
+    config = LogConfig(segment_bytes=2000, cleanup_policy=("compact", "delete"), retention_ms=10_000)
+    log = manual.open(config)
+    log.attach_last_stable_offset(lambda: log.log_end_offset)
+    for i in range(30):
+        append_keyed(log, [(b"k%d" % (i % 3), b"v%d" % i + b"." * 300, clock.now)])
+        clock.now += 1000
+    active = log.segment_base_offsets[-1]
+    log.clean(clock.now)
+    offsets = [r.offset for r in read_all(log)[1]]
+    assert offsets == [active - 3, active - 2, active - 1, *range(active, 30)]  # one per key, then the active segment
+    assert log.apply_retention(clock.now) >= 1  # the old (now empty) segments go past retention.ms
+    assert log.log_start_offset > 0
+    assert [r.offset for r in read_all(log)[1]] == [o for o in offsets if o >= log.log_start_offset]

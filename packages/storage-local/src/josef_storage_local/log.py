@@ -105,6 +105,8 @@ class LocalLog:
         self._generation = 0
         #: The lowest offset truncated to since the last cleaning: the dirty section starts there at the latest.
         self._dirty_floor: int | None = None
+        #: Where the dirty section starts, from the cleaner-offset-checkpoint once read; None before.
+        self._first_dirty: int | None = None
         #: The earliest delete horizon of a tombstone or marker the last cleaning kept; -1 when none.
         self._delete_horizon = -1
         #: One cleaning of this log at a time (cleaner threads and direct calls).
@@ -495,7 +497,9 @@ class LocalLog:
         Cleaning stops at the last stable offset, the active segment and the
         first dirty segment holding a record newer than min.compaction.lag.ms.
         """
-        first_dirty = cleaner_checkpoint.first_dirty_offset(self._log_dir.path, self.tp)
+        if self._first_dirty is None:
+            self._first_dirty = cleaner_checkpoint.first_dirty_offset(self._log_dir.path, self.tp)
+        first_dirty = self._first_dirty
         if self._dirty_floor is not None:
             first_dirty = min(first_dirty, self._dirty_floor)
         if not self._log_start_offset <= first_dirty <= self._end_offset:
@@ -613,6 +617,7 @@ class LocalLog:
             if self.closed or self._generation != plan.generation:
                 raise CleaningAborted("the log changed under the cleaner")
             cleaner_checkpoint.update(self._log_dir.path, self.tp, clean_end)
+            self._first_dirty = clean_end
             self._delete_horizon = horizon
             self._dirty_floor = None
         return counters.stats(clean_end, started)
@@ -850,6 +855,8 @@ class LocalLog:
         self._close_files()
         try:
             self.dir, self._log_dir = finish()
+            if self._first_dirty is not None:  # the cleaner's checkpoint moves with the log
+                cleaner_checkpoint.update(self._log_dir.path, self.tp, self._first_dirty)
         finally:
             try:
                 self._load(recover=False)
