@@ -151,8 +151,13 @@ class Counters:
                             cleaned_to, time.monotonic() - started)
 
 
-class _CleanedTxns:
-    """Kafka's ``CleanedTransactionMetadata``: which batches of transactions a pass may drop, in offset order."""
+class CleanedTxns:
+    """Kafka's ``CleanedTransactionMetadata``: which batches of transactions a pass may drop, in offset order.
+
+    One for the offset map, one carried through every group of the rewrite
+    (Kafka 4 carries it between groups, so a transaction spanning two
+    groups is judged as a whole).
+    """
 
     def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
         #: Not yet reached, by first offset (Kafka's min-heap, here sorted once).
@@ -161,7 +166,8 @@ class _CleanedTxns:
         self._ongoing_committed: set[int] = set()
         #: Producer id -> [its aborted transaction, whether a batch of it was seen].
         self._ongoing_aborted: dict[int, list] = {}
-        #: Index entries of the ABORT markers kept because data of their transaction was seen.
+        #: Index entries of the ABORT markers kept because data of their transaction was seen, for the
+        #: group being rewritten (taken by its writer).
         self.kept: list[AbortedTxn] = []
 
     def _consume_up_to(self, offset: int) -> None:
@@ -249,7 +255,7 @@ def build_offset_map(plan: CleaningPlan, offsets: OffsetMap, options: CleanerOpt
     at ``plan.end``.
     """
     start, end = plan.first_dirty, plan.end
-    txns = _CleanedTxns(plan.aborted)
+    txns = CleanedTxns(plan.aborted)
     mapped_to = start
     table, capacity = offsets.offsets, offsets.capacity
     for source in plan.segments:
@@ -280,7 +286,7 @@ def build_offset_map(plan: CleaningPlan, offsets: OffsetMap, options: CleanerOpt
                         if key is not None and base + delta >= start:
                             table[key] = base + delta
             mapped_to = last + 1
-    return mapped_to
+    return end  # every segment below the end mapped: a gap up to it is mapped too (Kafka fast-forwards)
 
 
 def group_segments(segments: Sequence[SourceSegment], max_bytes: int, max_index_bytes: int) -> list[list[SourceSegment]]:
@@ -377,11 +383,10 @@ class _Writer:
                 os.close(fd)
 
 
-def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: OffsetMap, options: CleanerOptions,
-                counters: Counters) -> CleanedSegment:
+def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: OffsetMap, txns: CleanedTxns,
+                options: CleanerOptions, counters: Counters) -> CleanedSegment:
     """Rewrite one group of segments into ``.cleaned`` files (Kafka's ``cleanSegments``/``cleanInto``)."""
-    base, group_end = group[0].base_offset, group[-1].next_offset
-    txns = _CleanedTxns([t for t in plan.aborted if t.first_offset < group_end and t.last_offset >= base])
+    base = group[0].base_offset
     writer = _Writer(plan, base, options, counters)
     now, horizon_for_new = plan.now_ms, plan.now_ms + plan.delete_retention_ms
     latest, get, producers = offsets.latest_offset, offsets.offsets.get, plan.producers
@@ -406,11 +411,13 @@ def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: Off
                 else:
                     discardable = discard_records = txns.on_batch(producer_id, last_offset,
                                                                   bool(attributes & TRANSACTIONAL_BIT))
-                retain_empty = False
+                # Kept even if emptied: a producer's last batch (its sequence and epoch) and the last
+                # batch below the cleaning's end (so the log keeps its last offsets).
+                retain_empty = last_offset + 1 == plan.end
                 if producer_id >= 0 and producer_id in producers:
                     last_data, epoch = producers[producer_id]
-                    retain_empty = (last_offset == last_data) if last_data is not None else (
-                        bool(control) and producer_epoch == epoch)
+                    retain_empty = retain_empty or ((last_offset == last_data) if last_data is not None else (
+                        bool(control) and producer_epoch == epoch))
                 counters.records_read += count
                 if discard_records or count == 0:
                     if retain_empty:
@@ -465,6 +472,7 @@ def clean_group(plan: CleaningPlan, group: Sequence[SourceSegment], offsets: Off
                            last_offset, new_max_ts)
                 counters.records_written += len(records)
         writer.finish(txns.kept)
+        txns.kept = []
     except BaseException:
         remove_cleaned(plan.dir, base)
         raise

@@ -21,6 +21,7 @@ from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import cleaner_checkpoint, snapshots, swap
 from josef_storage_local.compaction import (
     CleanedSegment,
+    CleanedTxns,
     CleanerOptions,
     CleaningAborted,
     CleaningPlan,
@@ -606,8 +607,9 @@ class LocalLog:
         offsets.latest_offset = clean_end - 1
         horizon = -1
         todo = [source for source in plan.segments if source.base_offset < clean_end]
+        txns = CleanedTxns(plan.aborted)
         for group in group_segments(todo, plan.segment_bytes, plan.segment_index_bytes):
-            cleaned = clean_group(plan, group, offsets, options, counters)
+            cleaned = clean_group(plan, group, offsets, txns, options, counters)
             if not self._swap_in(cleaned, plan.generation):
                 remove_cleaned(plan.dir, cleaned.base_offset)
                 raise CleaningAborted("the log changed under the cleaner")
