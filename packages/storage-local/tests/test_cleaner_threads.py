@@ -198,5 +198,8 @@ def test_a_log_changed_under_the_cleaner_is_left_consistent(tmp_path: Path, chan
         if change == "move":
             assert {r.key: r.value for r in records if r.key != b"filler"} == latest
         append_keyed(log, [(b"filler", b"x" * COMPACT.segment_bytes, h.clock.now)])
-        assert log.clean(h.clock.now).cleaned_to > 0  # and cleans later
+        cleaned_to = log.clean(h.clock.now).cleaned_to
+        assert cleaned_to > 0  # and cleans later, checkpointing where the log now is
+        checkpoint = (other if change == "move" else tmp_path / "logs") / "cleaner-offset-checkpoint"
+        assert checkpoint.read_text().splitlines()[2] == f"{h.tp.topic} {h.tp.partition} {cleaned_to}"
     h.crash()

@@ -855,10 +855,12 @@ class LocalLog:
             raise LogDirError(f"{self.tp}: the log was closed (deleted?) during its move")
         self._generation += 1
         self._close_files()
+        old_dir = self._log_dir.path
         try:
             self.dir, self._log_dir = finish()
-            if self._first_dirty is not None:  # the cleaner's checkpoint moves with the log
+            if self._first_dirty is not None and self._first_dirty >= 0:  # the cleaner's checkpoint moves along
                 cleaner_checkpoint.update(self._log_dir.path, self.tp, self._first_dirty)
+                cleaner_checkpoint.update(old_dir, self.tp, None)
         finally:
             try:
                 self._load(recover=False)
