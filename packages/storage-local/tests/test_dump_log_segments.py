@@ -208,3 +208,27 @@ def test_offsets_decoder_reads_kafka_bytes(tmp_path):
     assert lines[4].endswith(' payload: <DELETE>')
     assert lines[5].endswith(" key: Failed to decode message at offset 2 using the specified decoder "
                              "(message had a missing key)")
+
+
+def test_a_wrong_time_index_entry_is_reported(harness):
+    bases = several_segments(harness)
+    timeindex = harness.segment_file(bases[1], ".timeindex")
+    data = bytearray(timeindex.read_bytes())
+    timestamp, relative = struct.unpack_from(">qi", data, 0)
+    struct.pack_into(">q", data, 0, timestamp + 7)
+    timeindex.write_bytes(bytes(data))
+    result = dump("--verify-index-only", "--files", str(timeindex))
+    assert result.stdout.splitlines() == [f"Dumping {timeindex}"]
+    assert result.stderr.splitlines()[:2] == [f"Found timestamp mismatch in :{timeindex.absolute()}",
+                                              f"  Index timestamp: {timestamp + 7}, log timestamp: {timestamp}"]
+
+
+def test_offset_gaps_are_listed_after_the_dump(tmp_path):
+    """A compacted segment has gaps between batches: Kafka lists each after every file is dumped."""
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(build_batch([(b"a", b"1", TS), (b"b", b"2", TS)], base_offset=0)
+                     + build_batch([(b"a", b"3", TS)], base_offset=5))
+    result = dump("--deep-iteration", "--files", str(path))
+    assert [line.split(" CreateTime")[0] for line in result.stdout.splitlines() if line.startswith("|")] == [
+        "| offset: 0", "| offset: 1", "| offset: 5"]
+    assert result.stderr.splitlines() == [f"Non-consecutive offsets in {path.absolute()}", "  1 is followed by 5"]

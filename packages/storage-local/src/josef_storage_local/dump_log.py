@@ -478,19 +478,33 @@ class Dumper:
                                     f"neither positive nor a multiple of {entry.size}.")
                 self.out(f"{path} passed sanity check.\n")
                 return
-            log_path = path.with_name(path.name.split(".")[0] + ".log")
-            log = log_path.read_bytes() if log_path.exists() else b""
-            for i in range(entries):
-                relative, position = entry.unpack_from(data, i * entry.size)
-                if relative == 0 and i > 0:
-                    break  # the preallocated, unwritten tail of an active segment's index
-                offset = base + relative
-                found = _batch_end_at(log, position)
-                found_offset = -1 if found is None else found[0]
-                if found_offset != offset:
-                    self.index_mismatches.setdefault(str(path.absolute()), {})[offset] = found_offset
-                if not self.verify_only:
-                    self.out(f"offset: {offset} position: {position}\n")
+            with self._segment_file(path, ".log") as log:
+                self._check_index(path, data, entries, base, log)
+
+    def _check_index(self, path: Path, data: memoryview, entries: int, base: int, log: memoryview) -> None:
+        entry = OffsetIndex.ENTRY
+        for i in range(entries):
+            relative, position = entry.unpack_from(data, i * entry.size)
+            if relative == 0 and i > 0:
+                break  # the preallocated, unwritten tail of an active segment's index
+            offset = base + relative
+            found = _batch_end_at(log, position)
+            found_offset = -1 if found is None else found[0]
+            if found_offset != offset:
+                self.index_mismatches.setdefault(str(path.absolute()), {})[offset] = found_offset
+            if not self.verify_only:
+                self.out(f"offset: {offset} position: {position}\n")
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _segment_file(path: Path, suffix: str) -> Iterator[memoryview]:
+        """The bytes of the segment's file with ``suffix`` beside an index (none when it is missing)."""
+        sibling = path.with_name(path.name.split(".")[0] + suffix)
+        if not sibling.exists():
+            yield memoryview(b"")
+            return
+        with _open(sibling) as data:
+            yield data
 
     def dump_time_index(self, path: Path) -> None:
         base = _base_offset(path)
@@ -501,31 +515,33 @@ class Dumper:
                 self._time_index_sanity(path, data, entries, base)
                 self.out(f"{path} passed sanity check.\n")
                 return
-            stem = path.name.split(".")[0]
-            log_path, index_path = path.with_name(stem + ".log"), path.with_name(stem + ".index")
-            log = log_path.read_bytes() if log_path.exists() else b""
-            offsets = index_path.read_bytes() if index_path.exists() else b""
-            key = str(path.absolute())
-            previous = _NO_TIMESTAMP
-            for i in range(entries):
-                timestamp, relative = entry.unpack_from(data, i * entry.size)
-                if relative == 0 and i > 0:
-                    break
-                offset = base + relative
-                found = self._batch_holding(log, self._index_position(offsets, base, offset), offset)
-                if found is None:
-                    self.time_not_found.setdefault(key, []).append((offset, -1))
-                elif found[0] != offset:
-                    self.time_not_found.setdefault(key, []).append((offset, found[0]))
-                else:
-                    max_timestamp = self._max_record_timestamp(log, found[1])
-                    if max_timestamp != timestamp:
-                        self.time_mismatches.setdefault(key, []).append((timestamp, max_timestamp))
-                    if previous >= timestamp:
-                        self.time_out_of_order.setdefault(key, []).append((timestamp, previous))
-                if not self.verify_only:
-                    self.out(f"timestamp: {timestamp} offset: {offset}\n")
-                previous = timestamp
+            with self._segment_file(path, ".log") as log, self._segment_file(path, ".index") as offsets:
+                self._check_time_index(path, data, entries, base, log, offsets)
+
+    def _check_time_index(self, path: Path, data: memoryview, entries: int, base: int, log: memoryview,
+                          offsets: memoryview) -> None:
+        entry = TimeIndex.ENTRY
+        key = str(path.absolute())
+        previous = _NO_TIMESTAMP
+        for i in range(entries):
+            timestamp, relative = entry.unpack_from(data, i * entry.size)
+            if relative == 0 and i > 0:
+                break
+            offset = base + relative
+            found = self._batch_holding(log, self._index_position(offsets, base, offset), offset)
+            if found is None:
+                self.time_not_found.setdefault(key, []).append((offset, -1))
+            elif found[0] != offset:
+                self.time_not_found.setdefault(key, []).append((offset, found[0]))
+            else:
+                max_timestamp = self._max_record_timestamp(log, found[1])
+                if max_timestamp != timestamp:
+                    self.time_mismatches.setdefault(key, []).append((timestamp, max_timestamp))
+                if previous >= timestamp:
+                    self.time_out_of_order.setdefault(key, []).append((timestamp, previous))
+            if not self.verify_only:
+                self.out(f"timestamp: {timestamp} offset: {offset}\n")
+            previous = timestamp
 
     @staticmethod
     def _time_index_sanity(path: Path, data: memoryview, entries: int, base: int) -> None:
@@ -545,7 +561,7 @@ class Dumper:
                             f"positive nor a multiple of {entry.size}.")
 
     @staticmethod
-    def _index_position(offsets: bytes, base: int, offset: int) -> int:
+    def _index_position(offsets: memoryview, base: int, offset: int) -> int:
         """Kafka's ``OffsetIndex.lookup``: the position of the last entry at or below ``offset`` (0 when none)."""
         entry = OffsetIndex.ENTRY
         position = 0
@@ -557,7 +573,7 @@ class Dumper:
         return position
 
     @staticmethod
-    def _batch_holding(log: bytes, position: int, offset: int) -> tuple[int, int] | None:
+    def _batch_holding(log: memoryview, position: int, offset: int) -> tuple[int, int] | None:
         """(last offset, position) of the first batch from ``position`` whose last offset reaches ``offset``."""
         while (found := _batch_end_at(log, position)) is not None:
             last, size = found
@@ -567,13 +583,13 @@ class Dumper:
         return None
 
     @staticmethod
-    def _max_record_timestamp(log: bytes, position: int) -> int:
+    def _max_record_timestamp(log: memoryview, position: int) -> int:
         from josef.protocol.records import decode_batch
 
         size = _batch_end_at(log, position)
         assert size is not None
         try:
-            records = decode_batch(log[position : position + size[1]], 0, "", -1, check_crc=False)
+            records = decode_batch(bytes(log[position : position + size[1]]), 0, "", -1, check_crc=False)
         except Exception:  # noqa: BLE001 - an unreadable batch has no timestamp to compare
             return _NO_TIMESTAMP
         return max((r.timestamp for r in records), default=_NO_TIMESTAMP)
