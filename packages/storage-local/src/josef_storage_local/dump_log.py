@@ -68,7 +68,7 @@ _NO_TIMESTAMP = -1
 ABORT, COMMIT, LEADER_CHANGE, SNAPSHOT_HEADER, SNAPSHOT_FOOTER, KRAFT_VERSION, KRAFT_VOTERS = range(7)
 
 #: A decoder of an internal topic's records (see the ``register_record_decoders`` hook).
-RecordDecoder = Callable[[bytes, "bytes | None"], "tuple[dict[str, Any], dict[str, Any] | None]"]
+RecordDecoder = Callable[[bytes, bytes | None], tuple[dict[str, Any], dict[str, Any] | None]]
 
 
 class DumpError(Exception):
