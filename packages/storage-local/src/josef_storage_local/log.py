@@ -232,6 +232,10 @@ class LocalLog:
                 tail = segment.load_tail()
                 if tail is not None:
                     return tail
+            if i >= first_unflushed:
+                logger.info("%s: recovering unflushed segment %d", self.tp, segment.base_offset)
+            else:
+                logger.info("%s: rebuilding the indexes of segment %d", self.tp, segment.base_offset)
             end_offset, truncated = segment.recover(self.config.index_interval_bytes, self._epochs)
             if truncated and not is_last:
                 self._delete_segments(self._segments[i + 1 :])
