@@ -19,9 +19,15 @@ the recovery point never reached the checkpoint file between clean stops, so
 a crash recovered the whole log. It sets
 ``log.flush.offset.checkpoint.interval.ms`` to its maximum and skips the wait.
 
+SIGKILL leaves the written data in the page cache, so recovery reads memory.
+``--cold`` evicts the log's files from the page cache after the kill (sync,
+then ``posix_fadvise(DONTNEED)`` on each file of the data directory, nobody
+else's), as after a reboot: recovery then reads the disk.
+
     uv run python benchmarks/restart.py                                   # 10 GB flushed + 100 MB unflushed
     uv run python benchmarks/restart.py --flushed-gb 1 --unflushed-mb 50  # quick
     uv run python benchmarks/restart.py --flushed-gb 1 --before           # whole-log recovery, for comparison
+    uv run python benchmarks/restart.py --cold                            # recovery reads the disk
 
 The data directory (it needs about flushed + unflushed bytes of free disk)
 is removed at the end, whatever happens.
@@ -66,6 +72,18 @@ def set_segment_bytes(bootstrap: str, value: str) -> None:
         ConfigEntry("segment.bytes", value, incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+
+def evict(data_dir: Path) -> None:
+    """Drop the files under ``data_dir`` from the page cache (written back first, or the kernel keeps them)."""
+    os.sync()
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def produce_one(bootstrap: str) -> int:
@@ -129,6 +147,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert broker.proc is not None
         os.kill(broker.pid, signal.SIGKILL)
         broker.proc.wait(timeout=30)
+        if args.cold:
+            evict(data_dir)
         killed = time.perf_counter()
         broker.log.clear()
         broker.start()
@@ -158,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment-bytes", type=int, default=1073741824, help="log.segment.bytes (Kafka's default 1 GiB)")
     parser.add_argument("--checkpoint-ms", type=int, default=1000, help="log.flush.offset.checkpoint.interval.ms")
     parser.add_argument("--before", action="store_true", help="never checkpoint the recovery point (whole-log recovery)")
+    parser.add_argument("--cold", action="store_true", help="evict the log from the page cache after the kill")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each phase")
     parser.add_argument("--start-timeout", type=float, default=1800, help="seconds allowed for a broker start")
     parser.add_argument("--json", help="write the figures to this file")
