@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 import pytest
 from josef.testing import eventually
@@ -150,3 +152,29 @@ def test_truncation_defers_the_removal_of_the_segments_it_drops(started, clock):
     run_due_until(harness, lambda: not deleted_files(harness), "the removal of the .deleted files")
     assert harness.segment_file(bases[2], ".log").exists()
     assert harness.batches(log.read(bases[2], 1 << 20, log.log_end_offset))[0][0] == bases[2]
+
+
+def test_retention_racing_the_background_flush_loses_nothing_and_logs_no_failure(started, caplog):
+    harness = started
+    log = harness.open(attrs.evolve(harness.config, retention_bytes=20_000, file_delete_delay_ms=0))
+    stop = threading.Event()
+    deleted = []
+
+    def retention() -> None:
+        while not stop.is_set():
+            deleted.append(log.apply_retention(harness.clock()))
+
+    thread = threading.Thread(target=retention)
+    thread.start()
+    try:
+        for _ in range(3000):
+            harness.append(log)
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(deleted) > 10
+    bases = log.segment_base_offsets
+    eventually(lambda: log.recovery_point == bases[-1], timeout=30, what="the flush after the last roll")
+    eventually(lambda: not deleted_files(harness), timeout=10, what="the removal of the .deleted files")
+    assert not [r for r in caplog.records if r.name == "josef_storage_local.scheduler"]
+    assert harness.batches(log.read(bases[0], 1 << 20, log.log_end_offset))[0][0] == bases[0]
