@@ -680,7 +680,11 @@ class LocalLog:
 
     @_locked
     def flush_if_due(self, now_ms: int) -> None:
-        """Flush if flush.ms has passed since the last flush (Kafka's kafka-log-flusher task)."""
+        """Flush if flush.ms has passed since the last flush (Kafka's kafka-log-flusher task).
+
+        A full :meth:`flush`, under the lock: it writes the active segment,
+        which appends change; rolls have already flushed what lies below it.
+        """
         if not self.closed and now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
