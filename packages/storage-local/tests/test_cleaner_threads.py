@@ -120,8 +120,10 @@ def test_cleaner_threads_clean_the_dirtiest_logs_and_stop_at_close(tmp_path: Pat
         names = {t.name for t in threading.enumerate()}
         assert "kafka-log-cleaner-thread-2" in names  # a dynamic change restarts the threads
     finally:
+        threads = [t for t in threading.enumerate() if t.name.startswith("kafka-log-cleaner")
+                   and t in h.storage._cleaner._threads]
         h.storage.close()
-    assert not any(t.name.startswith("kafka-log-cleaner") for t in threading.enumerate())
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)
     h.crash()
 
 
