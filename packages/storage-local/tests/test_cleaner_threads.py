@@ -116,9 +116,11 @@ def test_cleaner_threads_clean_the_dirtiest_logs_and_stop_at_close(tmp_path: Pat
 
             eventually(cleaned, what="cleaning by the threads")
         assert plain.size_bytes == plain_size  # cleanup.policy=delete: never cleaned
+        h.storage.update_config(h.storage._config.with_dynamic({"log.cleaner.threads": 0}))
+        assert h.storage._cleaner._threads == []
         h.storage.update_config(h.storage._config.with_dynamic({"log.cleaner.threads": 3}))
         names = {t.name for t in threading.enumerate()}
-        assert "kafka-log-cleaner-thread-2" in names  # a dynamic change restarts the threads
+        assert "kafka-log-cleaner-thread-2" in names  # a dynamic change restarts the threads, even from none
     finally:
         threads = [t for t in threading.enumerate() if t.name.startswith("kafka-log-cleaner")
                    and t in h.storage._cleaner._threads]

@@ -73,10 +73,12 @@ class LogCleaner:
         self._in_progress: set[int] = set()  # id() of the logs being cleaned
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._started = False
         self._throttler = Throttler(config["log.cleaner.io.max.bytes.per.second"], self._stop)
 
     def start(self) -> None:
         count = self._config["log.cleaner.threads"]
+        self._started = True
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self._run, args=(n,), name=f"kafka-log-cleaner-thread-{n}", daemon=True)
@@ -91,6 +93,7 @@ class LogCleaner:
         for thread in self._threads:
             thread.join()
         self._threads = []
+        self._started = False
 
     def update_config(self, config: Config) -> None:
         """Apply dynamic ``log.cleaner.*`` changes: the throttle at once, thread count and buffers by restarting the threads."""
@@ -98,7 +101,7 @@ class LogCleaner:
         self._throttler.bytes_per_second = config["log.cleaner.io.max.bytes.per.second"]
         keys = ("log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
                 "log.cleaner.io.buffer.load.factor")
-        if self._threads and any(old[key] != config[key] for key in keys):
+        if self._started and any(old[key] != config[key] for key in keys):
             self.stop()
             self.start()
 
