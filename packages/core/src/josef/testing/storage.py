@@ -47,6 +47,7 @@ from josef.producer_state import BatchMetadata, ProducerEntry
 from josef.protocol.records import (
     TRANSACTIONAL_BIT,
     AppendInfo,
+    ConsumerRecord,
     build_batch,
     build_marker,
     describe_batches,
@@ -123,7 +124,7 @@ def _keyed(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     return [(r.offset, r.key, r.value) for r in _decoded(data, control=False)]
 
 
-def _decoded(data: bytes, control: bool = True) -> list:
+def _decoded(data: bytes, control: bool = True) -> list[ConsumerRecord]:
     batches(data)  # whole batches only
     return [
         record
@@ -310,7 +311,8 @@ class LogStorageContract:
         log = subject.open()
         assert isinstance(log, Log)
         assert (log.tp, log.config, log.log_start_offset, log.log_end_offset, log.size_bytes) == (TP, SMALL, 0, 0, 0)
-        assert subject.storage.open(TP, SMALL) is log
+        append_batch(log)
+        assert subject.storage.open(TP, SMALL).log_end_offset == 1  # opening an open log gives that log
 
     def test_appended_batches_read_back_byte_for_byte(self, subject):
         log = subject.open()
@@ -351,7 +353,8 @@ class LogStorageContract:
 
     def test_read_stops_at_max_bytes_and_max_offset_on_whole_batches(self, subject):
         log = subject.open(LogConfig())
-        size = [append_batch(log, count=2) for _ in range(10)][0].batches[0].size
+        infos = [append_batch(log, count=2) for _ in range(10)]
+        size = infos[0].batches[0].size
         assert batches(log.read(0, size * 3 + size // 2, 20)) == [(0, 1), (2, 3), (4, 5)]
         # max_offset (the high watermark) is exclusive.
         assert batches(log.read(0, 1 << 20, 6)) == [(0, 1), (2, 3), (4, 5)]
@@ -399,7 +402,8 @@ class LogStorageContract:
     def test_segments_roll_when_the_next_batch_does_not_fit_segment_bytes(self, subject):
         log = subject.open()
         rolls = _rolls(log)
-        size = [append_batch(log) for _ in range(60)][0].batches[0].size
+        infos = [append_batch(log) for _ in range(60)]
+        size = infos[0].batches[0].size
         per_segment = SMALL.segment_bytes // size
         assert rolls == list(range(per_segment, 60, per_segment))
         assert batches(_whole(log)) == [(o, o) for o in range(60)]
@@ -419,7 +423,8 @@ class LogStorageContract:
     def test_update_config_applies_from_the_next_append(self, subject):
         log = subject.open(LogConfig())
         rolls = _rolls(log)
-        size = [append_batch(log) for _ in range(10)][0].batches[0].size
+        infos = [append_batch(log) for _ in range(10)]
+        size = infos[0].batches[0].size
         assert rolls == []
         log.update_config(attrs.evolve(SMALL, segment_bytes=size * 3))
         for _ in range(4):
@@ -570,7 +575,8 @@ class LogStorageContract:
     def test_retention_by_bytes_keeps_the_newest_segments_within_the_limit(self, subject):
         log = subject.open()
         rolls = _rolls(log)
-        size = [append_batch(log) for _ in range(60)][0].batches[0].size
+        infos = [append_batch(log) for _ in range(60)]
+        size = infos[0].batches[0].size
         log.update_config(attrs.evolve(SMALL, retention_bytes=size * 25))
         assert log.apply_retention(subject.clock.now) > 0
         # Whole segments from the oldest go while what stays is still at least retention.bytes.
@@ -599,12 +605,15 @@ class LogStorageContract:
         assert (log.log_start_offset, log.log_end_offset) == (target, 60)
         assert batches(_whole(log))[0] == (target, target)
 
-    def test_a_compacted_log_is_not_deleted_by_time_or_size(self, subject):
+    def test_a_compacted_log_is_not_deleted_by_time_or_size_unless_its_policy_also_says_delete(self, subject):
         log = subject.open(attrs.evolve(COMPACT, retention_ms=1, retention_bytes=1))
         for i in range(60):
             append_records(log, [(b"k%d" % i, b"v", 1000)])
         assert log.apply_retention(subject.clock.now) == 0
         assert log.log_start_offset == 0
+        log.update_config(attrs.evolve(log.config, cleanup_policy=("compact", "delete")))
+        assert log.apply_retention(subject.clock.now) > 0
+        assert 0 < log.log_start_offset < 60
 
     # Producer snapshots ------------------------------------------------------------------------
 
@@ -637,11 +646,16 @@ class LogStorageContract:
         for _ in range(60):
             append_batch(log)
         latest = log.latest_producer_snapshot().offset
-        log.truncate_to(latest - 1)
+        log.truncate_to(latest - 5)
         snapshot = log.latest_producer_snapshot()
-        assert snapshot is None or snapshot.offset <= latest - 1
+        assert snapshot is None or snapshot.offset <= latest - 5
         if snapshot is not None:
             assert snapshot.producers == _state_at(snapshot.offset)
+        # One batch reaching past the old snapshot's offset: a snapshot of the truncated batches must not come back.
+        log.attach_producer_state(lambda: ())
+        append_batch(log, count=10)
+        snapshot = log.latest_producer_snapshot()
+        assert snapshot is None or snapshot.offset < latest or snapshot.producers == ()
         log.delete_records_before(log.log_end_offset)
         snapshot = log.latest_producer_snapshot()
         assert snapshot is None or snapshot.offset >= log.log_start_offset
@@ -816,9 +830,8 @@ class LogStorageContract:
         while (log.log_end_offset + 1) * size <= SMALL.segment_bytes:
             append_batch(log)
         before = self._state(log)
-        with subject.harness.failing_disk(errno.ENOSPC):
-            with pytest.raises(LogDirError):
-                append_batch(log)  # does not fit: needs a new segment
+        with subject.harness.failing_disk(errno.ENOSPC), pytest.raises(LogDirError):
+            append_batch(log)  # does not fit: needs a new segment
         assert self._state(log) == before
         assert append_batch(log).first_offset == before[1]
         assert set(rolls) == {before[1]}  # one roll, at the log end (a failed one may have called the source too)
@@ -840,9 +853,8 @@ class LogStorageContract:
         log = subject.open()
         infos = [append_batch(log) for _ in range(25)]
         log.flush()
-        with subject.harness.failing_disk(errno.EIO):
-            with pytest.raises(LogDirError):
-                append_batch(log)
+        with subject.harness.failing_disk(errno.EIO), pytest.raises(LogDirError):
+            append_batch(log)
         infos.append(append_batch(log))
         log.flush()
         log = subject.recover()
@@ -989,6 +1001,14 @@ class LogStorageContract:
         assert [r for r in kept if r[0] >= lso[0]] == [r for r in written if r[0] >= lso[0]]
         assert kept == sorted(set(kept) | set(_latest_per_key(written, lso[0])))
 
+    def test_records_younger_than_min_compaction_lag_ms_are_not_cleaned(self, subject):
+        log, written, rolls = self._compacted(subject)
+        log.update_config(attrs.evolve(COMPACT, min_compaction_lag_ms=60_000))
+        log.clean(subject.clock.now + 30_000)
+        assert _keyed(_whole(log)) == written
+        log.clean(subject.clock.now + 60_001)
+        assert _keyed(_whole(log)) == _latest_per_key(written, rolls[-1])
+
     def test_tombstones_stay_for_delete_retention_ms_then_go(self, subject):
         log, written, rolls = self._compacted(subject, tombstones=(2, 5))
         log.clean(subject.clock.now)
@@ -1006,12 +1026,12 @@ class LogStorageContract:
     def test_reads_during_cleaning_see_a_valid_offset_ordered_log(self, subject):
         log, written, rolls = self._compacted(subject, keys=50, rounds=30)
         by_offset = {offset: (key, value) for offset, key, value in written}
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
         def clean() -> None:
             try:
                 log.clean(subject.clock.now)
-            except BaseException as exc:  # reported by the test's thread
+            except Exception as exc:  # noqa: BLE001 - reported by the test's thread
                 errors.append(exc)
 
         cleaner = threading.Thread(target=clean)
