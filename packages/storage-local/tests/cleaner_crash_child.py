@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cleaning import append_keyed  # noqa: E402
-from conftest import Clock, Harness  # noqa: E402
+from conftest import Harness  # noqa: E402
+from josef.testing import ManualClock  # noqa: E402
 
 from josef.log import LogConfig  # noqa: E402
 from josef_storage_local.log import LocalLog  # noqa: E402
@@ -27,7 +28,7 @@ from josef_storage_local.log import LocalLog  # noqa: E402
 CONFIG = LogConfig(segment_bytes=8 * 1024, index_interval_bytes=512, cleanup_policy=("compact",), retention_ms=-1)
 
 
-def fill(log: LocalLog, clock: Clock, batches: int, keys: int, tag: bytes, latest: dict[str, str]) -> None:
+def fill(log: LocalLog, clock: ManualClock, batches: int, keys: int, tag: bytes, latest: dict[str, str]) -> None:
     n = 0
     for _ in range(batches):
         records = []
@@ -43,7 +44,7 @@ def fill(log: LocalLog, clock: Clock, batches: int, keys: int, tag: bytes, lates
 
 
 def main(root: Path, step: str) -> None:
-    clock = Clock()
+    clock = ManualClock()
     harness = Harness(root / "logs", clock)
     log = harness.open(CONFIG)
     log.attach_last_stable_offset(lambda: log.log_end_offset)

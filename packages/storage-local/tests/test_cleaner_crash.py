@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from cleaner_crash_child import CONFIG
 from cleaning import read_all
+from conftest import Harness
 
-from conftest import Clock, Harness
+from josef.testing import ManualClock
 
 CHILD = Path(__file__).with_name("cleaner_crash_child.py")
 #: The first swap of the child's second pass renames 32 files: 4 ``.cleaned`` to ``.swap``, 6 old segments
@@ -31,7 +32,7 @@ def test_kill_during_a_segment_swap_recovers_a_consistent_log(tmp_path: Path, st
     interrupted = [p.name for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))]
     assert bool(interrupted) == (step != "after-swap")  # the kill came in the middle of the swap
 
-    harness = Harness(tmp_path / "logs", Clock())
+    harness = Harness(tmp_path / "logs", ManualClock())
     log = harness.open(CONFIG)
     try:
         leftovers = [p.name for p in harness.path().iterdir() if p.name.endswith((".cleaned", ".swap"))]
