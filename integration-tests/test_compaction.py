@@ -14,10 +14,11 @@ import re
 import threading
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from josef.protocol.api_keys import ApiKey
+from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
 
 KEYS = 1000
@@ -158,3 +159,28 @@ def test_consumer_offsets_stay_bounded_and_reload_fast(broker_factory):
     client.close()
     assert offsets == {p: requests - 1 for p in range(commits_per_request)}
     print(f"wrote {written} commits; restart loaded {loaded} records in {seconds}s")
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker):
+    create_topic(broker, "keyed", **{"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
+    results = []
+    for key in (b"k", None):
+        producer.produce("keyed", key=key, value=b"v", partition=0, on_delivery=lambda err, msg: results.append(err))
+        producer.flush(30)
+    assert results[0] is None
+    assert results[1].code() == KafkaError.INVALID_RECORD and not results[1].retriable(), results[1]
+
+    # KIP-467: the response names each refused record by its index in the batch.
+    client = RawClient(broker.port)
+    records = build_batch([(b"a", b"1", 0), (None, b"2", 0), (b"c", b"3", 0), (None, None, 0)])
+    response = client.call(ApiKey.PRODUCE, 11, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                                "topic_data": [{"name": "keyed", "partition_data": [
+                                                    {"index": 0, "records": records}]}]})
+    client.close()
+    result = response.responses[0].partition_responses[0]
+    why = "Compacted topic cannot accept message without key in topic partition keyed-0."
+    assert result.error_code == KafkaError.INVALID_RECORD
+    assert [(e.batch_index, e.batch_index_error_message) for e in result.record_errors] == [(1, why), (3, why)]
+    assert result.error_message.startswith("One or more records have been rejected due to 2 record errors")
+    assert read_all(broker, "keyed") == [(0, b"k", b"v")]

@@ -27,9 +27,11 @@ from josef.log import AbortedTxn, Log, LogConfig
 from josef.metadata.image import RECOVERING, PartitionImage
 from josef.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
+from josef.protocol.record_scan import records_without_key
 from josef.protocol.records import (
     AppendInfo,
     ProducerBatch,
+    RecordErrors,
     build_marker,
     describe_batches,
     iter_batches,
@@ -314,6 +316,8 @@ class Partition:
         buf = bytearray(records) if codec == "producer" else recompress(records, Compression.from_name(codec))
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
+        if self.log.config.compact:
+            self._check_keys(buf)
         plan = self._check_producers(info, origin)
         if verification is not None and plan is not None and plan.duplicate is None:
             if any(self._verifying.get(b.producer_id) is not verification for b in info.producer_ids):
@@ -330,6 +334,17 @@ class Partition:
             self._index_aborted(plan.completed)
         self._maybe_advance_high_watermark()
         return info, append_time if append_time is not None else -1
+
+    def _check_keys(self, buf: bytearray) -> None:
+        """A compacted topic keeps the latest record per key, so it refuses records without one (Kafka's LogValidator).
+
+        The whole request is refused, naming each keyless record: the one
+        place a produce looks at every record, and only for compacted topics.
+        """
+        keyless = records_without_key(buf)
+        if keyless:
+            why = f"Compacted topic cannot accept message without key in topic partition {self.tp}."
+            raise RecordErrors([(index, why) for index in keyless])
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendInfo:
         """Write a transaction marker as leader (WriteTxnMarkers): ends ``producer_id``'s transaction here.

@@ -15,7 +15,7 @@ length below 8 KiB) are decoded inline, longer ones by a loop.
 from __future__ import annotations
 
 from josef.protocol.codecs import decompress
-from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, _varint
+from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, _varint, iter_batches
 
 #: Fields of one scanned record.
 OFFSET_DELTA, TIMESTAMP_DELTA, KEY, TOMBSTONE, START, END = range(6)
@@ -161,6 +161,16 @@ def scan_keys(body: bytes, start: int, end: int, count: int) -> list[tuple[int, 
     if p != end:
         raise CorruptRecordError(f"{count} records end at byte {p}, not at the batch's end {end}")
     return out
+
+
+def records_without_key(buf: bytes | bytearray | memoryview) -> list[int]:
+    """Indexes, within their batch, of the records of ``buf``'s data batches that have no key: what a compacted topic refuses."""
+    found: list[int] = []
+    for pos, header in iter_batches(buf):
+        if not header.is_control:
+            keys = scan_keys(*batch_body(buf, pos))
+            found.extend(index for index, (_, key) in enumerate(keys) if key is None)
+    return found
 
 
 def _rest(buf: bytes, pos: int, result: int) -> tuple[int, int]:

@@ -53,6 +53,21 @@ class InvalidRecordError(ValueError):
     """A batch is well-formed but not acceptable here (INVALID_RECORD)."""
 
 
+class RecordErrors(InvalidRecordError):
+    """Some records of a batch are not acceptable here (INVALID_RECORD with KIP-467's per-record errors).
+
+    ``errors`` holds ``(index of the record in its batch, why)``, which the
+    produce response lists, so a client can fail just those records. The
+    message is Kafka's (``LogValidator.processRecordErrors``).
+    """
+
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        self.errors = errors
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{why}')" for index, why in errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                         f"and only showing the first three errors at most: [{shown}]")
+
+
 @attrs.frozen
 class BatchHeader:
     base_offset: int

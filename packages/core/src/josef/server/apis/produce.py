@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.partition import Partition, PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
-from josef.protocol.records import HEADER_SIZE, BatchHeader
+from josef.protocol.records import HEADER_SIZE, BatchHeader, RecordErrors
 from josef.txn_verification import Verdict, verify
 from josef.server.dispatch import Later, RequestContext
 
@@ -56,6 +56,9 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later |
                 log.debug("produce to %s-%s failed: %s", name, data.index, message)
                 result["error_code"], result["error_message"] = code, message
                 result["current_leader"] = current_leader(ctx, name, data.index, code)
+                if isinstance(exc, RecordErrors):
+                    result["record_errors"] = [{"batch_index": index, "batch_index_error_message": why}
+                                               for index, why in exc.errors]
                 continue
             replicas.appended(partition.tp)
             result["base_offset"] = info.first_offset
