@@ -229,8 +229,11 @@ class Log(Protocol):
         offset: the broker updates its state only after :meth:`append`
         returns) and in :meth:`close`, and stores the entries as a snapshot at
         that offset. Called on the thread that calls :meth:`append` and
-        :meth:`close`. A log without a source (the metadata log) writes no
-        snapshots.
+        :meth:`close`, and by cleaner threads, which keep the last batch of
+        every producer it names: ``source()`` must be safe to call from
+        another thread (a copy of the state, taken without yielding, as
+        :meth:`josef.producer_state.ProducerStateManager.snapshot` is). A log
+        without a source (the metadata log) writes no snapshots.
         """
 
     def latest_producer_snapshot(self) -> ProducerSnapshot | None:
