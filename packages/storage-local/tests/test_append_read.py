@@ -8,7 +8,7 @@ import struct
 
 import attrs
 import pytest
-from josef.log import LogConfig, OffsetOutOfRangeError
+from josef.log import LogConfig
 from josef.protocol.records import build_batch, iter_batches, validate_and_assign
 from josef_storage_local.segment import file_name
 
@@ -163,19 +163,6 @@ def test_read_crossing_a_segment_end_returns_that_segment_then_the_next_read_con
     first_part = harness.batches(log.read(second - 2, 1 << 20, log.log_end_offset))
     assert first_part == [(second - 2, second - 2), (second - 1, second - 1)]
     assert harness.batches(log.read(second, 1 << 20, log.log_end_offset))[0] == (second, second)
-
-
-def test_read_outside_the_log_raises_and_at_the_end_is_empty(harness):
-    log = harness.open()
-    for _ in range(3):
-        harness.append(log)
-    assert log.read(3, 1 << 20, 3) == b""
-    with pytest.raises(OffsetOutOfRangeError):
-        log.read(4, 1 << 20, 10)
-    log.delete_records_before(2)
-    with pytest.raises(OffsetOutOfRangeError):
-        log.read(1, 1 << 20, 3)
-    assert harness.batches(log.read(2, 1 << 20, 3)) == [(2, 2)]
 
 
 def test_append_must_start_at_the_log_end(harness):

@@ -15,7 +15,7 @@ length below 8 KiB) are decoded inline, longer ones by a loop.
 from __future__ import annotations
 
 from josef.protocol.codecs import decompress
-from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, _varint, iter_batches
+from josef.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, _uvarint_rest, _varint, iter_batches
 
 #: Fields of one scanned record.
 OFFSET_DELTA, TIMESTAMP_DELTA, KEY, TOMBSTONE, START, END = range(6)
@@ -64,7 +64,7 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             record_end = p + ((b >> 1) ^ -(b & 1))
             b = body[p + 1]  # timestamp delta, after the attributes byte
             p += 2
@@ -73,7 +73,7 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             timestamp_delta = (b >> 1) ^ -(b & 1)
             b = body[p]  # offset delta
             p += 1
@@ -82,7 +82,7 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             offset_delta = (b >> 1) ^ -(b & 1)
             b = body[p]  # key length
             p += 1
@@ -91,7 +91,7 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             if b & 1:
                 key = None
             else:
@@ -101,7 +101,7 @@ def scan_records(body: bytes, start: int, end: int, count: int) -> list[ScannedR
             b = body[p]  # value length: only whether it is -1 (null), encoded 0x01 or padded (0x81 0x00)
             if b > 0x7F:
                 c = body[p + 1]
-                b = _rest(body, p + 2, (b & 0x7F) | ((c & 0x7F) << 7))[0] if c > 0x7F else (b & 0x7F) | (c << 7)
+                b = _uvarint_rest(body, p + 2, (b & 0x7F) | ((c & 0x7F) << 7))[0] if c > 0x7F else (b & 0x7F) | (c << 7)
             append((offset_delta, timestamp_delta, key, b == 1, record_start, record_end))
             p = record_end
     except IndexError:
@@ -129,7 +129,7 @@ def scan_keys(body: bytes, start: int, end: int, count: int) -> list[tuple[int, 
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             record_end = p + ((b >> 1) ^ -(b & 1))
             p += 1  # attributes
             while body[p] > 0x7F:  # timestamp delta, skipped
@@ -141,7 +141,7 @@ def scan_keys(body: bytes, start: int, end: int, count: int) -> list[tuple[int, 
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             offset_delta = (b >> 1) ^ -(b & 1)
             b = body[p]  # key length
             p += 1
@@ -150,7 +150,7 @@ def scan_keys(body: bytes, start: int, end: int, count: int) -> list[tuple[int, 
                 p += 1
                 b = (b & 0x7F) | ((c & 0x7F) << 7)
                 if c > 0x7F:
-                    b, p = _rest(body, p, b)
+                    b, p = _uvarint_rest(body, p, b)
             if b & 1:
                 append((offset_delta, None))
             else:
@@ -171,20 +171,6 @@ def records_without_key(buf: bytes | bytearray | memoryview) -> list[int]:
             keys = scan_keys(*batch_body(buf, pos))
             found.extend(index for index, (_, key) in enumerate(keys) if key is None)
     return found
-
-
-def _rest(buf: bytes, pos: int, result: int) -> tuple[int, int]:
-    """A varint longer than two bytes: ``result`` holds its first 14 bits, ``pos`` is at its third byte."""
-    shift = 14
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint longer than 10 bytes")
 
 
 def with_timestamp_delta(body: bytes, start: int, end: int, timestamp_delta: int) -> bytes:
