@@ -38,7 +38,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _locked(method: F) -> F:
+def _serialised(method: F) -> F:
     """Serialise a public method with the others: the broker runs retention and
     flushes in worker threads while appends and reads happen on its event loop."""
 
@@ -46,6 +46,23 @@ def _locked(method: F) -> F:
     def wrapper(self: LocalLog, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _locked(method: F) -> F:
+    """:func:`_serialised`, under the offline rule of :class:`josef.log.LogStorage`: a log whose
+    directory is offline fails at once, and a disk error takes the directory offline."""
+
+    @functools.wraps(method)
+    def wrapper(self: LocalLog, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self._log_dir.check_online()
+            try:
+                return method(self, *args, **kwargs)
+            except LogDirError as exc:
+                self._log_dir.fail(exc)
+                raise
 
     return wrapper  # type: ignore[return-value]
 
@@ -634,9 +651,13 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "flushing the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def close(self) -> None:
+        """Close cleanly; in an offline directory only release the files, since the disk may not be touched."""
         if self.closed:
+            return
+        if self._log_dir.error is not None:
+            self.release()
             return
         self._close_files()
         self.closed = True
@@ -652,7 +673,7 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "closing the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def relocate(self, finish: Callable[[], tuple[Path, LogDir]]) -> None:
         """Close the files, let ``finish`` complete the copy and return the new place, then reopen there.
 
@@ -674,7 +695,7 @@ class LocalLog:
             except OSError as exc:
                 raise dir_error(exc, "reopening the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def release(self) -> None:
         """Close the files without flushing or trimming anything: the log is about to be deleted (or, in tests, to "crash")."""
         if not self.closed:

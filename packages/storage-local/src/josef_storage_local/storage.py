@@ -21,9 +21,14 @@ from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fs
 class LocalLogStorage:
     """Logs in Kafka's on-disk layout, one directory per partition, in the directories of ``log.dirs``.
 
-    New logs go to the first directory; existing ones are found in any.
+    New logs go to the online directory holding the fewest partitions
+    (Kafka's ``LogManager.nextLogDirs``); existing ones are found in any.
     Open logs are cached. A log is recovered when it is first opened after
     an unclean shutdown (the directory had no ``.kafka_cleanshutdown``).
+
+    A disk error in a directory takes that directory offline until the next
+    start (:class:`josef_storage_local.logdir.LogDir`): its logs fail fast,
+    it gets no new logs, and the other directories carry on.
     """
 
     def __init__(self, config: Config, *, clock: Clock = wall_clock_ms) -> None:
@@ -61,11 +66,32 @@ class LocalLogStorage:
         return [log_dir.path for log_dir in self._dirs]
 
     def _dir_of(self, tp: TopicPartition) -> LogDir:
-        """Where ``tp``'s log is, or goes when it has none yet (the first directory)."""
-        return self._holding(tp) or self._dirs[0]
+        """Where ``tp``'s log is, or goes when it has none yet (:meth:`_place`)."""
+        return self._holding(tp) or self._place()
+
+    def _place(self) -> LogDir:
+        """The directory for a new log: the online one with the fewest partitions, the first of those on a tie.
+
+        Kafka's ``LogManager.nextLogDirs``: counting partitions rather than
+        bytes spreads logs that are all still empty when they are created.
+        """
+        online = [log_dir for log_dir in self._dirs if log_dir.error is None]
+        if not online:
+            raise LogDirError(f"every log directory is offline: {[str(p) for p in self.dirs]}")
+        counts = {log_dir.path: len(log_dir.stored()) for log_dir in online}
+        return min(online, key=lambda log_dir: counts[log_dir.path])
 
     def _holding(self, tp: TopicPartition) -> LogDir | None:
         return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+
+    def _failed(self, log_dir: LogDir, exc: OSError, action: str, path: Path) -> LogDirError:
+        """The :class:`LogDirError` for a disk error in ``log_dir``, which it takes offline."""
+        error = dir_error(exc, action, path)
+        log_dir.fail(error)
+        return error
+
+    def offline_dirs(self) -> list[str]:
+        return [str(log_dir.path) for log_dir in self._dirs if log_dir.error is not None]
 
     def _stored_in(self, tp: TopicPartition) -> LogDir:
         """The directory holding ``tp``'s log; KeyError (the contract's) when there is none."""
@@ -77,6 +103,9 @@ class LocalLogStorage:
     def log_dirs(self) -> list[LogDirInfo]:
         infos = []
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                infos.append(LogDirInfo(str(log_dir.path), error=str(log_dir.error)))
+                continue
             try:
                 usage = shutil.disk_usage(log_dir.path)
             except OSError as exc:
@@ -93,10 +122,12 @@ class LocalLogStorage:
         target = next((d for d in self._dirs if d.path == Path(os.path.abspath(log_dir))), None)
         if target is None:
             raise LogDirNotFoundError(f"{log_dir} is not one of the log directories {[str(p) for p in self.dirs]}")
+        target.check_online()
         with self._move_lock:
             source = self._stored_in(tp)
             if source is target:
                 return
+            source.check_online()
             with self._lock:
                 log = self._logs.get(tp)
             current, final = source.path / str(tp), target.path / str(tp)
@@ -149,14 +180,19 @@ class LocalLogStorage:
                 log.update_config(config)
                 return log
             log_dir = self._dir_of(tp)
-            log = LocalLog(
-                tp,
-                log_dir.path / str(tp),
-                config,
-                log_dir,
-                recover=log_dir.needs_recovery(tp),
-                clock=self._clock,
-            )
+            log_dir.check_online()
+            try:
+                log = LocalLog(
+                    tp,
+                    log_dir.path / str(tp),
+                    config,
+                    log_dir,
+                    recover=log_dir.needs_recovery(tp),
+                    clock=self._clock,
+                )
+            except LogDirError as exc:
+                log_dir.fail(exc)
+                raise
             log_dir.recovered(tp)
             self._logs[tp] = log
             return log
@@ -168,7 +204,8 @@ class LocalLogStorage:
         self._config = config
 
     def stored(self) -> list[TopicPartition]:
-        return sorted({tp for log_dir in self._dirs for tp in log_dir.stored()})
+        """Partitions with a log in an online directory: an offline one is not read again (Kafka lists live dirs only)."""
+        return sorted({tp for log_dir in self._dirs if log_dir.error is None for tp in log_dir.stored()})
 
     def delete(self, tp: TopicPartition) -> None:
         """Close the log and remove its directory: renamed to ``topic-partition.<uuid>-delete`` first, as Kafka does.
@@ -181,9 +218,13 @@ class LocalLogStorage:
             log = self._logs.pop(tp, None)
         if log is not None:
             log.release()
-        log_dir = self._dir_of(tp)
+        log_dir = self._holding(tp)
+        if log_dir is None:
+            return
         path = log_dir.path / str(tp)
         log_dir.forget(tp)
+        if log_dir.error is not None:
+            return  # the disk is not touched again; the next start finds the log stray and deletes it
         try:
             log_dir.checkpoint()
             if path.exists():
@@ -192,7 +233,7 @@ class LocalLogStorage:
                 fsync_dir(log_dir.path)
                 shutil.rmtree(doomed)
         except OSError as exc:
-            raise dir_error(exc, "deleting", path) from exc
+            raise self._failed(log_dir, exc, "deleting", path) from exc
 
     @staticmethod
     def _abandon(tp: TopicPartition, target: LogDir, future: Path) -> None:
@@ -213,11 +254,16 @@ class LocalLogStorage:
             holder = self._holding(tp)
             if holder is not None:
                 by_dir[holder.path][tp] = offset
+        failure = None
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             try:
                 log_dir.write_high_watermarks(by_dir[log_dir.path])
             except OSError as exc:
-                raise dir_error(exc, "checkpointing high watermarks in", log_dir.path) from exc
+                failure = self._failed(log_dir, exc, "checkpointing high watermarks in", log_dir.path)
+        if failure is not None:
+            raise failure
 
     def clean_shutdown_epoch(self) -> int:
         epochs = {log_dir.clean_shutdown_epoch for log_dir in self._dirs}
@@ -231,6 +277,8 @@ class LocalLogStorage:
         for log in logs:
             log.close()
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue  # no marker: its logs are recovered at the next start
             try:
                 log_dir.checkpoint()
                 log_dir.mark_clean_shutdown(broker_epoch)
