@@ -40,6 +40,20 @@ def log_dirs(config: Config) -> list[Path]:
     return [Path(d) for d in (config["log.dirs"] or [config["log.dir"]])]
 
 
+def directory_ids(config: Config) -> dict[str, str]:
+    """The ``directory.id`` of each formatted log directory, by absolute path (as storages report paths).
+
+    What a broker names its directories by to the controller (KIP-858):
+    BrokerRegistration's ``log_dirs``, BrokerHeartbeat's ``offline_log_dirs``.
+    """
+    found = {}
+    for directory in log_dirs(config):
+        props = read(directory)
+        if props is not None and props.directory_id:
+            found[os.path.abspath(directory)] = props.directory_id
+    return found
+
+
 def read(directory: Path) -> MetaProperties | None:
     path = directory / FILE_NAME
     if not path.exists():

@@ -14,11 +14,19 @@ catches up), and the high-watermark checkpoint every
 ``replica.high.watermark.checkpoint.interval.ms``. It keeps the replication
 throttles (:mod:`josef.replication_quota`) in step with the broker's rates
 and the topics' throttled replicas.
+
+When a log directory fails (:meth:`josef.log.LogStorage.offline_dirs`,
+Kafka's LogDirFailureHandler) its partitions go offline here: they stop
+fetching and are never followed again (their logs answer KAFKA_STORAGE_ERROR),
+and the broker's next heartbeat tells the controller, which moves their
+leadership away. With every log directory, or the metadata log's, gone the
+broker stops, as Kafka's does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -27,6 +35,7 @@ import anyio.abc
 import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
+from josef import meta_properties
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
@@ -46,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: Partitions that live in log storage but are not topics (a quorum's own log).
 INTERNAL_LOGS = frozenset({"__cluster_metadata"})
+#: How often the storage is asked whether a log directory failed (a cheap, in-memory question).
+LOG_DIR_CHECK_INTERVAL_S = 0.1
 
 
 class ReplicaManager:
@@ -65,6 +76,9 @@ class ReplicaManager:
                                         self.appended, broker.inter_broker_listener, self.follower_quota)
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        #: Log directories known to have failed, and the hosted partitions whose logs were in them.
+        self.offline_dirs: frozenset[str] = frozenset()
+        self.offline: set[TopicPartition] = set()
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -126,7 +140,9 @@ class ReplicaManager:
                 new_term = True
             else:
                 new_term = partition.update_state(state)
-            if partition.is_leader:
+            if tp in self.offline:
+                pass  # its log cannot be written: it neither follows nor reports ISR changes
+            elif partition.is_leader:
                 self.fetchers.stop_following(tp)
                 if partition.recovering:  # elected uncleanly: our log is the partition's now, say so (KIP-704)
                     self._propose_isr(partition, partition.isr)
@@ -164,6 +180,7 @@ class ReplicaManager:
 
     def _remove(self, tp: TopicPartition) -> None:
         self.fetchers.stop_following(tp)
+        self.offline.discard(tp)
         if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
             self.storage.delete(tp)
             self.purgatory.notify(tp)
@@ -272,6 +289,7 @@ class ReplicaManager:
             tg.start_soon(self.run_isr_shrinking)
             tg.start_soon(self.run_high_watermark_checkpoints)
             tg.start_soon(self.run_housekeeping)
+            tg.start_soon(self.run_log_dir_checks)
             task_status.started()
 
     async def run_high_watermark_checkpoints(self) -> None:
@@ -287,6 +305,31 @@ class ReplicaManager:
             log.error("checkpointing high watermarks failed: %s", exc)
 
     # Log directories ----------------------------------------------------------
+
+    async def run_log_dir_checks(self) -> None:
+        while True:
+            self.check_log_dirs()
+            await anyio.sleep(LOG_DIR_CHECK_INTERVAL_S)
+
+    def check_log_dirs(self) -> None:
+        """Take the partitions of newly failed log directories offline, tell the controller, or stop the broker."""
+        failed = frozenset(self.storage.offline_dirs())
+        if failed == self.offline_dirs:
+            return
+        self.offline_dirs = failed
+        for tp, partition in self.partitions.items():
+            if tp not in self.offline and str(partition.log.dir.parent) in failed:
+                log.error("partition %s is offline: its log directory %s failed", tp, partition.log.dir.parent)
+                self.offline.add(tp)
+                self.fetchers.stop_following(tp)
+                self.purgatory.notify(tp)
+        configured = [os.path.abspath(d) for d in meta_properties.log_dirs(self.config)]
+        if set(configured) <= failed or configured[0] in failed:
+            log.critical("stopping broker %d: %s failed", self.broker_id,
+                         "every log directory" if set(configured) <= failed else "the metadata log directory")
+            self.broker.request_stop()
+        else:
+            self.broker.lifecycle.report_offline_dirs()
 
     async def move_log(self, partition: Partition, log_dir: str) -> None:
         """Move a hosted partition's log into ``log_dir`` (AlterReplicaLogDirs), copying in a worker thread.
@@ -310,7 +353,9 @@ class ReplicaManager:
     async def apply_retention(self) -> int:
         now = int(time.time() * 1000)
         deleted = 0
-        for partition in list(self.partitions.values()):
+        for tp, partition in list(self.partitions.items()):
+            if tp in self.offline:
+                continue
             try:
                 deleted += await anyio.to_thread.run_sync(partition.log.apply_retention, now)
             except LogDirError as exc:

@@ -17,6 +17,9 @@ from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
 from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
 
+#: The KRaft metadata log's topic.
+METADATA_TOPIC = "__cluster_metadata"
+
 
 class LocalLogStorage:
     """Logs in Kafka's on-disk layout, one directory per partition, in the directories of ``log.dirs``.
@@ -67,14 +70,18 @@ class LocalLogStorage:
 
     def _dir_of(self, tp: TopicPartition) -> LogDir:
         """Where ``tp``'s log is, or goes when it has none yet (:meth:`_place`)."""
-        return self._holding(tp) or self._place()
+        return self._holding(tp) or self._place(tp)
 
-    def _place(self) -> LogDir:
+    def _place(self, tp: TopicPartition) -> LogDir:
         """The directory for a new log: the online one with the fewest partitions, the first of those on a tie.
 
         Kafka's ``LogManager.nextLogDirs``: counting partitions rather than
         bytes spreads logs that are all still empty when they are created.
+        The metadata log goes to the first directory, Kafka's default
+        ``metadata.log.dir``, where the quorum keeps its other files.
         """
+        if tp.topic == METADATA_TOPIC:
+            return self._dirs[0]
         online = [log_dir for log_dir in self._dirs if log_dir.error is None]
         if not online:
             raise LogDirError(f"every log directory is offline: {[str(p) for p in self.dirs]}")

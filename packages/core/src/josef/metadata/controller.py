@@ -229,13 +229,16 @@ class Controller:
 
     async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint],
                               rack: str | None, features: Mapping[str, tuple[int, int]],
-                              previous_broker_epoch: int = -1) -> int:
+                              previous_broker_epoch: int = -1, log_dirs: Sequence[str] = ()) -> int:
         """Kafka's BrokerRegistration: record the broker, fenced, and return its new broker epoch.
 
         ``previous_broker_epoch`` is the epoch the broker had when it last
         shut down cleanly (-1 when it did not): a registered broker coming
         back with another one restarted uncleanly, and with eligible leader
         replicas tracked it leaves every ISR and ELR first (KIP-966).
+
+        ``log_dirs`` are the ``directory.id`` of the broker's online log
+        directories (KIP-858), which its heartbeats may later report offline.
 
         The epoch is above every earlier one (the image's offset plus one),
         so a fence or unfence naming an older registration is ignored. The
@@ -260,20 +263,23 @@ class Controller:
                 records += partition_changes.broker_unclean_shutdown(image, broker_id, self._unclean_policy(image),
                                                                      elr)
             broker = BrokerImage(broker_id, tuple(endpoints), rack, True, image.offset + len(records) + 1,
-                                 incarnation_id, features)
+                                 incarnation_id, features, log_dirs=tuple(log_dirs))
             records.append(broker.to_record())
             offset = await self._commit(records)
             self.heartbeats.registered(broker_id, broker.epoch, offset)
             return broker.epoch
 
     async def broker_heartbeat(self, broker_id: int, epoch: int, metadata_offset: int, want_fence: bool,
-                               want_shut_down: bool) -> tuple[bool, bool, bool]:
+                               want_shut_down: bool, offline_log_dirs: Sequence[str] = ()) -> tuple[bool, bool, bool]:
         """Kafka's BrokerHeartbeat: ``(caught up, fenced, should shut down)`` after acting on the broker's wishes.
 
         A caught-up broker that does not want to be fenced is unfenced and
         takes back the leaderless partitions it holds in sync; one that
         wants to shut down (controlled shutdown) first hands its leadership
         to other in-sync replicas, then is fenced and told it may stop.
+        A registered log directory reported in ``offline_log_dirs`` for the
+        first time moves leadership away (:func:`partition_changes.broker_dirs_offline`)
+        and leaves the broker's online directories (Kafka's handleDirectoriesOffline).
         """
         async with self._active():
             image = self._image()
@@ -299,6 +305,14 @@ class Controller:
                 records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
                 records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image),
                                                              self._elr(image))
+            failed = [d for d in offline_log_dirs if d in broker.log_dirs]
+            if failed:
+                log.warning("broker %d reports failed log directories %s", broker_id, failed)
+                records += partition_changes.broker_dirs_offline(image, broker_id, self._elr(image))
+                online = [d for d in broker.log_dirs if d not in offline_log_dirs]
+                if online:  # none left: the broker stops, as Kafka's does
+                    records.append(BrokerRegistrationChangeRecord(
+                        broker_id=broker_id, broker_epoch=epoch, log_dirs=tuple(uuid_from_text(d) for d in online)))
             await self._commit(records)
             fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
             return caught_up, fenced, want_shut_down and fenced

@@ -53,6 +53,8 @@ class BrokerImage:
     #: ``(min, max)`` levels of each feature the broker supports, from its registration.
     features: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     in_controlled_shutdown: bool = False
+    #: ``directory.id`` of each online log directory (KIP-858): registered, then narrowed as directories fail.
+    log_dirs: tuple[str, ...] = ()
 
     def endpoint(self, listener: str) -> Endpoint | None:
         return next((e for e in self.endpoints if e.name == listener), None)
@@ -63,7 +65,8 @@ class BrokerImage:
                           for e in record.end_points)
         features = {f.name: (f.min_supported_version, f.max_supported_version) for f in record.features}
         return cls(record.broker_id, endpoints, record.rack, record.fenced, record.broker_epoch,
-                   uuid_to_text(record.incarnation_id), features, record.in_controlled_shutdown)
+                   uuid_to_text(record.incarnation_id), features, record.in_controlled_shutdown,
+                   tuple(uuid_to_text(d) for d in record.log_dirs))
 
     def to_record(self) -> RegisterBrokerRecord:
         return RegisterBrokerRecord(
@@ -73,7 +76,8 @@ class BrokerImage:
                              for e in self.endpoints),
             features=tuple(BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                            for n, (lo, hi) in sorted(self.features.items())),
-            rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown)
+            rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown,
+            log_dirs=tuple(uuid_from_text(d) for d in self.log_dirs))
 
 
 #: ``leader_recovery_state`` of a leader elected from the ISR, or one that has recovered (KIP-704).
@@ -342,6 +346,8 @@ class _Builder:
                 changes["fenced"] = record.fenced == 1
             if record.in_controlled_shutdown:
                 changes["in_controlled_shutdown"] = True
+            if record.log_dirs:  # empty: unchanged, as in Kafka
+                changes["log_dirs"] = tuple(uuid_to_text(d) for d in record.log_dirs)
             self._broker(record.broker_id, record.broker_epoch, **changes)
         elif isinstance(record, FeatureLevelRecord):
             if record.feature_level > 0:

@@ -276,6 +276,27 @@ def broker_leaving(image: MetadataImage, broker_id: int, unclean: UncleanPolicy 
         if broker_id in p.isr or p.leader == broker_id or (elr is not None and broker_id in p.elr))
 
 
+def broker_dirs_offline(image: MetadataImage, broker_id: int, elr: Elr | None = None) -> list[PartitionChangeRecord]:
+    """Changes that move leadership away from a broker that reported a failed log directory (KIP-858), and take it out of those ISRs.
+
+    The controller does not track which directory holds each replica
+    (Kafka's ``PartitionRecord.directories``, kept by AssignReplicasToDirs),
+    so it treats every partition the broker leads as possibly in the failed
+    directory and hands it to another in-sync replica that may lead, when
+    there is one; a partition with none keeps its leader (offline if its
+    log is: KAFKA_STORAGE_ERROR to clients). The broker's replicas in
+    healthy directories catch up as followers and rejoin the ISR through the
+    new leaders' usual ISR expansion; those in the failed directory stop
+    fetching, so they do not, and the leaders drop the followers among them
+    after ``replica.lag.time.max.ms``.
+    """
+    acceptable = leader_acceptor(image, leaving=broker_id)
+    return _built(
+        build(topic, index, acceptable, isr=[r for r in p.isr if r != broker_id], min_isr=_min_isr(elr, topic))
+        for topic, index, p in _partitions(image)
+        if p.leader == broker_id and any(r != broker_id and acceptable(r) for r in p.isr))
+
+
 def broker_unclean_shutdown(image: MetadataImage, broker_id: int, unclean: UncleanPolicy = never_unclean,
                             elr: Elr | None = None) -> list[PartitionChangeRecord]:
     """Changes that take a broker that restarted without a clean shutdown out of every ISR and ELR (KIP-966).

@@ -25,7 +25,7 @@ async def broker_registration(ctx: RequestContext, request: Any) -> dict[str, An
     try:
         epoch = await ctx.broker.controller.register_broker(
             request.broker_id, uuid_to_text(request.incarnation_id), endpoints, request.rack, features,
-            getattr(request, "previous_broker_epoch", -1))
+            getattr(request, "previous_broker_epoch", -1), [uuid_to_text(d) for d in getattr(request, "log_dirs", ())])
     except ControllerError as exc:
         return {"throttle_time": 0, "error_code": exc.code, "broker_epoch": -1}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "broker_epoch": epoch}
@@ -35,7 +35,7 @@ async def broker_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
         caught_up, fenced, shut_down = await ctx.broker.controller.broker_heartbeat(
             request.broker_id, request.broker_epoch, request.current_metadata_offset, request.want_fence,
-            request.want_shut_down)
+            request.want_shut_down, [uuid_to_text(d) for d in getattr(request, "offline_log_dirs", ())])
     except ControllerError as exc:
         return {"throttle_time": 0, "error_code": exc.code, "is_caught_up": False, "is_fenced": True,
                 "should_shut_down": False}
