@@ -85,21 +85,31 @@ def test_a_failing_log_dir_takes_its_partitions_offline_and_the_others_keep_serv
         in_a, in_b = placed[str(dirs[0])][1], placed[str(dirs[1])][1]
         assert len(in_a) == len(in_b) == 2  # spread over both (the metadata log is in the first)
         ids = meta_properties.directory_ids(broker.broker.config)
-        assert broker.broker.image.brokers[1].log_dirs == (ids[str(dirs[0])], ids[str(dirs[1])])
+        a, b = ids[str(dirs[0])], ids[str(dirs[1])]
+        assert broker.broker.image.brokers[1].log_dirs == (a, b)
+
+        def directories():
+            partitions = broker.broker.image.topics[TOPIC].partitions
+            return {p: partitions[p].directory_of(1) for p in range(4)}
+        # The broker told the controller where it put each replica (AssignReplicasToDirs).
+        eventually(lambda: directories() == {**{p: a for p in in_a}, **{p: b for p in in_b}},
+                   what="the replicas' directories in the metadata")
 
         failing_disk(monkeypatch, dirs[1])
         assert produce(client, in_b[0]) == E.kafka_storage_error
-        # Every partition of the failed dir answers KAFKA_STORAGE_ERROR, reads too; the other dir serves.
-        assert produce(client, in_b[1]) == E.kafka_storage_error
-        assert fetch(client, in_b[0]) == E.kafka_storage_error
+        # The other dir serves; the failed one lists nothing.
         assert [produce(client, p) for p in in_a] == [E.none, E.none]
         assert [fetch(client, p) for p in in_a] == [E.none, E.none]
         assert describe(client) == {str(dirs[0]): (E.none, in_a), str(dirs[1]): (E.kafka_storage_error, [])}
 
-        # The broker took them offline and told the controller, which no longer counts the dir as online.
-        eventually(lambda: broker.broker.image.brokers[1].log_dirs == (ids[str(dirs[0])],),
-                   what="the controller learning of the failed dir")
+        # The broker took its partitions offline and named the dir in its heartbeat: the controller dropped the
+        # dir and took the replicas in it out of leadership; with no other replica, they have no leader (as in Kafka).
+        eventually(lambda: broker.broker.image.brokers[1].log_dirs == (a,), what="the controller learning of the failed dir")
         assert {(tp.topic, tp.partition) for tp in broker.broker.replicas.offline} == {(TOPIC, p) for p in in_b}
+        partitions = broker.broker.image.topics[TOPIC].partitions
+        assert [partitions[p].leader for p in in_b] == [-1, -1] and [partitions[p].leader for p in in_a] == [1, 1]
+        assert [produce(client, p) for p in in_b] == [E.not_leader_or_follower] * 2
+        assert [produce(client, p) for p in in_a] == [E.none, E.none]
         assert not broker.broker.image.brokers[1].fenced
     finally:
         client.close()

@@ -15,12 +15,15 @@ catches up), and the high-watermark checkpoint every
 throttles (:mod:`josef.replication_quota`) in step with the broker's rates
 and the topics' throttled replicas.
 
+It tells the controller which log directory holds each of its replicas
+(AssignReplicasToDirs, KIP-858, Kafka's AssignmentsManager) whenever the
+metadata says otherwise: after a replica is created, moved, or reassigned.
 When a log directory fails (:meth:`josef.log.LogStorage.offline_dirs`,
 Kafka's LogDirFailureHandler) its partitions go offline here: they stop
 fetching and are never followed again (their logs answer KAFKA_STORAGE_ERROR),
-and the broker's next heartbeat tells the controller, which moves their
-leadership away. With every log directory, or the metadata log's, gone the
-broker stops, as Kafka's does.
+and the broker's next heartbeat names the directory, so the controller takes
+exactly those replicas out of leadership and the ISR. With every log
+directory, or the metadata log's, gone the broker stops, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ from josef import meta_properties
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
-from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage
-from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
+from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage, PartitionImage
+from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text, uuid_to_text
 from josef.partition import FollowerState, Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
@@ -79,6 +82,10 @@ class ReplicaManager:
         #: Log directories known to have failed, and the hosted partitions whose logs were in them.
         self.offline_dirs: frozenset[str] = frozenset()
         self.offline: set[TopicPartition] = set()
+        #: ``directory.id`` of each log directory, by path; and the replicas whose directory the metadata does not show yet.
+        self._directory_ids: dict[str, str] = {}
+        self._unassigned: dict[TopicPartition, str] = {}
+        self._assigning = anyio.Event()
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -97,6 +104,7 @@ class ReplicaManager:
     def load(self, image: MetadataImage) -> None:
         """At start-up: open every partition the image gives this broker; delete stray logs of deleted topics."""
         self._high_watermarks = self.storage.high_watermarks()
+        self._directory_ids = meta_properties.directory_ids(self.config)
         hosted = set()
         for topic in image.topics.values():
             for index, state in topic.partitions.items():
@@ -140,6 +148,7 @@ class ReplicaManager:
                 new_term = True
             else:
                 new_term = partition.update_state(state)
+            self._check_directory(partition, state)
             if tp in self.offline:
                 pass  # its log cannot be written: it neither follows nor reports ISR changes
             elif partition.is_leader:
@@ -181,6 +190,7 @@ class ReplicaManager:
     def _remove(self, tp: TopicPartition) -> None:
         self.fetchers.stop_following(tp)
         self.offline.discard(tp)
+        self._unassigned.pop(tp, None)
         if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
             self.storage.delete(tp)
             self.purgatory.notify(tp)
@@ -290,6 +300,7 @@ class ReplicaManager:
             tg.start_soon(self.run_high_watermark_checkpoints)
             tg.start_soon(self.run_housekeeping)
             tg.start_soon(self.run_log_dir_checks)
+            tg.start_soon(self.run_directory_assignments)
             task_status.started()
 
     async def run_high_watermark_checkpoints(self) -> None:
@@ -323,6 +334,10 @@ class ReplicaManager:
                 self.offline.add(tp)
                 self.fetchers.stop_following(tp)
                 self.purgatory.notify(tp)
+                topic = self.broker.image.topics.get(tp.topic)
+                if topic is not None and tp.partition in topic.partitions:
+                    # Unassigned in the metadata: saying where it was lets the controller take it offline too.
+                    self._check_directory(partition, topic.partitions[tp.partition])
         configured = [os.path.abspath(d) for d in meta_properties.log_dirs(self.config)]
         if set(configured) <= failed or configured[0] in failed:
             log.critical("stopping broker %d: %s failed", self.broker_id,
@@ -340,6 +355,63 @@ class ReplicaManager:
         event loop wait for the switch and never reach the old directory.
         """
         await anyio.to_thread.run_sync(self.storage.move, partition.tp, log_dir)
+        topic = self.broker.image.topics.get(partition.tp.topic)
+        if topic is not None and partition.tp.partition in topic.partitions:
+            self._check_directory(partition, topic.partitions[partition.tp.partition])
+
+    def _check_directory(self, partition: Partition, state: PartitionImage) -> None:
+        """Queue an AssignReplicasToDirs for ``partition`` when the metadata has its replica elsewhere (or nowhere)."""
+        directory = self._directory_ids.get(str(partition.log.dir.parent))
+        if directory is None or state.directory_of(self.broker_id) == directory:
+            self._unassigned.pop(partition.tp, None)
+            return
+        if self._unassigned.get(partition.tp) != directory:
+            self._unassigned[partition.tp] = directory
+            self._assigning.set()
+
+    async def run_directory_assignments(self) -> None:
+        """Send the queued directory assignments, in one request, whenever there are new ones; retry after failures.
+
+        An assignment leaves the queue when the metadata shows it (in
+        :meth:`apply_delta`) or when the controller refuses it for good.
+        """
+        backoff = self.config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            await self._assigning.wait()
+            self._assigning = anyio.Event()
+            batch = dict(self._unassigned)
+            if not batch:
+                continue
+            by_dir: dict[str, dict[str, list[int]]] = {}
+            topic_ids = {}
+            for tp, directory in batch.items():
+                partition = self.partitions.get(tp)
+                if partition is None:
+                    continue
+                topic_ids[partition.topic_id] = tp.topic
+                by_dir.setdefault(directory, {}).setdefault(partition.topic_id, []).append(tp.partition)
+            body = {"broker_id": self.broker_id, "broker_epoch": self.broker.lifecycle.epoch, "directories": [
+                {"id_": uuid_from_text(d), "topics": [{"topic_id": uuid_from_text(t), "partitions": [
+                    {"partition_index": p} for p in parts]} for t, parts in topics.items()]}
+                for d, topics in by_dir.items()]}
+            try:
+                response = await self.broker.channel.call(ApiKey.ASSIGN_REPLICAS_TO_DIRS, body)
+                code = response.error_code
+            except Exception as exc:  # no controller now: try again
+                log.warning("AssignReplicasToDirs failed: %s", exc)
+                code = ErrorCode.request_timed_out
+            else:
+                for d in response.directories:
+                    for t in d.topics:
+                        for p in t.partitions:
+                            tp = TopicPartition(topic_ids.get(uuid_to_text(t.topic_id), ""), p.partition_index)
+                            if p.error_code != ErrorCode.none and self._unassigned.get(tp) == batch.get(tp):
+                                log.info("the controller refused to assign %s to a directory: %s", tp,
+                                         p.error_code.name)
+                                self._unassigned.pop(tp, None)
+            if code != ErrorCode.none:
+                await anyio.sleep(backoff)
+                self._assigning.set()
 
     # Housekeeping -------------------------------------------------------------
 
