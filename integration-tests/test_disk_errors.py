@@ -57,10 +57,9 @@ def test_full_disk(broker_factory, small_disk):
     errors = [err for err, _, _ in results if err is not None]
     assert acked and errors
     assert {e.code() for e in errors} == {KafkaError.KAFKA_STORAGE_ERROR}
-    # Its only log directory went offline: the broker stops by itself.
-    assert broker.wait_for_log("every log directory failed")
+    # Its only log directory went offline: the broker stops by itself, with an error.
     assert broker.proc is not None
-    broker.proc.wait(timeout=30)
+    assert broker.proc.wait(timeout=30) != 0
     broker.proc = None
     # The operator grows the disk and starts the broker again: everything acknowledged is there.
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)

@@ -323,7 +323,11 @@ class ReplicaManager:
             await anyio.sleep(LOG_DIR_CHECK_INTERVAL_S)
 
     def check_log_dirs(self) -> None:
-        """Take the partitions of newly failed log directories offline, tell the controller, or stop the broker."""
+        """Take the partitions of newly failed log directories offline and tell the controller.
+
+        Raises :class:`LogDirError` when every log directory, or the
+        metadata log's, failed: the broker cannot go on (Kafka halts).
+        """
         failed = frozenset(self.storage.offline_dirs())
         if failed == self.offline_dirs:
             return
@@ -340,11 +344,11 @@ class ReplicaManager:
                     self._check_directory(partition, topic.partitions[tp.partition])
         configured = [os.path.abspath(d) for d in meta_properties.log_dirs(self.config)]
         if set(configured) <= failed or configured[0] in failed:
-            log.critical("stopping broker %d: %s failed", self.broker_id,
-                         "every log directory" if set(configured) <= failed else "the metadata log directory")
-            self.broker.request_stop()
-        else:
-            self.broker.lifecycle.report_offline_dirs()
+            # Kafka halts here; raising out of the replica manager's task stops the broker with this error.
+            what = "every log directory" if set(configured) <= failed else "the metadata log directory"
+            log.critical("stopping broker %d: %s failed", self.broker_id, what)
+            raise LogDirError(f"broker {self.broker_id} stops: {what} failed ({', '.join(sorted(failed))})")
+        self.broker.lifecycle.report_offline_dirs()
 
     async def move_log(self, partition: Partition, log_dir: str) -> None:
         """Move a hosted partition's log into ``log_dir`` (AlterReplicaLogDirs), copying in a worker thread.
