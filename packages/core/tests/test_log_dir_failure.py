@@ -83,7 +83,7 @@ def test_a_failing_log_dir_takes_its_partitions_offline_and_the_others_keep_serv
         eventually(lambda: sum(len(p) for _, p in describe(client).values()) == 4, what="every partition hosted")
         placed = describe(client)
         in_a, in_b = placed[str(dirs[0])][1], placed[str(dirs[1])][1]
-        assert len(in_a) == len(in_b) == 2  # spread over both (the metadata log is in the first)
+        assert len(in_a) == len(in_b) == 2  # spread over both
         ids = meta_properties.directory_ids(broker.broker.config)
         a, b = ids[str(dirs[0])], ids[str(dirs[1])]
         assert broker.broker.image.brokers[1].log_dirs == (a, b)

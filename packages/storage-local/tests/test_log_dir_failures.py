@@ -45,6 +45,17 @@ def test_new_logs_go_to_the_directory_with_the_fewest_partitions(dirs, clock):
     storage.close()
 
 
+def test_the_metadata_log_goes_to_the_first_directory_and_is_not_counted(dirs, clock):
+    (dirs[1] / "old-0").mkdir(parents=True)
+    storage = storage_on(dirs[:2], clock)
+    metadata = storage.open(TopicPartition("__cluster_metadata", 0), LogConfig())
+    assert metadata.dir.parent == dirs[0]
+    assert storage.open(TopicPartition("t", 0), LogConfig()).dir.parent == dirs[0]  # 0 partitions against 1
+    assert storage.open(TopicPartition("t", 1), LogConfig()).dir.parent == dirs[0]  # a tie: the first
+    assert storage.open(TopicPartition("t", 2), LogConfig()).dir.parent == dirs[1]
+    storage.close()
+
+
 def test_an_existing_log_stays_where_it_is(dirs, clock):
     storage = storage_on(dirs[1:2], clock)
     append(storage.open(TopicPartition("t", 0), LogConfig()))

@@ -77,15 +77,16 @@ class LocalLogStorage:
 
         Kafka's ``LogManager.nextLogDirs``: counting partitions rather than
         bytes spreads logs that are all still empty when they are created.
-        The metadata log goes to the first directory, Kafka's default
-        ``metadata.log.dir``, where the quorum keeps its other files.
+        The metadata log is not counted; it goes to the first directory,
+        Kafka's default ``metadata.log.dir``, where the quorum keeps its
+        other files.
         """
         if tp.topic == METADATA_TOPIC:
             return self._dirs[0]
         online = [log_dir for log_dir in self._dirs if log_dir.error is None]
         if not online:
             raise LogDirError(f"every log directory is offline: {[str(p) for p in self.dirs]}")
-        counts = {log_dir.path: len(log_dir.stored()) for log_dir in online}
+        counts = {log_dir.path: sum(tp.topic != METADATA_TOPIC for tp in log_dir.stored()) for log_dir in online}
         return min(online, key=lambda log_dir: counts[log_dir.path])
 
     def _holding(self, tp: TopicPartition) -> LogDir | None:
