@@ -143,3 +143,17 @@ def test_an_unknown_directory_changes_nothing():
     offset = quorum.image.offset
     heartbeat(controller, quorum, 2, epochs[2], offline=[random_uuid()])
     assert quorum.image.offset == offset
+
+
+def test_replicas_keep_their_directories_through_a_reassignment_and_new_ones_start_unassigned():
+    controller, quorum, epochs = cluster()
+    placed(controller, quorum, epochs)
+    # Partition 4 of rf3 ([2, 3, 1]) moves to [2, 1]: a reordering that completes at once.
+    run(controller.alter_partition_reassignments, [("rf3", 4, [1, 2])])
+    partition = quorum.image.topics["rf3"].partitions[4]
+    assert partition.replicas == (1, 2)
+    assert partition.directories == (HEALTHY, DIRS[2][0])
+    # "alone" ([1]) gains broker 2: its replica's directory is not known until broker 2 says.
+    run(controller.alter_partition_reassignments, [("alone", 0, [1, 2])])
+    partition = quorum.image.topics["alone"].partitions[0]
+    assert partition.directory_of(1) == FAILING and partition.directory_of(2) == UNASSIGNED_DIR
