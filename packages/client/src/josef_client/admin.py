@@ -48,9 +48,10 @@ from josef_client.sync import LoopThread
 
 __all__ = [
     "AbortTransactionSpec", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
-    "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "NewPartitions",
-    "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment", "ProducerState",
-    "ResourceType", "TopicDescription", "TopicListing", "TopicPartition", "TransactionDescription", "TransactionListing",
+    "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "LogDirDescription",
+    "NewPartitions", "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment",
+    "ProducerState", "ReplicaInfo", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
+    "TransactionDescription", "TransactionListing",
 ]
 
 
@@ -282,6 +283,27 @@ class AbortTransactionSpec:
     producer_id: int
     producer_epoch: int
     coordinator_epoch: int
+
+
+@attrs.frozen
+class ReplicaInfo:
+    """One partition's log in a log dir, as DescribeLogDirs answers it (Kafka's ReplicaInfo)."""
+
+    size: int
+    offset_lag: int
+    #: A copy being made by AlterReplicaLogDirs, which will replace the current log when it catches up.
+    is_future: bool
+
+
+@attrs.frozen
+class LogDirDescription:
+    """One log dir of a broker (Kafka's LogDirDescription): its error (an offline dir), its logs, its space."""
+
+    error: KafkaError | None
+    replicas: dict[TopicPartition, ReplicaInfo]
+    #: Bytes of the dir's volume, and those free; None when the broker does not say (DescribeLogDirs v3 and older).
+    total_bytes: int | None = None
+    usable_bytes: int | None = None
 
 
 def _millis(value: Any) -> int:
@@ -882,6 +904,28 @@ class AsyncAdmin:
 
         _finish(await self._by_leader({tp: None}, call), True)
 
+    async def describe_log_dirs(self, brokers: Iterable[int]) -> dict[int, dict[str, LogDirDescription]]:
+        """Every log dir of each broker with the partitions in it (DescribeLogDirs for all topics), by broker id."""
+
+        async def one(node: int) -> dict[str, LogDirDescription]:
+            response = await (await self._broker(node)).request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+            if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
+                raise _error(response.error_code, None, f"describe log dirs of broker {node}")
+            dirs = {}
+            for result in response.results:
+                replicas = {TopicPartition(t.name, p.partition_index): ReplicaInfo(p.partition_size, p.offset_lag,
+                                                                                   p.is_future_key)
+                            for t in result.topics for p in t.partitions}
+                total = getattr(result, "total_bytes", -1)
+                usable = getattr(result, "usable_bytes", -1)
+                error = None if result.error_code == ErrorCode.none else _error(result.error_code, None, result.log_dir)
+                dirs[result.log_dir] = LogDirDescription(error, replicas, None if total < 0 else total,
+                                                         None if usable < 0 else usable)
+            return dirs
+
+        nodes = list(dict.fromkeys(brokers))
+        return dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes))))
+
     async def describe_cluster(self) -> ClusterDescription:
         """The cluster id, the controller and the live brokers."""
         conn = await self._any()
@@ -964,6 +1008,9 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())
+
+    def describe_log_dirs(self, brokers: Iterable[int]) -> dict[int, dict[str, LogDirDescription]]:
+        return self._run(self._admin.describe_log_dirs(list(brokers)))
 
     def list_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None
                                     ) -> dict[TopicPartition, OffsetAndMetadata]:

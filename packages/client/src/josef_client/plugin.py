@@ -37,11 +37,10 @@ def register_assignors(register: Register) -> None:
 def register_commands(cli: click.Group) -> None:
     """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups, transactions..."""
     from josef_client.commands import register
-    from josef_client.commands.dump_log import dump_log
     from josef_client.commands.leader_election import leader_election
     from josef_client.commands.metadata_quorum import metadata_quorum
     from josef_client.commands.reassign_partitions import reassign_partitions
 
     register(cli)
-    for command in (dump_log, metadata_quorum, leader_election, reassign_partitions):
+    for command in (metadata_quorum, leader_election, reassign_partitions):
         cli.add_command(command)

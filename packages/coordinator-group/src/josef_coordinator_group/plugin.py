@@ -39,3 +39,11 @@ def register_features(register: Register) -> None:
     from josef.metadata.features import SupportedFeature
 
     register("group.version", SupportedFeature(1, 1, 1))
+
+
+@josef.hookimpl
+def register_record_decoders(register: Register) -> None:
+    """``josef dump-log --offsets-decoder``: the records of ``__consumer_offsets``."""
+    from josef_coordinator_group.record_decoder import decode
+
+    register("offsets", decode)

@@ -37,3 +37,11 @@ def register_features(register: Register) -> None:
     from josef.metadata.features import SupportedFeature
 
     register("transaction.version", SupportedFeature(0, 2, 2))
+
+
+@josef.hookimpl
+def register_record_decoders(register: Register) -> None:
+    """``josef dump-log --transaction-log-decoder``: the records of ``__transaction_state``."""
+    from josef_coordinator_txn.record_decoder import decode
+
+    register("transaction-log", decode)

@@ -167,9 +167,8 @@ def encode_key(transactional_id: str) -> bytes:
 
 def decode_key(data: bytes) -> str | None:
     """The transactional id of a record key; None for key versions josef does not know (skipped on load)."""
-    if _version(data, "transaction log key") != KEY_VERSION:
-        return None
-    return str(_decode(_KeyV0, data, "transaction log key").transactional_id)
+    entity = key_entity(data)
+    return None if entity is None else str(entity.transactional_id)
 
 
 # Values --------------------------------------------------------------------------------------------
@@ -194,11 +193,23 @@ def encode_value(value: TransactionLogValue, version: int) -> bytes:
     return _encode(cls, cls(**fields), version)
 
 
-def decode_value(data: bytes) -> TransactionLogValue:
+def value_entity(data: bytes) -> tuple[int, Any]:
+    """A value's version and its schema entity as read, field for field (what ``dump-log`` prints)."""
     version = _version(data, "transaction log value")
     if version not in _VALUES:
         raise RecordFormatError(f"unknown transaction log value version {version}")
-    entity = _decode(_VALUES[version][0], data, f"transaction log value v{version}")
+    return version, _decode(_VALUES[version][0], data, f"transaction log value v{version}")
+
+
+def key_entity(data: bytes) -> Any:
+    """A key's schema entity; None for key versions josef does not know."""
+    if _version(data, "transaction log key") != KEY_VERSION:
+        return None
+    return _decode(_KeyV0, data, "transaction log key")
+
+
+def decode_value(data: bytes) -> TransactionLogValue:
+    _, entity = value_entity(data)
     partitions = frozenset((p.topic, int(i)) for p in entity.transaction_partitions or () for i in p.partition_ids)
     return TransactionLogValue(
         producer_id=entity.producer_id, producer_epoch=entity.producer_epoch, timeout_ms=entity.transaction_timeout_ms,

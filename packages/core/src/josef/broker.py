@@ -269,7 +269,7 @@ class Broker:
             self._listeners.append(listener)
             self.bound.append(Listener(spec.name, spec.host, port))
             tg.start_soon(network.serve_listener, listener, dispatcher, spec.name,
-                          self.config["socket.request.max.bytes"])
+                          self.config["socket.request.max.bytes"], self.config["connections.max.idle.ms"])
 
     def dispatcher_for(self, listener_name: str) -> Dispatcher:
         """The APIs a listener serves: the controller's on controller listeners, the broker's on the others."""

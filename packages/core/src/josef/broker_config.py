@@ -117,6 +117,7 @@ CORE_KEYS = (
     ConfigKey("log.retention.check.interval.ms", L, 300000, "How often retention is applied.", at_least(1)),
     ConfigKey("log.flush.scheduler.interval.ms", L, INT64_MAX, "How often logs are checked against flush.ms."),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", I, 60000, "How often recovery points are checkpointed.", at_least(1)),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", I, 60000, "How often log start offsets are checkpointed.", at_least(1)),
     # Topics
     ConfigKey("auto.create.topics.enable", B, True, "Create a topic when a client asks for metadata or produces to a topic that does not exist."),
     ConfigKey("num.partitions", I, 1, "Partitions of an automatically created topic.", at_least(1)),

@@ -194,3 +194,21 @@ def register_commands(cli: click.Group) -> None:
     ``cli.add_command`` or the ``@cli.command()`` decorator. Command bodies
     run synchronously in the CLI process. Returns nothing.
     """
+
+
+@hookspec
+def register_record_decoders(register: Register) -> None:
+    """Offer decoders of an internal topic's records, for ``josef dump-log`` (Kafka's ``--offsets-decoder``...).
+
+    Called when ``josef dump-log`` runs with a decoder flag, never by the
+    broker. Call ``register(name, decoder)``; ``--NAME-decoder`` selects it
+    (the group coordinator registers ``offsets``, the transaction coordinator
+    ``transaction-log``). ``decoder(key, value)`` receives one record's key
+    (bytes) and value (bytes, None for a tombstone) and returns the key as
+    ``{"type": <record type>, "data": {...}}`` and the value as ``{"version":
+    <version>, "data": {...}}`` (None for a tombstone): dicts with Kafka's
+    JSON field names, which the tool prints as Kafka's JSON converters do.
+    It raises :class:`LookupError` with the record type for a type it does
+    not know and :class:`ValueError` for bytes it cannot read; the tool
+    prints those as Kafka's does and goes on. Returns nothing.
+    """

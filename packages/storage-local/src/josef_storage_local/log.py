@@ -22,6 +22,7 @@ from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
 from josef_storage_local.epochs import LeaderEpochCache
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.logdir import LogDir
+from josef_storage_local.scheduler import Scheduler, remove_files
 from josef_storage_local.segment import DELETED_SUFFIX, SUFFIXES, Segment
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,12 @@ class LocalLog:
         #: The lowest marker indexed since the last flush below the recovery point (a replay after a
         #: rebuild): flush must reach its segment, which the recovery point alone would skip.
         self._unflushed_txn_offset: int | None = None
+        #: The storage's background thread once it runs (:meth:`attach_scheduler`); without it
+        #: (tests, the metadata log) rolled segments wait for the next full flush and deleted files go at once.
+        self._scheduler: Scheduler | None = None
+        #: Counts truncations: a flush outside the lock must not advance the recovery point over data
+        #: a truncation replaced while it ran.
+        self._truncations = 0
         try:
             self._load(recover)
         except OSError as exc:
@@ -242,10 +249,13 @@ class LocalLog:
                 tail = segment.load_tail()
                 if tail is not None:
                     return tail
+            if i >= first_unflushed:
+                logger.info("%s: recovering unflushed segment %d", self.tp, segment.base_offset)
+            else:
+                logger.info("%s: rebuilding the indexes of segment %d", self.tp, segment.base_offset)
             end_offset, truncated = segment.recover(self.config.index_interval_bytes, self._epochs)
             if truncated and not is_last:
-                for later in self._segments[i + 1 :]:
-                    later.delete()
+                self._delete_segments(self._segments[i + 1 :])
                 del self._segments[i + 1 :]
                 break
         return end_offset
@@ -313,17 +323,20 @@ class LocalLog:
     def _roll(self, now: int) -> Segment:
         """Start a new active segment at the log end, then seal the old one.
 
-        Kafka also schedules a flush of the old segment; here that is left to
-        :meth:`flush`, which the broker runs in a worker thread (an append
-        must not wait for fsync). The producer state is snapshotted at the
-        new base offset first, as Kafka does, so a restart replays at most
-        the active segment.
+        The producer state is snapshotted at the new base offset first, as
+        Kafka does, so a restart replays at most the active segment. As in
+        Kafka, the storage's background thread then flushes the segments
+        below the new one (:meth:`flush_up_to`), so that a crash recovers only
+        the active segment; an append never waits for that fsync.
         """
         self._write_producer_snapshot()
         segment = Segment(self.dir, self._end_offset, self.config, now)
         segment.activate()
         self._segments.append(segment)
         self._segments[-2].seal()
+        if self._scheduler is not None:
+            base = segment.base_offset
+            self._scheduler.schedule(lambda: self.flush_up_to(base))
         return segment
 
     def _learn_epochs(
@@ -427,11 +440,11 @@ class LocalLog:
                 self._start_empty_at(offset)
             else:
                 keep = self._segment_index(offset) + 1
-                for segment in self._segments[keep:]:
-                    segment.delete()
+                self._delete_segments(self._segments[keep:])
                 del self._segments[keep:]
                 active = self._segments[-1]
                 self._end_offset = active.truncate_to(offset, self._clock())
+                self._truncations += 1
                 active.activate()
                 self._log_start_offset = min(self._log_start_offset, self._end_offset)
                 self._recovery_point = min(self._recovery_point, self._end_offset)
@@ -454,8 +467,8 @@ class LocalLog:
 
     def _start_empty_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (Kafka's truncateFullyAndStartAt)."""
-        for segment in self._segments:
-            segment.delete()
+        self._truncations += 1
+        self._delete_segments(self._segments)
         self._segments = [Segment(self.dir, offset, self.config, self._clock())]
         self._segments[0].activate()
         self._end_offset = self._log_start_offset = self._recovery_point = offset
@@ -578,9 +591,7 @@ class LocalLog:
         """Delete the oldest segments while they end below the log start, are past retention.ms or exceed retention.bytes.
 
         The active segment is never deleted. Files are renamed to
-        ``.deleted`` and removed at once: file.delete.delay.ms is not
-        waited for, since no reader can hold a deleted segment (reads
-        return bytes and never overlap this call).
+        ``.deleted`` and removed after file.delete.delay.ms (:meth:`_delete_segments`).
         """
         segments, config = self._segments, self.config
         count = 0
@@ -610,8 +621,7 @@ class LocalLog:
         self._epochs.truncate_from_start(self._log_start_offset)
         self._record_offsets()
         try:
-            for segment in doomed:
-                segment.delete()
+            self._delete_segments(doomed)
             self._delete_snapshots(below=self._log_start_offset)
             self._epochs.checkpoint()
             self._log_dir.checkpoint()
@@ -621,6 +631,79 @@ class LocalLog:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+
+    def attach_scheduler(self, scheduler: Scheduler) -> None:
+        """Hand rolled segments' flushes and deleted files to the storage's background thread."""
+        self._scheduler = scheduler
+
+    def _delete_segments(self, segments: Sequence[Segment]) -> None:
+        """Take ``segments``' files out of the log (renamed ``.deleted``) and remove them after file.delete.delay.ms.
+
+        Retention, truncation and the cleaner's swaps all delete through
+        here. Without a background thread the files go at once.
+        """
+        doomed = [path for segment in segments for path in segment.delete()]
+        if self._scheduler is None:
+            remove_files(doomed)
+        elif doomed:
+            self._scheduler.delete_later(doomed, self.config.file_delete_delay_ms)
+
+    def flush_up_to(self, offset: int) -> None:
+        """fsync the segments below ``offset`` and move the recovery point there (Kafka's flushUptoOffsetExclusive).
+
+        The background thread calls this after a roll with the new
+        segment's base offset: only sealed segments are written, and the
+        fsyncs run outside the log's lock, so appends and reads go on
+        meanwhile. A segment deleted during its fsync (retention,
+        truncation, the log deleted) is skipped; a truncation meanwhile
+        leaves the recovery point alone.
+        """
+        with self._lock:
+            if self.closed or offset <= self._recovery_point or offset > self._end_offset:
+                return
+            flush_from = self._recovery_point
+            if self._unflushed_txn_offset is not None:
+                flush_from = min(flush_from, self._unflushed_txn_offset)
+            pending_txn, truncations = self._unflushed_txn_offset, self._truncations
+            segments = [
+                segment
+                for segment in itertools.islice(self._segments, self._segment_index(flush_from), None)
+                if segment.base_offset < offset
+            ]
+            try:
+                self._epochs.checkpoint()
+            except OSError as exc:
+                raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
+        try:
+            for segment in segments:
+                try:
+                    segment.flush()
+                except (OSError, ValueError):
+                    if not segment.closed:
+                        raise
+            fsync_dir(self.dir)
+        except OSError as exc:
+            if self.closed:
+                return
+            raise dir_error(exc, "flushing the log in", self.dir) from exc
+        with self._lock:
+            if self.closed or truncations != self._truncations or offset <= self._recovery_point:
+                return
+            self._recovery_point = offset
+            if self._unflushed_txn_offset == pending_txn:
+                self._unflushed_txn_offset = None
+            self._last_flush_ms = self._clock()
+            self._record_offsets()
+
+    @_locked
+    def flush_if_due(self, now_ms: int) -> None:
+        """Flush if flush.ms has passed since the last flush (Kafka's kafka-log-flusher task).
+
+        A full :meth:`flush`, under the lock: it writes the active segment,
+        which appends change; rolls have already flushed what lies below it.
+        """
+        if not self.closed and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
 
     @_locked
     def flush(self) -> None:

@@ -139,10 +139,19 @@ class LogDir:
 
     def checkpoint(self) -> None:
         """Write both checkpoint files (atomically) now."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write ``recovery-point-offset-checkpoint`` (Kafka's kafka-recovery-point-checkpoint task)."""
         with self._lock:
             write_offsets(self.path / RECOVERY_POINT_FILE, self._recovery_points)
-            write_offsets(self.path / LOG_START_OFFSET_FILE, self._log_start_offsets)
             self._last_checkpoint_ms = self._clock()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write ``log-start-offset-checkpoint`` (Kafka's kafka-log-start-offset-checkpoint task)."""
+        with self._lock:
+            write_offsets(self.path / LOG_START_OFFSET_FILE, self._log_start_offsets)
 
     def checkpoint_if_due(self) -> None:
         """Write the checkpoints if log.flush.offset.checkpoint.interval.ms has passed.

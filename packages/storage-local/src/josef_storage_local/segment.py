@@ -121,6 +121,8 @@ class Segment:
         jitter = min(config.segment_jitter_ms, config.segment_ms)
         self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
         self._first_batch_timestamp: int | None = None
+        #: Set by :meth:`close`: a flush outside the log's lock may find the segment deleted meanwhile.
+        self.closed = False
 
     def paths(self) -> list[Path]:
         return [self.path.with_suffix(suffix) for suffix in SUFFIXES]
@@ -491,16 +493,19 @@ class Segment:
         self.txn_index.flush()
 
     def close(self) -> None:
+        self.closed = True
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
         os.close(self.fd)
 
-    def delete(self) -> None:
-        """Close and remove the files, renamed to ``.deleted`` first as Kafka does.
+    def delete(self) -> list[Path]:
+        """Close the files and rename them to ``.deleted``, as Kafka does; returns the renamed files for the caller to remove.
 
-        A crash between the two steps leaves ``.deleted`` files, which the
-        next load removes instead of mistaking them for a segment.
+        The rename takes the segment out of the log at once; removing the
+        files can wait (``file.delete.delay.ms``) and belongs off the event
+        loop. A crash in between leaves ``.deleted`` files, which the next
+        load removes instead of mistaking them for a segment.
         """
         self.close()
         doomed = []
@@ -509,5 +514,4 @@ class Segment:
                 deleted = path.with_name(path.name + DELETED_SUFFIX)
                 os.rename(path, deleted)
                 doomed.append(deleted)
-        for path in doomed:
-            path.unlink()
+        return doomed

@@ -16,6 +16,7 @@ from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
 from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
+from josef_storage_local.scheduler import Scheduler
 
 #: The KRaft metadata log's topic.
 METADATA_TOPIC = "__cluster_metadata"
@@ -42,6 +43,8 @@ class LocalLogStorage:
         self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
         self._logs: dict[TopicPartition, LocalLog] = {}
         self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
+        #: Flushes, checkpoints and delayed deletions, in a thread from :meth:`startup` on.
+        self.scheduler = Scheduler(clock)
         self._dirs = []
         # Absolute, as DescribeLogDirs reports them and AlterReplicaLogDirs names them.
         absolute = [Path(os.path.abspath(path)) for path in paths]
@@ -202,11 +205,55 @@ class LocalLogStorage:
                 log_dir.fail(exc)
                 raise
             log_dir.recovered(tp)
+            if self.scheduler.running:
+                log.attach_scheduler(self.scheduler)
             self._logs[tp] = log
             return log
 
     def startup(self) -> None:
-        """Nothing runs in the background yet (issue 13 brings the cleaner and the flusher)."""
+        """Start the background thread (:mod:`josef_storage_local.scheduler`) and give it the open logs.
+
+        Kafka's LogManager.startup: rolled segments are flushed soon after
+        each roll, logs past flush.ms every log.flush.scheduler.interval.ms,
+        recovery points and log start offsets are checkpointed at their
+        intervals, and deleted segment files go after file.delete.delay.ms.
+        """
+        config = self._config
+        with self._lock:
+            self.scheduler.start()
+            logs = list(self._logs.values())
+        for log in logs:
+            log.attach_scheduler(self.scheduler)
+        self.scheduler.schedule_periodically(self._flush_due_logs, config["log.flush.scheduler.interval.ms"])
+        self.scheduler.schedule_periodically(
+            self._checkpoint_recovery_points, config["log.flush.offset.checkpoint.interval.ms"]
+        )
+        self.scheduler.schedule_periodically(
+            self._checkpoint_log_start_offsets, config["log.flush.start.offset.checkpoint.interval.ms"]
+        )
+
+    def _open_logs(self) -> list[LocalLog]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def _flush_due_logs(self) -> None:
+        now = self._clock()
+        for log in self._open_logs():
+            log.flush_if_due(now)
+
+    def _checkpoint_recovery_points(self) -> None:
+        for log_dir in self._dirs:
+            try:
+                log_dir.checkpoint_recovery_points()
+            except OSError as exc:
+                raise dir_error(exc, "checkpointing recovery points in", log_dir.path) from exc
+
+    def _checkpoint_log_start_offsets(self) -> None:
+        for log_dir in self._dirs:
+            try:
+                log_dir.checkpoint_log_start_offsets()
+            except OSError as exc:
+                raise dir_error(exc, "checkpointing log start offsets in", log_dir.path) from exc
 
     def update_config(self, config: Config) -> None:
         self._config = config
@@ -278,7 +325,11 @@ class LocalLogStorage:
         return epochs.pop() if len(epochs) == 1 else -1
 
     def close(self, broker_epoch: int = -1) -> None:
-        """Close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers."""
+        """Stop the background thread, close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers.
+
+        Deleted segment files still waiting for file.delete.delay.ms are removed now.
+        """
+        self.scheduler.close()
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()

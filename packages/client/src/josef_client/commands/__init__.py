@@ -3,9 +3,9 @@
 ``topics`` and ``configs`` (kafka-topics, kafka-configs), ``console-producer``
 and ``console-consumer``, ``perf produce``/``perf consume``
 (kafka-producer-perf-test, kafka-consumer-perf-test), ``consumer-groups``
-(kafka-consumer-groups) and ``transactions`` (kafka-transactions). Each
-module imports the client only when its command runs, so ``josef --help``
-stays quick.
+(kafka-consumer-groups), ``transactions`` (kafka-transactions) and ``log-dirs``
+(kafka-log-dirs). Each module imports the client only when its command runs,
+so ``josef --help`` stays quick.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ def register(cli: click.Group) -> None:
     from josef_client.commands.configs import configs
     from josef_client.commands.console import console_consumer, console_producer
     from josef_client.commands.groups import consumer_groups
+    from josef_client.commands.log_dirs import log_dirs
     from josef_client.commands.perf import perf
     from josef_client.commands.topics import topics
     from josef_client.commands.transactions import transactions
 
-    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions):
+    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions, log_dirs):
         cli.add_command(command)

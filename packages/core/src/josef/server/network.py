@@ -10,6 +10,10 @@ one. acks=0 produce requests get no response. Anything malformed closes
 that connection with a log line; it never reaches the rest of the broker. A
 request whose handler fails is answered with an error by the dispatcher and
 the connection goes on, unless no error response can answer it.
+
+A connection idle for ``connections.max.idle.ms`` (no bytes received, no
+answer sent, nothing owed) is closed, as Kafka's Selector does; a request
+still being answered (a long-poll fetch) keeps it open.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ class FrameTooLargeError(Exception):
 
 
 class Connection:
-    def __init__(self, stream: anyio.abc.SocketStream, dispatcher: Dispatcher, listener_name: str, max_frame: int) -> None:
+    def __init__(
+        self,
+        stream: anyio.abc.SocketStream,
+        dispatcher: Dispatcher,
+        listener_name: str,
+        max_frame: int,
+        max_idle_ms: int | None = None,
+    ) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
         self.listener_name = listener_name
@@ -48,12 +59,18 @@ class Connection:
         self.client_host = remote[0] if isinstance(remote, tuple) else str(remote)
         self._buffer = b""
         self._pos = 0
+        self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
+        self._last_active = anyio.current_time()
+        #: Requests read and not yet answered (or dropped, for acks=0 produce).
+        self._owed = 0
 
     async def _receive(self) -> bytes | None:
         try:
-            return await self.stream.receive(_RECEIVE_CHUNK)
+            chunk = await self.stream.receive(_RECEIVE_CHUNK)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
             return None
+        self._last_active = anyio.current_time()
+        return chunk
 
     async def _read_exactly(self, n: int) -> bytes | memoryview | None:
         """``n`` bytes from the connection; None when it closes first.
@@ -91,29 +108,60 @@ class Connection:
 
     async def serve(self) -> None:
         try:
-            send, receive = anyio.create_memory_object_stream[Reply](MAX_PENDING_REPLIES)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._write_replies, receive)
-                async with send:
-                    while True:
-                        frame = await self._read_frame()
-                        if frame is None:
-                            return
-                        reply = await self.dispatcher.handle(self, frame)
-                        if reply is not None:
-                            await send.send(reply)
+            async with anyio.create_task_group() as watchdog:
+                if self._max_idle is not None:
+                    watchdog.start_soon(self._close_when_idle, watchdog.cancel_scope, self._max_idle)
+                await self._serve_requests()
+                watchdog.cancel_scope.cancel()
         except* (MalformedRequestError, FrameTooLargeError, UnanswerableRequestError) as group:
-            log.warning("closing connection from %s: %s", self.peer, group.exceptions[0])
+            log.warning("closing connection from %s: %s", self.peer, _first(group))
         except* (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as group:
-            log.debug("connection %s broke: %s", self.peer, group.exceptions[0])
+            log.debug("connection %s broke: %s", self.peer, _first(group))
         finally:
             await self.stream.aclose()
+
+    async def _serve_requests(self) -> None:
+        send, receive = anyio.create_memory_object_stream[Reply](MAX_PENDING_REPLIES)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._write_replies, receive)
+            async with send:
+                while True:
+                    frame = await self._read_frame()
+                    if frame is None:
+                        return
+                    self._owed += 1
+                    reply = await self.dispatcher.handle(self, frame)
+                    if reply is None:
+                        self._owed -= 1
+                    else:
+                        await send.send(reply)
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
         """Write answers in request order, each once it is ready."""
         async with replies:
             async for reply in replies:
                 await self.stream.send(reply if isinstance(reply, bytes) else await reply)
+                self._owed -= 1
+                self._last_active = anyio.current_time()
+
+    async def _close_when_idle(self, scope: anyio.CancelScope, max_idle: float) -> None:
+        """Cancel ``scope`` (the connection) once nothing has moved on it for ``max_idle`` seconds and nothing is owed."""
+        while True:
+            idle_until = self._last_active + max_idle
+            now = anyio.current_time()
+            if now >= idle_until and self._owed == 0:
+                log.debug("closing connection from %s: idle for more than %.0f ms", self.peer, max_idle * 1000)
+                scope.cancel()
+                return
+            await anyio.sleep(max(idle_until - now, max_idle / 10, 0.001))
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first error in ``group``, out of the task groups nested around it (the idle watchdog's and the writer's)."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
 
 
 def _tune(stream: anyio.abc.SocketStream) -> None:
@@ -123,13 +171,21 @@ def _tune(stream: anyio.abc.SocketStream) -> None:
         sock.setsockopt(socket.SOL_SOCKET, option, 4 << 20)
 
 
-async def serve_listener(listener: anyio.abc.Listener, dispatcher: Dispatcher, listener_name: str, max_frame: int) -> None:
+async def serve_listener(
+    listener: anyio.abc.Listener,
+    dispatcher: Dispatcher,
+    listener_name: str,
+    max_frame: int,
+    max_idle_ms: int | None = None,
+) -> None:
+    """Serve every connection ``listener`` accepts; ``max_idle_ms`` is connections.max.idle.ms (None: never closed for idleness)."""
+
     async def handle(stream: anyio.abc.SocketStream) -> None:
         # Whatever goes wrong on one connection must end there: the listener's
         # task group would otherwise take the whole broker down with it.
         try:
             _tune(stream)
-            await Connection(stream, dispatcher, listener_name, max_frame).serve()
+            await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms).serve()
         except OSError as exc:
             log.debug("connection failed: %s", exc)
             await stream.aclose()

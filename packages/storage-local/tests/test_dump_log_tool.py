@@ -28,7 +28,7 @@ from josef.metadata.records import (
     uuid_to_text,
 )
 from josef.protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, build_batch
-from josef_client.commands.dump_log import dump_log, java_double, snake_upper
+from josef_storage_local.dump_log import dump_log, java_double, snake_upper
 
 TOPIC_ID = uuid.UUID("ab4182dd-e902-43c6-915e-6e59648b84a4")
 TOPIC_ID_TEXT = uuid_to_text(TOPIC_ID)
@@ -218,7 +218,7 @@ def test_a_broken_length_stops_the_dump_with_a_clear_line(metadata_segment):
     path.write_bytes(bytes(data))
     lines = run("--files", str(path)).stdout.splitlines()
     assert len([line for line in lines if line.startswith("baseOffset:")]) == 1
-    assert lines[3].startswith(f"Found a corrupt batch at position {len(batches[0])}: its length -5 ")
+    assert lines[3] == f"Found record size -5 smaller than minimum record overhead (14) in file {path}."
     assert lines[4] == f"Found {len(data) - len(batches[0])} invalid bytes at the end of {path.name}"
 
 
