@@ -11,6 +11,7 @@ from josef.config import Config, ConfigDef
 from josef.log import LogConfig, LogDirError
 from josef.protocol.records import build_batch, validate_and_assign
 from josef.protocol.topic_partition import TopicPartition
+from josef.testing import eventually
 from josef_storage_local.logdir import CLEAN_SHUTDOWN_FILE
 from josef_storage_local.storage import LocalLogStorage
 
@@ -182,3 +183,34 @@ def test_a_failed_high_watermark_checkpoint_takes_the_directory_offline(dirs, cl
     storage.checkpoint_high_watermarks({tps[0]: 6, tps[1]: 8})  # the online directory alone, without an error
     assert storage.high_watermarks() == {tps[0]: 6}
     storage.close()
+
+
+def test_background_flushes_and_checkpoints_skip_an_offline_directory(dirs, clock, monkeypatch):
+    config = Config.build(ConfigDef(CORE_KEYS), {
+        "log.dirs": f"{dirs[0]},{dirs[1]}", "log.flush.scheduler.interval.ms": "1000",
+        "log.flush.offset.checkpoint.interval.ms": "1000"})
+    storage = LocalLogStorage(config, clock=clock)
+    in_a, in_b = (storage.open(TopicPartition("t", p), LogConfig(flush_ms=1500)) for p in range(2))
+    assert (in_a.dir.parent, in_b.dir.parent) == (dirs[0], dirs[1])
+    append(in_a)
+    append(in_b)
+    full_disk(monkeypatch, dirs[0])
+    with pytest.raises(LogDirError):
+        append(in_a)
+    monkeypatch.undo()
+    checkpoint = dirs[0] / "recovery-point-offset-checkpoint"
+    before = checkpoint.read_bytes() if checkpoint.exists() else None
+    storage.startup()
+    try:
+        clock.now += 2000
+        storage.scheduler.run_due()  # what the manual clock made due (the background thread may take some)
+        # The offline log is skipped, not the ones after it; the online directory's checkpoint is written.
+        eventually(lambda: in_b.recovery_point == 1, what="the flush of the online log")
+        clock.now += 1000
+        storage.scheduler.run_due()
+        eventually(lambda: (dirs[1] / "recovery-point-offset-checkpoint").read_text().endswith("t 1 1\n"),
+                   what="the online directory's checkpoint")
+        assert in_a.recovery_point == 0
+        assert (checkpoint.read_bytes() if checkpoint.exists() else None) == before
+    finally:
+        storage.close()

@@ -51,21 +51,25 @@ def _serialised(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _locked(method: F) -> F:
-    """:func:`_serialised`, under the offline rule of :class:`josef.log.LogStorage`: a log whose
-    directory is offline fails at once, and a disk error takes the directory offline."""
+def _offline_rule(method: F) -> F:
+    """The offline rule of :class:`josef.log.LogStorage`: a log whose directory is offline
+    fails at once, and a disk error takes the directory offline."""
 
     @functools.wraps(method)
     def wrapper(self: LocalLog, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            self._log_dir.check_online()
-            try:
-                return method(self, *args, **kwargs)
-            except LogDirError as exc:
-                self._log_dir.fail(exc)
-                raise
+        self._log_dir.check_online()
+        try:
+            return method(self, *args, **kwargs)
+        except LogDirError as exc:
+            self._log_dir.fail(exc)
+            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def _locked(method: F) -> F:
+    """:func:`_serialised` under :func:`_offline_rule`: what every public method that touches the disk is."""
+    return _serialised(_offline_rule(method))
 
 
 class LocalLog:
@@ -648,6 +652,7 @@ class LocalLog:
         elif doomed:
             self._scheduler.delete_later(doomed, self.config.file_delete_delay_ms)
 
+    @_offline_rule
     def flush_up_to(self, offset: int) -> None:
         """fsync the segments below ``offset`` and move the recovery point there (Kafka's flushUptoOffsetExclusive).
 

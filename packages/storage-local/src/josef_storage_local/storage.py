@@ -239,21 +239,26 @@ class LocalLogStorage:
     def _flush_due_logs(self) -> None:
         now = self._clock()
         for log in self._open_logs():
-            log.flush_if_due(now)
+            try:
+                log.flush_if_due(now)
+            except LogDirError:
+                continue  # its directory is offline now: the others are still flushed
 
     def _checkpoint_recovery_points(self) -> None:
         for log_dir in self._dirs:
-            try:
-                log_dir.checkpoint_recovery_points()
-            except OSError as exc:
-                raise dir_error(exc, "checkpointing recovery points in", log_dir.path) from exc
+            if log_dir.error is None:
+                try:
+                    log_dir.checkpoint_recovery_points()
+                except OSError as exc:
+                    self._failed(log_dir, exc, "checkpointing recovery points in", log_dir.path)
 
     def _checkpoint_log_start_offsets(self) -> None:
         for log_dir in self._dirs:
-            try:
-                log_dir.checkpoint_log_start_offsets()
-            except OSError as exc:
-                raise dir_error(exc, "checkpointing log start offsets in", log_dir.path) from exc
+            if log_dir.error is None:
+                try:
+                    log_dir.checkpoint_log_start_offsets()
+                except OSError as exc:
+                    self._failed(log_dir, exc, "checkpointing log start offsets in", log_dir.path)
 
     def update_config(self, config: Config) -> None:
         self._config = config
