@@ -113,3 +113,38 @@ def test_a_failing_log_dir_takes_its_partitions_offline_and_the_others_keep_serv
         assert not broker.broker.image.brokers[1].fenced
     finally:
         client.close()
+
+
+def test_a_log_dir_dead_at_restart_is_left_offline_and_its_partitions_are_not_recreated_elsewhere(broker, dirs):
+    client = RawClient(broker.port)
+    try:
+        response = client.call(ApiKey.CREATE_TOPICS, 7, {"timeout": 10000, "validate_only": False, "topics": [
+            {"name": TOPIC, "num_partitions": 4, "replication_factor": 1, "assignments": [], "configs": []}]})
+        assert response.topics[0].error_code == E.none
+        eventually(lambda: sum(len(p) for _, p in describe(client).values()) == 4, what="every partition hosted")
+        placed = describe(client)
+        in_a, in_b = placed[str(dirs[0])][1], placed[str(dirs[1])][1]
+        ids = meta_properties.directory_ids(broker.broker.config)
+        eventually(lambda: all(broker.broker.image.topics[TOPIC].partitions[p].directory_of(1) == ids[str(dirs[1])]
+                               for p in in_b), what="the replicas' directories in the metadata")
+        assert [produce(client, p) for p in range(4)] == [E.none] * 4
+    finally:
+        client.close()
+
+    # The disk under dirB dies while the broker is down: the directory cannot even be read at the next start.
+    broker.stop()
+    dirs[1].rename(dirs[1].with_name("dead"))
+    dirs[1].write_text("")
+    broker.start()
+    client = RawClient(broker.port)
+    try:
+        a = ids[str(dirs[0])]
+        assert broker.broker.image.brokers[1].log_dirs == (a,)  # registered without it
+        eventually(lambda: {(tp.topic, tp.partition) for tp in broker.broker.replicas.offline} == {(TOPIC, p) for p in in_b},
+                   what="dirB's partitions offline")
+        assert sorted(tp.partition for tp in broker.broker.storage.stored() if tp.topic == TOPIC) == in_a  # none recreated
+        assert describe(client) == {str(dirs[0]): (E.none, in_a), str(dirs[1]): (E.kafka_storage_error, [])}
+        assert [produce(client, p) for p in in_a] == [E.none, E.none]
+        assert all(produce(client, p) != E.none for p in in_b)
+    finally:
+        client.close()

@@ -214,3 +214,18 @@ def test_background_flushes_and_checkpoints_skip_an_offline_directory(dirs, cloc
         assert (checkpoint.read_bytes() if checkpoint.exists() else None) == before
     finally:
         storage.close()
+
+
+def test_a_directory_that_cannot_be_opened_at_start_is_offline_and_the_storage_starts(dirs, clock):
+    dirs[1].parent.mkdir(parents=True, exist_ok=True)
+    dirs[1].write_text("not a directory")  # as unusable as a dead disk
+    storage = storage_on(dirs[:2], clock)
+    assert storage.offline_dirs() == [str(dirs[1])]
+    assert storage.open(TopicPartition("t", 0), LogConfig()).dir.parent == dirs[0]
+    assert [i.error is not None for i in storage.log_dirs()] == [False, True]
+    assert storage.clean_shutdown_epoch() == -1  # what the failed disk holds was not closed cleanly for sure
+    storage.close()
+    dirs[0].rename(dirs[0].with_name("gone"))
+    dirs[0].write_text("not a directory either")
+    with pytest.raises(LogDirError, match="opening log directory"):
+        storage_on(dirs[:2], clock)

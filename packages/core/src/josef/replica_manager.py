@@ -42,7 +42,15 @@ from josef import meta_properties
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
-from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage, PartitionImage
+from josef.metadata.image import (
+    MIGRATING_DIR,
+    RECOVERED,
+    RECOVERING,
+    UNASSIGNED_DIR,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+)
 from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text, uuid_to_text
 from josef.partition import FollowerState, Partition
 from josef.protocol.api_keys import ApiKey
@@ -139,8 +147,16 @@ class ReplicaManager:
                 continue
             partition = self.partitions.get(tp)
             if partition is None:
+                if tp in self.offline or not self._usable_dir(state.directory_of(self.broker_id)):
+                    self.offline.add(tp)  # its log is on a failed disk: it must not start afresh elsewhere
+                    continue
                 config = self.topic_config(image, name)
-                log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+                try:
+                    log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+                except LogDirError as exc:
+                    log.error("partition %s is offline: %s", tp, exc)
+                    self.offline.add(tp)
+                    continue
                 partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config,
                                                             self._high_watermarks.get(tp))
                 partition.strict_min_isr = strict
@@ -362,6 +378,18 @@ class ReplicaManager:
         topic = self.broker.image.topics.get(partition.tp.topic)
         if topic is not None and partition.tp.partition in topic.partitions:
             self._check_directory(partition, topic.partitions[partition.tp.partition])
+
+    def _usable_dir(self, directory: str) -> bool:
+        """Whether a replica the metadata places in ``directory`` may be opened here: unassigned, or one of our working dirs.
+
+        A replica assigned to a directory that failed, or that this broker
+        could not even read at start, stays offline rather than start empty
+        in another directory (KIP-858).
+        """
+        if directory in (UNASSIGNED_DIR, MIGRATING_DIR):
+            return True
+        failed = self.storage.offline_dirs()
+        return any(i == directory and path not in failed for path, i in self._directory_ids.items())
 
     def _check_directory(self, partition: Partition, state: PartitionImage) -> None:
         """Queue an AssignReplicasToDirs for ``partition`` when the metadata has its replica elsewhere (or nowhere)."""

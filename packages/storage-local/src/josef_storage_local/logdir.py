@@ -85,6 +85,18 @@ class LogDir:
             # when opened; while any is left, the marker must not be written.
             self._unrecovered = set(self.stored())
 
+    @classmethod
+    def unusable(cls, path: Path, error: LogDirError) -> LogDir:
+        """A directory that could not even be opened at start: offline from the outset, never touched."""
+        log_dir = cls.__new__(cls)
+        log_dir.path = path
+        log_dir.error = error
+        log_dir._lock = threading.Lock()
+        log_dir._recovery_points, log_dir._log_start_offsets, log_dir._unrecovered = {}, {}, set()
+        log_dir.clean_shutdown_epoch = -1
+        logger.error("log directory %s is offline: %s", path, error)
+        return log_dir
+
     def fail(self, error: LogDirError) -> None:
         """Take the directory offline for good (until a restart); the first error is the one reported."""
         with self._lock:

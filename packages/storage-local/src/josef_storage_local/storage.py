@@ -32,7 +32,9 @@ class LocalLogStorage:
 
     A disk error in a directory takes that directory offline until the next
     start (:class:`josef_storage_local.logdir.LogDir`): its logs fail fast,
-    it gets no new logs, and the other directories carry on.
+    it gets no new logs, and the other directories carry on. A directory
+    that cannot be opened at start is offline from the outset; the storage
+    starts unless none can be opened.
     """
 
     def __init__(self, config: Config, *, clock: Clock = wall_clock_ms) -> None:
@@ -55,9 +57,13 @@ class LocalLogStorage:
         for path in absolute:
             try:
                 self._dirs.append(LogDir(path, interval, clock))
-            except OSError as exc:
-                raise dir_error(exc, "opening log directory", path) from exc
+            except OSError as exc:  # offline alone, as Kafka starts without a failed disk; all of them: no start
+                self._dirs.append(LogDir.unusable(path, dir_error(exc, "opening log directory", path)))
+        if all(log_dir.error is not None for log_dir in self._dirs):
+            raise self._dirs[0].error  # type: ignore[misc]
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             stale = [tp for tp in settled if not log_dir.holds(tp)]
             for tp in stale:
                 log_dir.forget(tp)  # the checkpoint entry of the copy that lost
@@ -93,7 +99,15 @@ class LocalLogStorage:
         return min(online, key=lambda log_dir: counts[log_dir.path])
 
     def _holding(self, tp: TopicPartition) -> LogDir | None:
-        return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+        for log_dir in self._dirs:
+            try:
+                if log_dir.holds(tp):
+                    return log_dir
+            except OSError as exc:
+                if log_dir.error is None:
+                    raise self._failed(log_dir, exc, "looking for the log of", log_dir.path / str(tp)) from exc
+                return log_dir  # a failed disk that may hold it: never create it elsewhere meanwhile
+        return None
 
     def _failed(self, log_dir: LogDir, exc: OSError, action: str, path: Path) -> LogDirError:
         """The :class:`LogDirError` for a disk error in ``log_dir``, which it takes offline."""
@@ -305,6 +319,8 @@ class LocalLogStorage:
     def high_watermarks(self) -> dict[TopicPartition, int]:
         found: dict[TopicPartition, int] = {}
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             found.update((tp, offset) for tp, offset in log_dir.high_watermarks().items() if log_dir.holds(tp))
         return found
 
