@@ -2,7 +2,7 @@
 
 An in-process broker (no root needed): the failing disk is simulated by
 making every ``pwrite`` to a file under one directory fail, as a dying disk
-does. test_jbod_failover.py does it with a real full tmpfs and three brokers.
+does. integration-tests/test_jbod_failover.py does it with a real full tmpfs and three brokers.
 """
 
 from __future__ import annotations
