@@ -1,7 +1,8 @@
-"""The whole test suite: each package's own tests, then the integration matrix.
+"""The whole test suite: each package's own tests, the storage contract per storage plugin, then the integration matrix.
 
 ``uvx nox`` runs everything; ``uvx nox -s integration`` only the end-to-end
-tests; ``uvx nox -l`` lists the sessions.
+tests; ``uvx nox -s contract`` the storage contract suite against every
+storage plugin; ``uvx nox -l`` lists the sessions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ PACKAGES = ["core", "client", "storage-local", "metadata-kraft", "coordinator-gr
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
 METADATA = ["kraft"]
 STORAGE = ["local"]
+#: Each storage plugin's package and the test module in it that runs the core's contract suite
+#: (josef.testing.storage) against the plugin; test basenames are unique across the repository.
+STORAGE_CONTRACTS = {"local": ("storage-local", "test_storage_contract.py")}
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
@@ -35,7 +39,19 @@ def install_workspace(session: nox.Session) -> None:
 def unit(session: nox.Session, package: str) -> None:
     """One package's own tests."""
     install_workspace(session)
-    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+    # The contract sessions run those.
+    contracts = [f"--ignore=packages/{package}/tests/{module}" for owner, module in STORAGE_CONTRACTS.values()
+                 if owner == package]
+    session.run("pytest", f"packages/{package}/tests", *contracts, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("storage", STORAGE)
+def contract(session: nox.Session, storage: str) -> None:
+    """The storage contract suite against one storage plugin, installed with the core alone (all a plugin may import)."""
+    package, module = STORAGE_CONTRACTS[storage]
+    session.install(*TEST_DEPS, "-e./packages/core", f"-e./packages/{package}")
+    session.run("pytest", f"packages/{package}/tests/{module}", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -303,9 +303,10 @@ class Log(Protocol):
     # Logs whose cleanup.policy holds ``compact`` are cleaned in the
     # background by the storage (:meth:`LogStorage.startup`), as Kafka's log
     # cleaner does: the latest record of each key is kept, offsets never
-    # change, tombstones and aborted transactional data go after
-    # ``delete.retention.ms``. The cleaner never passes the partition's last
-    # stable offset, which only the broker knows.
+    # change, aborted transactional data goes, tombstones and transaction
+    # markers go ``delete.retention.ms`` after the cleaning that first kept
+    # them (their batch's delete horizon, KIP-534). The cleaner never passes
+    # the partition's last stable offset, which only the broker knows.
 
     def attach_last_stable_offset(self, source: Callable[[], int]) -> None:
         """Give the log the partition's last stable offset (never above the high watermark), which cleaning never reaches.

@@ -6,6 +6,7 @@ import bisect
 import functools
 import itertools
 import logging
+import os
 import struct
 import threading
 import time
@@ -15,9 +16,23 @@ from typing import Any, TypeVar
 
 from josef.log import AbortedTxn, CleanerStats, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
-from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo
+from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo, CorruptRecordError
 from josef.protocol.topic_partition import TopicPartition
-from josef_storage_local import snapshots
+from josef_storage_local import cleaner_checkpoint, snapshots, swap
+from josef_storage_local.compaction import (
+    CleanedSegment,
+    CleanedTxns,
+    CleanerOptions,
+    CleaningAborted,
+    CleaningPlan,
+    Counters,
+    SourceSegment,
+    build_offset_map,
+    clean_group,
+    group_segments,
+    remove_cleaned,
+)
+from josef_storage_local.offset_map import OffsetMap
 from josef_storage_local.epochs import FILE_NAME as EPOCH_FILE
 from josef_storage_local.epochs import LeaderEpochCache
 from josef_storage_local.files import dir_error, fsync_dir
@@ -109,6 +124,16 @@ class LocalLog:
         #: The lowest marker indexed since the last flush below the recovery point (a replay after a
         #: rebuild): flush must reach its segment, which the recovery point alone would skip.
         self._unflushed_txn_offset: int | None = None
+        #: Counts truncations and moves: a cleaning planned before one must not swap its rewrite in.
+        self._generation = 0
+        #: The lowest offset truncated to since the last cleaning: the dirty section starts there at the latest.
+        self._dirty_floor: int | None = None
+        #: Where the dirty section starts, from the cleaner-offset-checkpoint once read; None before.
+        self._first_dirty: int | None = None
+        #: The earliest delete horizon of a tombstone or marker the last cleaning kept; -1 when none.
+        self._delete_horizon = -1
+        #: One cleaning of this log at a time (cleaner threads and direct calls).
+        self._cleaning = threading.Lock()
         #: The storage's background thread once it runs (:meth:`attach_scheduler`); without it
         #: (tests, the metadata log) rolled segments wait for the next full flush and deleted files go at once.
         self._scheduler: Scheduler | None = None
@@ -124,6 +149,7 @@ class LocalLog:
 
     def _load(self, recover: bool) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        swap.recover(self.dir)
         bases = self._segment_files()
         now = self._clock()
         log_start = self._log_dir.log_start_offset(self.tp)
@@ -439,6 +465,7 @@ class LocalLog:
     def truncate_to(self, offset: int) -> None:
         if offset >= self._end_offset:
             return
+        self._truncated(offset)
         try:
             if offset < self._segments[0].base_offset:
                 self._start_empty_at(offset)
@@ -471,6 +498,7 @@ class LocalLog:
 
     def _start_empty_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (Kafka's truncateFullyAndStartAt)."""
+        self._truncated(offset)
         self._truncations += 1
         self._delete_segments(self._segments)
         self._segments = [Segment(self.dir, offset, self.config, self._clock())]
@@ -494,8 +522,167 @@ class LocalLog:
     def attach_last_stable_offset(self, source: Callable[[], int]) -> None:
         self._stable_offset_source = source
 
-    def clean(self, now_ms: int) -> CleanerStats:
-        return CleanerStats()  # the cleaner lands with issue 13
+    def _truncated(self, offset: int) -> None:
+        self._generation += 1
+        self._dirty_floor = offset if self._dirty_floor is None else min(self._dirty_floor, offset)
+
+    def _cleanable_range(self, now_ms: int) -> tuple[int, int]:
+        """``(first dirty offset, first uncleanable offset)``, Kafka's ``cleanableOffsets``; under the lock.
+
+        Cleaning stops at the last stable offset, the active segment and the
+        first dirty segment holding a record newer than min.compaction.lag.ms.
+        """
+        if self._first_dirty is None:
+            self._first_dirty = cleaner_checkpoint.first_dirty_offset(self._log_dir.path, self.tp)
+        first_dirty = self._first_dirty
+        if self._dirty_floor is not None:
+            first_dirty = min(first_dirty, self._dirty_floor)
+        if not self._log_start_offset <= first_dirty <= self._end_offset:
+            first_dirty = self._log_start_offset
+        assert self._stable_offset_source is not None
+        end = min(self._stable_offset_source(), self._segments[-1].base_offset)
+        lag = self.config.min_compaction_lag_ms
+        if lag > 0:
+            for segment in self._segments[self._segment_index(first_dirty) : -1]:
+                if segment.largest_timestamp() > now_ms - lag:
+                    end = min(end, segment.base_offset)
+                    break
+        return min(first_dirty, end), end
+
+    @_locked
+    def cleaning_priority(self, now_ms: int) -> tuple[float, bool] | None:
+        """``(dirty ratio, due)`` for the cleaner threads' choice (Kafka's ``LogToClean``); None when there is nothing to clean.
+
+        Due: records older than max.compaction.lag.ms are dirty, or a kept
+        tombstone's delete horizon has passed.
+        """
+        if self.closed or not self.config.compact or self._stable_offset_source is None:
+            return None
+        first_dirty, end = self._cleanable_range(now_ms)
+        dirty_from = self._segment_index(first_dirty)
+        clean_bytes = sum(segment.size for segment in self._segments[:dirty_from])
+        dirty_bytes = sum(s.size for s in self._segments[dirty_from:] if s.base_offset < end)
+        tombstones_due = 0 <= self._delete_horizon <= now_ms
+        if dirty_bytes == 0 and not tombstones_due:
+            return None
+        due = tombstones_due
+        if dirty_bytes and self.config.max_compaction_lag_ms < now_ms:
+            first_timestamp = self._segments[dirty_from].first_batch_timestamp()
+            due = due or 0 <= first_timestamp < now_ms - self.config.max_compaction_lag_ms
+        return dirty_bytes / max(clean_bytes + dirty_bytes, 1), due
+
+    def clean(self, now_ms: int, options: CleanerOptions | None = None) -> CleanerStats:
+        """One pass of the cleaner (:mod:`josef_storage_local.compaction`), the log lock held only to plan and to swap.
+
+        A pass given up (the log closed, truncated or moved, the storage
+        stopping) changes nothing and returns empty stats.
+        """
+        if not self.config.compact or self._stable_offset_source is None:
+            return CleanerStats()
+        with self._cleaning:
+            started = time.monotonic()
+            plan = self._plan_cleaning(now_ms)
+            if plan is None:
+                return CleanerStats()
+            try:
+                return self._run_cleaning(plan, options or CleanerOptions(), started)
+            except CleaningAborted as exc:
+                logger.info("%s: cleaning given up: %s", self.tp, exc)
+                return CleanerStats()
+            except (OSError, CorruptRecordError) as exc:
+                if self.closed or self._generation != plan.generation:
+                    # Files deleted, moved or cut under the pass: what it read or wrote no longer matters.
+                    logger.info("%s: cleaning given up, the log was closed or changed: %s", self.tp, exc)
+                    return CleanerStats()
+                if isinstance(exc, CorruptRecordError):
+                    raise
+                raise dir_error(exc, "cleaning the log in", self.dir) from exc
+            finally:
+                plan.close()
+
+    @_locked
+    def _plan_cleaning(self, now_ms: int) -> CleaningPlan | None:
+        if self.closed:
+            return None
+        first_dirty, end = self._cleanable_range(now_ms)
+        tombstones_due = 0 <= self._delete_horizon <= now_ms
+        if first_dirty >= end and not tombstones_due:
+            return None
+        sources = []
+        try:
+            for i, segment in enumerate(self._segments[:-1]):
+                if segment.base_offset >= end:
+                    break
+                sources.append(SourceSegment(segment, os.open(segment.path, os.O_RDONLY), segment.size,
+                                             segment.base_offset, self._segments[i + 1].base_offset,
+                                             len(segment.txn_index.entries)))
+        except OSError as exc:
+            for source in sources:
+                os.close(source.fd)
+            raise dir_error(exc, "opening segments to clean in", self.dir) from exc
+        producers = {}
+        if self._producer_source is not None:
+            for entry in self._producer_source():
+                last_data = entry.batches[-1].last_offset if entry.batches else None
+                producers[entry.producer_id] = (last_data, entry.epoch)
+        config = self.config
+        return CleaningPlan(
+            dir=self.dir, segments=sources, first_dirty=first_dirty, end=end, now_ms=now_ms,
+            delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,
+            segment_index_bytes=config.segment_index_bytes, index_interval_bytes=config.index_interval_bytes,
+            aborted=[txn for source in sources for txn in source.segment.txn_index.entries if txn.last_offset < end],
+            producers=producers, generation=self._generation,
+        )
+
+    def _run_cleaning(self, plan: CleaningPlan, options: CleanerOptions, started: float) -> CleanerStats:
+        counters = Counters()
+        offsets = OffsetMap(options.map_capacity)
+        clean_end = max(build_offset_map(plan, offsets, options, Counters()), plan.first_dirty)
+        offsets.latest_offset = clean_end - 1
+        horizon = -1
+        todo = [source for source in plan.segments if source.base_offset < clean_end]
+        txns = CleanedTxns(plan.aborted)
+        for group in group_segments(todo, plan.segment_bytes, plan.segment_index_bytes):
+            cleaned = clean_group(plan, group, offsets, txns, options, counters)
+            if not self._swap_in(cleaned, plan.generation):
+                remove_cleaned(plan.dir, cleaned.base_offset)
+                raise CleaningAborted("the log changed under the cleaner")
+            if cleaned.delete_horizon >= 0 and (horizon < 0 or cleaned.delete_horizon < horizon):
+                horizon = cleaned.delete_horizon
+        with self._lock:
+            if self.closed or self._generation != plan.generation:
+                raise CleaningAborted("the log changed under the cleaner")
+            cleaner_checkpoint.update(self._log_dir.path, self.tp, clean_end)
+            self._first_dirty = clean_end
+            self._delete_horizon = horizon
+            self._dirty_floor = None
+        return counters.stats(clean_end, started)
+
+    @_locked
+    def _swap_in(self, cleaned: CleanedSegment, generation: int) -> bool:
+        """Replace the segments a rewrite covers, crash-safely (:mod:`josef_storage_local.swap`); False if they changed."""
+        if self.closed or self._generation != generation:
+            return False
+        old = cleaned.replaces
+        first = next((i for i, s in enumerate(self._segments) if s is old[0].segment), None)
+        if first is None or first + len(old) >= len(self._segments):
+            return False
+        for source, segment in zip(old, self._segments[first:]):
+            if segment is not source.segment or segment.size != source.size or (
+                    len(segment.txn_index.entries) != source.txn_entries):
+                return False
+        base = cleaned.base_offset
+        try:
+            swap.commit(self.dir, base)
+            self._delete_segments([source.segment for source in old])
+            swap.finish(self.dir, base)
+            segment = Segment(self.dir, base, self.config, self._clock())
+            segment.txn_index.load()
+            segment.seal()
+        except (OSError, ValueError) as exc:
+            raise LogDirError(f"{self.tp}: swapping in the cleaned segment {base} failed: {exc}") from exc
+        self._segments[first : first + len(old)] = [segment]
+        return True
 
     # Aborted transactions -------------------------------------------------------------
 
@@ -774,9 +961,14 @@ class LocalLog:
         """
         if self.closed:
             raise LogDirError(f"{self.tp}: the log was closed (deleted?) during its move")
+        self._generation += 1
         self._close_files()
+        old_dir = self._log_dir.path
         try:
             self.dir, self._log_dir = finish()
+            if self._first_dirty is not None and self._first_dirty >= 0:  # the cleaner's checkpoint moves along
+                cleaner_checkpoint.update(self._log_dir.path, self.tp, self._first_dirty)
+                cleaner_checkpoint.update(old_dir, self.tp, None)
         finally:
             try:
                 self._load(recover=False)

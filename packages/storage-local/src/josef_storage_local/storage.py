@@ -12,6 +12,8 @@ from typing import Mapping
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogDirInfo, LogDirNotFoundError
 from josef.protocol.topic_partition import TopicPartition
+from josef_storage_local import cleaner_checkpoint
+from josef_storage_local.cleaner import LogCleaner
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
@@ -47,6 +49,7 @@ class LocalLogStorage:
         self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
         #: Flushes, checkpoints and delayed deletions, in a thread from :meth:`startup` on.
         self.scheduler = Scheduler(clock)
+        self._cleaner = LogCleaner(self._open_logs, config, clock)
         self._dirs = []
         # Absolute, as DescribeLogDirs reports them and AlterReplicaLogDirs names them.
         absolute = [Path(os.path.abspath(path)) for path in paths]
@@ -225,7 +228,7 @@ class LocalLogStorage:
             return log
 
     def startup(self) -> None:
-        """Start the background thread (:mod:`josef_storage_local.scheduler`) and give it the open logs.
+        """Start the background thread (:mod:`josef_storage_local.scheduler`) and give it the open logs, then the cleaner threads.
 
         Kafka's LogManager.startup: rolled segments are flushed soon after
         each roll, logs past flush.ms every log.flush.scheduler.interval.ms,
@@ -245,6 +248,7 @@ class LocalLogStorage:
         self.scheduler.schedule_periodically(
             self._checkpoint_log_start_offsets, config["log.flush.start.offset.checkpoint.interval.ms"]
         )
+        self._cleaner.start()
 
     def _open_logs(self) -> list[LocalLog]:
         with self._lock:
@@ -276,6 +280,7 @@ class LocalLogStorage:
 
     def update_config(self, config: Config) -> None:
         self._config = config
+        self._cleaner.update_config(config)
 
     def stored(self) -> list[TopicPartition]:
         """Partitions with a log in an online directory: an offline one is not read again (Kafka lists live dirs only)."""
@@ -300,6 +305,7 @@ class LocalLogStorage:
         if log_dir.error is not None:
             return  # the disk is not touched again; the next start finds the log stray and deletes it
         try:
+            cleaner_checkpoint.update(log_dir.path, tp, None)
             log_dir.checkpoint()
             if path.exists():
                 doomed = path.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
@@ -346,10 +352,11 @@ class LocalLogStorage:
         return epochs.pop() if len(epochs) == 1 else -1
 
     def close(self, broker_epoch: int = -1) -> None:
-        """Stop the background thread, close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers.
+        """Stop the cleaner and the background thread, close every log (fsync, trim indexes), write the checkpoints and the clean-shutdown markers.
 
         Deleted segment files still waiting for file.delete.delay.ms are removed now.
         """
+        self._cleaner.stop()
         self.scheduler.close()
         with self._lock:
             logs = list(self._logs.values())
