@@ -229,3 +229,17 @@ def test_a_directory_that_cannot_be_opened_at_start_is_offline_and_the_storage_s
     dirs[0].write_text("not a directory either")
     with pytest.raises(LogDirError, match="opening log directory"):
         storage_on(dirs[:2], clock)
+
+
+def test_the_cleaner_leaves_an_offline_directory_alone(dirs, clock, monkeypatch):
+    storage = storage_on(dirs[:1], clock)
+    compacted = storage.open(TopicPartition("c", 0), LogConfig(cleanup_policy=("compact",)))
+    compacted.attach_last_stable_offset(lambda: compacted.log_end_offset)
+    other = storage.open(TopicPartition("t", 0), LogConfig())
+    full_disk(monkeypatch, dirs[0])
+    with pytest.raises(LogDirError):
+        append(other)
+    monkeypatch.undo()
+    with pytest.raises(LogDirError, match="offline"):
+        compacted.clean(clock())
+    storage.close()

@@ -571,6 +571,7 @@ class LocalLog:
             due = due or 0 <= first_timestamp < now_ms - self.config.max_compaction_lag_ms
         return dirty_bytes / max(clean_bytes + dirty_bytes, 1), due
 
+    @_offline_rule
     def clean(self, now_ms: int, options: CleanerOptions | None = None) -> CleanerStats:
         """One pass of the cleaner (:mod:`josef_storage_local.compaction`), the log lock held only to plan and to swap.
 
