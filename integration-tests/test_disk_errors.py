@@ -1,7 +1,8 @@
 """A full disk fails produce requests with KAFKA_STORAGE_ERROR and loses nothing acknowledged; a read-only one stops start-up.
 
 The broker's log directory is a small tmpfs that the test mounts (root is
-needed to mount; CI runs as root).
+needed to mount; CI runs as root). With its only log directory offline the
+broker stops, as Kafka's does; test_jbod_failover.py has a broker with two.
 """
 
 import os
@@ -56,8 +57,14 @@ def test_full_disk(broker_factory, small_disk):
     errors = [err for err, _, _ in results if err is not None]
     assert acked and errors
     assert {e.code() for e in errors} == {KafkaError.KAFKA_STORAGE_ERROR}
+    # Its only log directory went offline: the broker stops by itself, with an error.
+    assert broker.proc is not None
+    assert broker.proc.wait(timeout=30) != 0
+    broker.proc = None
+    # The operator grows the disk and starts the broker again: everything acknowledged is there.
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
+    broker.start()
     assert read(broker, "full", len(acked)) == acked
-    assert broker.proc is not None and broker.proc.poll() is None  # still running
 
 
 def test_read_only_disk_stops_start_up_with_a_clear_error(tmp_path, small_disk):

@@ -152,6 +152,8 @@ def test_a_failed_snapshot_fails_the_roll_and_leaves_the_log_as_it_was(harness):
     with pytest.raises(LogDirError):
         harness.append(log)
     assert (log.log_end_offset, log.segment_base_offsets) == (end, bases)
+    harness.crash()  # the error took the directory offline; a restart brings it back
+    log = harness.reopen(attrs.evolve(harness.config, segment_bytes=100))
     assert harness.batches(log.read(2, 1 << 20, log.log_end_offset)) == [(2, 2)]
     log.attach_producer_state(lambda: state_at(log))
     harness.append(log)

@@ -6,6 +6,10 @@ offset it has applied. The controller unfences it once that offset reaches
 its registration, fences it when heartbeats stop for
 ``broker.session.timeout.ms``, and on a clean stop moves its leadership
 away before telling it to shut down (controlled shutdown).
+
+It names its log directories by their ``directory.id`` (KIP-858): the
+online ones in the registration, the failed ones in every heartbeat, the
+first heartbeat after a failure going out at once.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef import meta_properties
 from josef.config import ConfigError
 from josef.controller_channel import ControllerChannel, ControllerUnavailableError
-from josef.metadata.records import SECURITY_PROTOCOLS, random_uuid
+from josef.metadata.records import SECURITY_PROTOCOLS, random_uuid, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -42,10 +47,21 @@ class BrokerLifecycle:
         self.fenced = True
         self.unfenced = anyio.Event()
         self._interval = node.config["broker.heartbeat.interval.ms"] / 1000
+        self._directory_ids: dict[str, str] = {}
+        self._wake = anyio.Event()
+
+    def report_offline_dirs(self) -> None:
+        """A log directory failed: heartbeat now rather than at the next interval. Call on the event loop."""
+        self._wake.set()
+
+    def _dir_ids(self, offline: bool) -> list[Any]:
+        failed = set(self._node.storage.offline_dirs())
+        return [uuid_from_text(i) for path, i in self._directory_ids.items() if (path in failed) == offline]
 
     async def register(self) -> None:
         """Register until the controller accepts; raises ConfigError for a registration it can never accept."""
         node = self._node
+        self._directory_ids = meta_properties.directory_ids(node.config)
         body = {
             "broker_id": node.node_id, "cluster_id": node.cluster_id, "incarnation_id": self.incarnation_id,
             "listeners": [{"name": e.name, "host": e.host, "port": e.port,
@@ -54,7 +70,7 @@ class BrokerLifecycle:
             "features": [{"name": n, "min_supported_version": f.min_level, "max_supported_version": f.max_level}
                          for n, f in sorted(node.features.items())],
             "rack": node.config["broker.rack"],
-            "is_migrating_zk_broker": False, "log_dirs": [],
+            "is_migrating_zk_broker": False, "log_dirs": self._dir_ids(offline=False),
             # KIP-966: the epoch of this process's registration, else the one the last clean stop recorded (-1: unclean).
             "previous_broker_epoch": self.epoch if self.epoch != -1 else node.storage.clean_shutdown_epoch(),
         }
@@ -78,7 +94,7 @@ class BrokerLifecycle:
         response = await self._channel.call(ApiKey.BROKER_HEARTBEAT, {
             "broker_id": self._node.node_id, "broker_epoch": self.epoch,
             "current_metadata_offset": self._node.image.offset, "want_fence": False,
-            "want_shut_down": want_shut_down, "offline_log_dirs": []}, timeout_s=timeout_s)
+            "want_shut_down": want_shut_down, "offline_log_dirs": self._dir_ids(offline=True)}, timeout_s=timeout_s)
         if response.error_code in (ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered):
             # The controller no longer knows this registration (a new cluster, a lost session): start again.
             log.warning("broker %d heartbeat: %s; registering again", self._node.node_id, response.error_code.name)
@@ -100,7 +116,9 @@ class BrokerLifecycle:
             except ControllerUnavailableError as exc:
                 log.warning("broker %d heartbeat: %s", self._node.node_id, exc)
             # A fenced broker asks again soon: it is waiting to be let in.
-            await anyio.sleep(self._interval if not self.fenced else min(self._interval, 0.05))
+            with anyio.move_on_after(self._interval if not self.fenced else min(self._interval, 0.05)):
+                await self._wake.wait()
+            self._wake = anyio.Event()
 
     async def controlled_shutdown(self) -> None:
         """Ask to shut down until the controller has moved this broker's leadership away (bounded in time).

@@ -18,7 +18,21 @@ reads of the same log from the event loop, so a backend must make them safe
 A storage may spread logs over several directories (``log.dirs``, often one
 per disk). DescribeLogDirs reports them (:meth:`LogStorage.log_dirs`,
 :meth:`LogStorage.dir_of`) and AlterReplicaLogDirs moves a log between them
-(:meth:`LogStorage.move`), which also runs in a worker thread.
+(:meth:`LogStorage.move`), which also runs in a worker thread. New logs go
+to the online directory holding the fewest partitions (Kafka's
+``LogManager.nextLogDirs``).
+
+A failed disk takes its directory offline, alone (Kafka's
+LogDirFailureChannel): the first :class:`LogDirError` raised by a log, or
+by the storage about a directory, marks that directory offline until the
+storage is started again. From then on every call on a log in it raises
+:class:`LogDirError` at once without touching the disk (``close`` only
+releases it), :meth:`LogStorage.log_dirs` reports the directory with its
+error, :meth:`LogStorage.offline_dirs` names it, and no new log goes there;
+logs in the other directories are not affected. The broker polls
+:meth:`LogStorage.offline_dirs` to stop serving the directory's partitions
+and tell the controller; when every directory is offline it stops, as
+Kafka does.
 """
 
 from __future__ import annotations
@@ -365,6 +379,9 @@ class LogStorage(Protocol):
 
     def log_dirs(self) -> list[LogDirInfo]:
         """Every log directory, in configured order, with its volume's sizes or why it is offline."""
+
+    def offline_dirs(self) -> list[str]:
+        """Paths (as in :meth:`log_dirs`) of the directories a disk error took offline, in configured order; cheap, no disk access."""
 
     def dir_of(self, tp: TopicPartition) -> str:
         """The path (as in :meth:`log_dirs`) of the directory holding ``tp``'s log; KeyError if not stored."""

@@ -7,6 +7,7 @@ data. Formatting writes it; start-up checks it.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from josef.config import Config, ConfigError, read_properties
 from josef.metadata.records import random_uuid
 
 FILE_NAME = "meta.properties"
+
+log = logging.getLogger(__name__)
 
 
 class NotFormattedError(ConfigError):
@@ -40,9 +43,29 @@ def log_dirs(config: Config) -> list[Path]:
     return [Path(d) for d in (config["log.dirs"] or [config["log.dir"]])]
 
 
+def directory_ids(config: Config) -> dict[str, str]:
+    """The ``directory.id`` of each formatted log directory, by absolute path (as storages report paths).
+
+    What a broker names its directories by to the controller (KIP-858):
+    BrokerRegistration's ``log_dirs``, BrokerHeartbeat's ``offline_log_dirs``.
+    """
+    found = {}
+    for directory in log_dirs(config):
+        try:
+            props = read(directory)
+        except OSError:
+            continue  # a failed disk: offline, named by no id (Kafka leaves it out of the registration too)
+        if props is not None and props.directory_id:
+            found[os.path.abspath(directory)] = props.directory_id
+    return found
+
+
 def read(directory: Path) -> MetaProperties | None:
+    """The directory's identity; None when it has none yet. OSError when the directory cannot be read (a failed disk)."""
     path = directory / FILE_NAME
-    if not path.exists():
+    try:
+        path.stat()
+    except FileNotFoundError:
         return None
     props = read_properties(path)
     try:
@@ -52,7 +75,7 @@ def read(directory: Path) -> MetaProperties | None:
 
 
 def format_dirs(config: Config, cluster_id: str, *, ignore_formatted: bool = False,
-                metadata_directory_id: str | None = None) -> list[Path]:
+                metadata_directory_id: str | None = None, skip: tuple[Path, ...] = ()) -> list[Path]:
     """Write meta.properties into every log directory; returns the directories written.
 
     ``metadata_directory_id`` is the ``directory.id`` of the first directory (the one holding
@@ -60,6 +83,8 @@ def format_dirs(config: Config, cluster_id: str, *, ignore_formatted: bool = Fal
     """
     written = []
     for index, directory in enumerate(log_dirs(config)):
+        if directory in skip:
+            continue
         existing = read(directory)
         if existing is not None:
             if ignore_formatted:
@@ -76,8 +101,22 @@ def format_dirs(config: Config, cluster_id: str, *, ignore_formatted: bool = Fal
 
 
 def check(config: Config, *, auto_format: bool) -> str:
-    """The cluster id all log directories agree on, formatting them first when ``auto_format``."""
-    found = {d: read(d) for d in log_dirs(config)}
+    """The cluster id all log directories agree on, formatting them first when ``auto_format``.
+
+    A directory that cannot be read (a failed disk) is left out, to be
+    offline in the storage, as Kafka starts without it; the first one holds
+    the metadata log, so it must work, as must one at least.
+    """
+    found: dict[Path, MetaProperties | None] = {}
+    unusable: list[Path] = []
+    for index, directory in enumerate(log_dirs(config)):
+        try:
+            found[directory] = read(directory)
+        except OSError as exc:
+            if index == 0:
+                raise ConfigError(f"the metadata log directory {directory} cannot be read: {exc}") from None
+            log.error("log directory %s cannot be read, so it is offline: %s", directory, exc)
+            unusable.append(directory)
     missing = [d for d, p in found.items() if p is None]
     present = [p for p in found.values() if p is not None]
     if missing:
@@ -86,8 +125,8 @@ def check(config: Config, *, auto_format: bool) -> str:
                 f"log directory {missing[0]} is not formatted: run `josef storage format -t $(josef storage random-uuid) -c <server.properties>`"
             )
         cluster_id = present[0].cluster_id if present else random_uuid()
-        format_dirs(config, cluster_id, ignore_formatted=True)
-        found = {d: read(d) for d in log_dirs(config)}
+        format_dirs(config, cluster_id, ignore_formatted=True, skip=tuple(unusable))
+        found = {d: read(d) for d in found}
         present = [p for p in found.values() if p is not None]
     clusters = {p.cluster_id for p in present}
     if len(clusters) > 1:

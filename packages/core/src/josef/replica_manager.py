@@ -14,11 +14,22 @@ catches up), and the high-watermark checkpoint every
 ``replica.high.watermark.checkpoint.interval.ms``. It keeps the replication
 throttles (:mod:`josef.replication_quota`) in step with the broker's rates
 and the topics' throttled replicas.
+
+It tells the controller which log directory holds each of its replicas
+(AssignReplicasToDirs, KIP-858, Kafka's AssignmentsManager) whenever the
+metadata says otherwise: after a replica is created, moved, or reassigned.
+When a log directory fails (:meth:`josef.log.LogStorage.offline_dirs`,
+Kafka's LogDirFailureHandler) its partitions go offline here: they stop
+fetching and are never followed again (their logs answer KAFKA_STORAGE_ERROR),
+and the broker's next heartbeat names the directory, so the controller takes
+exactly those replicas out of leadership and the ISR. With every log
+directory, or the metadata log's, gone the broker stops, as Kafka's does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -27,11 +38,20 @@ import anyio.abc
 import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
+from josef import meta_properties
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
-from josef.metadata.image import RECOVERED, RECOVERING, MetadataDelta, MetadataImage
-from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text
+from josef.metadata.image import (
+    MIGRATING_DIR,
+    RECOVERED,
+    RECOVERING,
+    UNASSIGNED_DIR,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+)
+from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text, uuid_to_text
 from josef.partition import FollowerState, Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
@@ -46,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: Partitions that live in log storage but are not topics (a quorum's own log).
 INTERNAL_LOGS = frozenset({"__cluster_metadata"})
+#: How often the storage is asked whether a log directory failed (a cheap, in-memory question).
+LOG_DIR_CHECK_INTERVAL_S = 0.1
 
 
 class ReplicaManager:
@@ -65,6 +87,13 @@ class ReplicaManager:
                                         self.appended, broker.inter_broker_listener, self.follower_quota)
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        #: Log directories known to have failed, and the hosted partitions whose logs were in them.
+        self.offline_dirs: frozenset[str] = frozenset()
+        self.offline: set[TopicPartition] = set()
+        #: ``directory.id`` of each log directory, by path; and the replicas whose directory the metadata does not show yet.
+        self._directory_ids: dict[str, str] = {}
+        self._unassigned: dict[TopicPartition, str] = {}
+        self._assigning = anyio.Event()
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -83,6 +112,7 @@ class ReplicaManager:
     def load(self, image: MetadataImage) -> None:
         """At start-up: open every partition the image gives this broker; delete stray logs of deleted topics."""
         self._high_watermarks = self.storage.high_watermarks()
+        self._directory_ids = meta_properties.directory_ids(self.config)
         hosted = set()
         for topic in image.topics.values():
             for index, state in topic.partitions.items():
@@ -117,8 +147,16 @@ class ReplicaManager:
                 continue
             partition = self.partitions.get(tp)
             if partition is None:
+                if tp in self.offline or not self._usable_dir(state.directory_of(self.broker_id)):
+                    self.offline.add(tp)  # its log is on a failed disk: it must not start afresh elsewhere
+                    continue
                 config = self.topic_config(image, name)
-                log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+                try:
+                    log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+                except LogDirError as exc:
+                    log.error("partition %s is offline: %s", tp, exc)
+                    self.offline.add(tp)
+                    continue
                 partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config,
                                                             self._high_watermarks.get(tp))
                 partition.strict_min_isr = strict
@@ -126,7 +164,10 @@ class ReplicaManager:
                 new_term = True
             else:
                 new_term = partition.update_state(state)
-            if partition.is_leader:
+            self._check_directory(partition, state)
+            if tp in self.offline:
+                pass  # its log cannot be written: it neither follows nor reports ISR changes
+            elif partition.is_leader:
                 self.fetchers.stop_following(tp)
                 if partition.recovering:  # elected uncleanly: our log is the partition's now, say so (KIP-704)
                     self._propose_isr(partition, partition.isr)
@@ -164,6 +205,8 @@ class ReplicaManager:
 
     def _remove(self, tp: TopicPartition) -> None:
         self.fetchers.stop_following(tp)
+        self.offline.discard(tp)
+        self._unassigned.pop(tp, None)
         if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
             self.storage.delete(tp)
             self.purgatory.notify(tp)
@@ -272,6 +315,8 @@ class ReplicaManager:
             tg.start_soon(self.run_isr_shrinking)
             tg.start_soon(self.run_high_watermark_checkpoints)
             tg.start_soon(self.run_housekeeping)
+            tg.start_soon(self.run_log_dir_checks)
+            tg.start_soon(self.run_directory_assignments)
             task_status.started()
 
     async def run_high_watermark_checkpoints(self) -> None:
@@ -288,6 +333,39 @@ class ReplicaManager:
 
     # Log directories ----------------------------------------------------------
 
+    async def run_log_dir_checks(self) -> None:
+        while True:
+            self.check_log_dirs()
+            await anyio.sleep(LOG_DIR_CHECK_INTERVAL_S)
+
+    def check_log_dirs(self) -> None:
+        """Take the partitions of newly failed log directories offline and tell the controller.
+
+        Raises :class:`LogDirError` when every log directory, or the
+        metadata log's, failed: the broker cannot go on (Kafka halts).
+        """
+        failed = frozenset(self.storage.offline_dirs())
+        if failed == self.offline_dirs:
+            return
+        self.offline_dirs = failed
+        for tp, partition in self.partitions.items():
+            if tp not in self.offline and str(partition.log.dir.parent) in failed:
+                log.error("partition %s is offline: its log directory %s failed", tp, partition.log.dir.parent)
+                self.offline.add(tp)
+                self.fetchers.stop_following(tp)
+                self.purgatory.notify(tp)
+                topic = self.broker.image.topics.get(tp.topic)
+                if topic is not None and tp.partition in topic.partitions:
+                    # Unassigned in the metadata: saying where it was lets the controller take it offline too.
+                    self._check_directory(partition, topic.partitions[tp.partition])
+        configured = [os.path.abspath(d) for d in meta_properties.log_dirs(self.config)]
+        if set(configured) <= failed or configured[0] in failed:
+            # Kafka halts here; raising out of the replica manager's task stops the broker with this error.
+            what = "every log directory" if set(configured) <= failed else "the metadata log directory"
+            log.critical("stopping broker %d: %s failed", self.broker_id, what)
+            raise LogDirError(f"broker {self.broker_id} stops: {what} failed ({', '.join(sorted(failed))})")
+        self.broker.lifecycle.report_offline_dirs()
+
     async def move_log(self, partition: Partition, log_dir: str) -> None:
         """Move a hosted partition's log into ``log_dir`` (AlterReplicaLogDirs), copying in a worker thread.
 
@@ -297,6 +375,75 @@ class ReplicaManager:
         event loop wait for the switch and never reach the old directory.
         """
         await anyio.to_thread.run_sync(self.storage.move, partition.tp, log_dir)
+        topic = self.broker.image.topics.get(partition.tp.topic)
+        if topic is not None and partition.tp.partition in topic.partitions:
+            self._check_directory(partition, topic.partitions[partition.tp.partition])
+
+    def _usable_dir(self, directory: str) -> bool:
+        """Whether a replica the metadata places in ``directory`` may be opened here: unassigned, or one of our working dirs.
+
+        A replica assigned to a directory that failed, or that this broker
+        could not even read at start, stays offline rather than start empty
+        in another directory (KIP-858).
+        """
+        if directory in (UNASSIGNED_DIR, MIGRATING_DIR):
+            return True
+        failed = self.storage.offline_dirs()
+        return any(i == directory and path not in failed for path, i in self._directory_ids.items())
+
+    def _check_directory(self, partition: Partition, state: PartitionImage) -> None:
+        """Queue an AssignReplicasToDirs for ``partition`` when the metadata has its replica elsewhere (or nowhere)."""
+        directory = self._directory_ids.get(str(partition.log.dir.parent))
+        if directory is None or state.directory_of(self.broker_id) == directory:
+            self._unassigned.pop(partition.tp, None)
+            return
+        if self._unassigned.get(partition.tp) != directory:
+            self._unassigned[partition.tp] = directory
+            self._assigning.set()
+
+    async def run_directory_assignments(self) -> None:
+        """Send the queued directory assignments, in one request, whenever there are new ones; retry after failures.
+
+        An assignment leaves the queue when the metadata shows it (in
+        :meth:`apply_delta`) or when the controller refuses it for good.
+        """
+        backoff = self.config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            await self._assigning.wait()
+            self._assigning = anyio.Event()
+            batch = dict(self._unassigned)
+            if not batch:
+                continue
+            by_dir: dict[str, dict[str, list[int]]] = {}
+            topic_ids = {}
+            for tp, directory in batch.items():
+                partition = self.partitions.get(tp)
+                if partition is None:
+                    continue
+                topic_ids[partition.topic_id] = tp.topic
+                by_dir.setdefault(directory, {}).setdefault(partition.topic_id, []).append(tp.partition)
+            body = {"broker_id": self.broker_id, "broker_epoch": self.broker.lifecycle.epoch, "directories": [
+                {"id_": uuid_from_text(d), "topics": [{"topic_id": uuid_from_text(t), "partitions": [
+                    {"partition_index": p} for p in parts]} for t, parts in topics.items()]}
+                for d, topics in by_dir.items()]}
+            try:
+                response = await self.broker.channel.call(ApiKey.ASSIGN_REPLICAS_TO_DIRS, body)
+                code = response.error_code
+            except Exception as exc:  # no controller now: try again
+                log.warning("AssignReplicasToDirs failed: %s", exc)
+                code = ErrorCode.request_timed_out
+            else:
+                for d in response.directories:
+                    for t in d.topics:
+                        for p in t.partitions:
+                            tp = TopicPartition(topic_ids.get(uuid_to_text(t.topic_id), ""), p.partition_index)
+                            if p.error_code != ErrorCode.none and self._unassigned.get(tp) == batch.get(tp):
+                                log.info("the controller refused to assign %s to a directory: %s", tp,
+                                         p.error_code.name)
+                                self._unassigned.pop(tp, None)
+            if code != ErrorCode.none:
+                await anyio.sleep(backoff)
+                self._assigning.set()
 
     # Housekeeping -------------------------------------------------------------
 
@@ -310,7 +457,9 @@ class ReplicaManager:
     async def apply_retention(self) -> int:
         now = int(time.time() * 1000)
         deleted = 0
-        for partition in list(self.partitions.values()):
+        for tp, partition in list(self.partitions.items()):
+            if tp in self.offline:
+                continue
             try:
                 deleted += await anyio.to_thread.run_sync(partition.log.apply_retention, now)
             except LogDirError as exc:

@@ -54,7 +54,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _locked(method: F) -> F:
+def _serialised(method: F) -> F:
     """Serialise a public method with the others: the broker runs retention and
     flushes in worker threads while appends and reads happen on its event loop."""
 
@@ -64,6 +64,27 @@ def _locked(method: F) -> F:
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _offline_rule(method: F) -> F:
+    """The offline rule of :class:`josef.log.LogStorage`: a log whose directory is offline
+    fails at once, and a disk error takes the directory offline."""
+
+    @functools.wraps(method)
+    def wrapper(self: LocalLog, *args: Any, **kwargs: Any) -> Any:
+        self._log_dir.check_online()
+        try:
+            return method(self, *args, **kwargs)
+        except LogDirError as exc:
+            self._log_dir.fail(exc)
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _locked(method: F) -> F:
+    """:func:`_serialised` under :func:`_offline_rule`: what every public method that touches the disk is."""
+    return _serialised(_offline_rule(method))
 
 
 class LocalLog:
@@ -550,6 +571,7 @@ class LocalLog:
             due = due or 0 <= first_timestamp < now_ms - self.config.max_compaction_lag_ms
         return dirty_bytes / max(clean_bytes + dirty_bytes, 1), due
 
+    @_offline_rule
     def clean(self, now_ms: int, options: CleanerOptions | None = None) -> CleanerStats:
         """One pass of the cleaner (:mod:`josef_storage_local.compaction`), the log lock held only to plan and to swap.
 
@@ -818,6 +840,7 @@ class LocalLog:
         elif doomed:
             self._scheduler.delete_later(doomed, self.config.file_delete_delay_ms)
 
+    @_offline_rule
     def flush_up_to(self, offset: int) -> None:
         """fsync the segments below ``offset`` and move the recovery point there (Kafka's flushUptoOffsetExclusive).
 
@@ -904,9 +927,13 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "flushing the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def close(self) -> None:
+        """Close cleanly; in an offline directory only release the files, since the disk may not be touched."""
         if self.closed:
+            return
+        if self._log_dir.error is not None:
+            self.release()
             return
         self._close_files()
         self.closed = True
@@ -922,7 +949,7 @@ class LocalLog:
         except OSError as exc:
             raise dir_error(exc, "closing the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def relocate(self, finish: Callable[[], tuple[Path, LogDir]]) -> None:
         """Close the files, let ``finish`` complete the copy and return the new place, then reopen there.
 
@@ -949,7 +976,7 @@ class LocalLog:
             except OSError as exc:
                 raise dir_error(exc, "reopening the log in", self.dir) from exc
 
-    @_locked
+    @_serialised
     def release(self) -> None:
         """Close the files without flushing or trimming anything: the log is about to be deleted (or, in tests, to "crash")."""
         if not self.closed:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from josef.log import LogDirError
 from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local.checkpoints import read_offsets, write_offsets
 from josef_storage_local.files import write_atomically
@@ -51,11 +52,18 @@ def _broker_epoch(marker: Path) -> int:
 
 
 class LogDir:
-    """Checkpoints of one log directory, shared by the logs in it; thread-safe (logs flush in worker threads)."""
+    """Checkpoints of one log directory, shared by the logs in it; thread-safe (logs flush in worker threads).
+
+    Also whether the directory still works: the first disk error of any log
+    in it takes it offline until the next start (:meth:`fail`), as Kafka's
+    LogDirFailureChannel does, so one failing disk stops only its own logs.
+    """
 
     def __init__(self, path: Path, checkpoint_interval_ms: int, clock: Callable[[], int]) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        #: Why the directory is offline (the first disk error seen in it); None while it works.
+        self.error: LogDirError | None = None
         self._checkpoint_interval_ms = checkpoint_interval_ms
         self._clock = clock
         self._lock = threading.Lock()
@@ -76,6 +84,31 @@ class LogDir:
             # Logs on disk not yet recovered since the unclean stop: recovered
             # when opened; while any is left, the marker must not be written.
             self._unrecovered = set(self.stored())
+
+    @classmethod
+    def unusable(cls, path: Path, error: LogDirError) -> LogDir:
+        """A directory that could not even be opened at start: offline from the outset, never touched."""
+        log_dir = cls.__new__(cls)
+        log_dir.path = path
+        log_dir.error = error
+        log_dir._lock = threading.Lock()
+        log_dir._recovery_points, log_dir._log_start_offsets, log_dir._unrecovered = {}, {}, set()
+        log_dir.clean_shutdown_epoch = -1
+        logger.error("log directory %s is offline: %s", path, error)
+        return log_dir
+
+    def fail(self, error: LogDirError) -> None:
+        """Take the directory offline for good (until a restart); the first error is the one reported."""
+        with self._lock:
+            if self.error is not None:
+                return
+            self.error = error
+        logger.error("log directory %s is offline: %s", self.path, error)
+
+    def check_online(self) -> None:
+        """Raise :class:`LogDirError` at once when the directory is offline: no log in it touches the disk again."""
+        if self.error is not None:
+            raise LogDirError(f"log directory {self.path} is offline: {self.error}")
 
     def stored(self) -> list[TopicPartition]:
         """Partitions with a directory here; anything not named TOPIC-PARTITION (``-delete``...) is skipped."""

@@ -20,13 +20,23 @@ from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
 from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
 from josef_storage_local.scheduler import Scheduler
 
+#: The KRaft metadata log's topic.
+METADATA_TOPIC = "__cluster_metadata"
+
 
 class LocalLogStorage:
     """Logs in Kafka's on-disk layout, one directory per partition, in the directories of ``log.dirs``.
 
-    New logs go to the first directory; existing ones are found in any.
+    New logs go to the online directory holding the fewest partitions
+    (Kafka's ``LogManager.nextLogDirs``); existing ones are found in any.
     Open logs are cached. A log is recovered when it is first opened after
     an unclean shutdown (the directory had no ``.kafka_cleanshutdown``).
+
+    A disk error in a directory takes that directory offline until the next
+    start (:class:`josef_storage_local.logdir.LogDir`): its logs fail fast,
+    it gets no new logs, and the other directories carry on. A directory
+    that cannot be opened at start is offline from the outset; the storage
+    starts unless none can be opened.
     """
 
     def __init__(self, config: Config, *, clock: Clock = wall_clock_ms) -> None:
@@ -50,9 +60,13 @@ class LocalLogStorage:
         for path in absolute:
             try:
                 self._dirs.append(LogDir(path, interval, clock))
-            except OSError as exc:
-                raise dir_error(exc, "opening log directory", path) from exc
+            except OSError as exc:  # offline alone, as Kafka starts without a failed disk; all of them: no start
+                self._dirs.append(LogDir.unusable(path, dir_error(exc, "opening log directory", path)))
+        if all(log_dir.error is not None for log_dir in self._dirs):
+            raise self._dirs[0].error  # type: ignore[misc]
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             stale = [tp for tp in settled if not log_dir.holds(tp)]
             for tp in stale:
                 log_dir.forget(tp)  # the checkpoint entry of the copy that lost
@@ -67,11 +81,45 @@ class LocalLogStorage:
         return [log_dir.path for log_dir in self._dirs]
 
     def _dir_of(self, tp: TopicPartition) -> LogDir:
-        """Where ``tp``'s log is, or goes when it has none yet (the first directory)."""
-        return self._holding(tp) or self._dirs[0]
+        """Where ``tp``'s log is, or goes when it has none yet (:meth:`_place`)."""
+        return self._holding(tp) or self._place(tp)
+
+    def _place(self, tp: TopicPartition) -> LogDir:
+        """The directory for a new log: the online one with the fewest partitions, the first of those on a tie.
+
+        Kafka's ``LogManager.nextLogDirs``: counting partitions rather than
+        bytes spreads logs that are all still empty when they are created.
+        The metadata log is not counted; it goes to the first directory,
+        Kafka's default ``metadata.log.dir``, where the quorum keeps its
+        other files.
+        """
+        if tp.topic == METADATA_TOPIC:
+            return self._dirs[0]
+        online = [log_dir for log_dir in self._dirs if log_dir.error is None]
+        if not online:
+            raise LogDirError(f"every log directory is offline: {[str(p) for p in self.dirs]}")
+        counts = {log_dir.path: sum(tp.topic != METADATA_TOPIC for tp in log_dir.stored()) for log_dir in online}
+        return min(online, key=lambda log_dir: counts[log_dir.path])
 
     def _holding(self, tp: TopicPartition) -> LogDir | None:
-        return next((log_dir for log_dir in self._dirs if log_dir.holds(tp)), None)
+        for log_dir in self._dirs:
+            try:
+                if log_dir.holds(tp):
+                    return log_dir
+            except OSError as exc:
+                if log_dir.error is None:
+                    raise self._failed(log_dir, exc, "looking for the log of", log_dir.path / str(tp)) from exc
+                return log_dir  # a failed disk that may hold it: never create it elsewhere meanwhile
+        return None
+
+    def _failed(self, log_dir: LogDir, exc: OSError, action: str, path: Path) -> LogDirError:
+        """The :class:`LogDirError` for a disk error in ``log_dir``, which it takes offline."""
+        error = dir_error(exc, action, path)
+        log_dir.fail(error)
+        return error
+
+    def offline_dirs(self) -> list[str]:
+        return [str(log_dir.path) for log_dir in self._dirs if log_dir.error is not None]
 
     def _stored_in(self, tp: TopicPartition) -> LogDir:
         """The directory holding ``tp``'s log; KeyError (the contract's) when there is none."""
@@ -83,6 +131,9 @@ class LocalLogStorage:
     def log_dirs(self) -> list[LogDirInfo]:
         infos = []
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                infos.append(LogDirInfo(str(log_dir.path), error=str(log_dir.error)))
+                continue
             try:
                 usage = shutil.disk_usage(log_dir.path)
             except OSError as exc:
@@ -99,10 +150,12 @@ class LocalLogStorage:
         target = next((d for d in self._dirs if d.path == Path(os.path.abspath(log_dir))), None)
         if target is None:
             raise LogDirNotFoundError(f"{log_dir} is not one of the log directories {[str(p) for p in self.dirs]}")
+        target.check_online()
         with self._move_lock:
             source = self._stored_in(tp)
             if source is target:
                 return
+            source.check_online()
             with self._lock:
                 log = self._logs.get(tp)
             current, final = source.path / str(tp), target.path / str(tp)
@@ -155,14 +208,19 @@ class LocalLogStorage:
                 log.update_config(config)
                 return log
             log_dir = self._dir_of(tp)
-            log = LocalLog(
-                tp,
-                log_dir.path / str(tp),
-                config,
-                log_dir,
-                recover=log_dir.needs_recovery(tp),
-                clock=self._clock,
-            )
+            log_dir.check_online()
+            try:
+                log = LocalLog(
+                    tp,
+                    log_dir.path / str(tp),
+                    config,
+                    log_dir,
+                    recover=log_dir.needs_recovery(tp),
+                    clock=self._clock,
+                )
+            except LogDirError as exc:
+                log_dir.fail(exc)
+                raise
             log_dir.recovered(tp)
             if self.scheduler.running:
                 log.attach_scheduler(self.scheduler)
@@ -199,28 +257,34 @@ class LocalLogStorage:
     def _flush_due_logs(self) -> None:
         now = self._clock()
         for log in self._open_logs():
-            log.flush_if_due(now)
+            try:
+                log.flush_if_due(now)
+            except LogDirError:
+                continue  # its directory is offline now: the others are still flushed
 
     def _checkpoint_recovery_points(self) -> None:
         for log_dir in self._dirs:
-            try:
-                log_dir.checkpoint_recovery_points()
-            except OSError as exc:
-                raise dir_error(exc, "checkpointing recovery points in", log_dir.path) from exc
+            if log_dir.error is None:
+                try:
+                    log_dir.checkpoint_recovery_points()
+                except OSError as exc:
+                    self._failed(log_dir, exc, "checkpointing recovery points in", log_dir.path)
 
     def _checkpoint_log_start_offsets(self) -> None:
         for log_dir in self._dirs:
-            try:
-                log_dir.checkpoint_log_start_offsets()
-            except OSError as exc:
-                raise dir_error(exc, "checkpointing log start offsets in", log_dir.path) from exc
+            if log_dir.error is None:
+                try:
+                    log_dir.checkpoint_log_start_offsets()
+                except OSError as exc:
+                    self._failed(log_dir, exc, "checkpointing log start offsets in", log_dir.path)
 
     def update_config(self, config: Config) -> None:
         self._config = config
         self._cleaner.update_config(config)
 
     def stored(self) -> list[TopicPartition]:
-        return sorted({tp for log_dir in self._dirs for tp in log_dir.stored()})
+        """Partitions with a log in an online directory: an offline one is not read again (Kafka lists live dirs only)."""
+        return sorted({tp for log_dir in self._dirs if log_dir.error is None for tp in log_dir.stored()})
 
     def delete(self, tp: TopicPartition) -> None:
         """Close the log and remove its directory: renamed to ``topic-partition.<uuid>-delete`` first, as Kafka does.
@@ -233,9 +297,13 @@ class LocalLogStorage:
             log = self._logs.pop(tp, None)
         if log is not None:
             log.release()
-        log_dir = self._dir_of(tp)
+        log_dir = self._holding(tp)
+        if log_dir is None:
+            return
         path = log_dir.path / str(tp)
         log_dir.forget(tp)
+        if log_dir.error is not None:
+            return  # the disk is not touched again; the next start finds the log stray and deletes it
         try:
             cleaner_checkpoint.update(log_dir.path, tp, None)
             log_dir.checkpoint()
@@ -245,7 +313,7 @@ class LocalLogStorage:
                 fsync_dir(log_dir.path)
                 shutil.rmtree(doomed)
         except OSError as exc:
-            raise dir_error(exc, "deleting", path) from exc
+            raise self._failed(log_dir, exc, "deleting", path) from exc
 
     @staticmethod
     def _abandon(tp: TopicPartition, target: LogDir, future: Path) -> None:
@@ -257,6 +325,8 @@ class LocalLogStorage:
     def high_watermarks(self) -> dict[TopicPartition, int]:
         found: dict[TopicPartition, int] = {}
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             found.update((tp, offset) for tp, offset in log_dir.high_watermarks().items() if log_dir.holds(tp))
         return found
 
@@ -266,11 +336,16 @@ class LocalLogStorage:
             holder = self._holding(tp)
             if holder is not None:
                 by_dir[holder.path][tp] = offset
+        failure = None
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue
             try:
                 log_dir.write_high_watermarks(by_dir[log_dir.path])
             except OSError as exc:
-                raise dir_error(exc, "checkpointing high watermarks in", log_dir.path) from exc
+                failure = self._failed(log_dir, exc, "checkpointing high watermarks in", log_dir.path)
+        if failure is not None:
+            raise failure
 
     def clean_shutdown_epoch(self) -> int:
         epochs = {log_dir.clean_shutdown_epoch for log_dir in self._dirs}
@@ -289,6 +364,8 @@ class LocalLogStorage:
         for log in logs:
             log.close()
         for log_dir in self._dirs:
+            if log_dir.error is not None:
+                continue  # no marker: its logs are recovered at the next start
             try:
                 log_dir.checkpoint()
                 log_dir.mark_clean_shutdown(broker_epoch)

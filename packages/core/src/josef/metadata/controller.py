@@ -22,7 +22,15 @@ from kio.schema.errors import ErrorCode
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
-from josef.metadata.image import RECOVERED, RECOVERING, MetadataImage, PartitionImage, TopicImage
+from josef.metadata.image import (
+    MIGRATING_DIR,
+    RECOVERED,
+    RECOVERING,
+    UNASSIGNED_DIR,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+)
 from josef.metadata.placement import assign_replicas
 from josef.metadata.quorum import MetadataQuorum, NotControllerError
 from josef.metadata.features import (
@@ -143,10 +151,21 @@ class CreatedTopic:
     configs: Mapping[str, str]
 
 
-def _new_partition(topic_id: uuid.UUID, partition: int, replicas: Sequence[int]) -> PartitionRecord:
+def _default_dir(image: MetadataImage, broker_id: int) -> str:
+    """Where a new replica is until its broker says (Kafka's defaultDir): the broker's only directory, if it has one."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        return UNASSIGNED_DIR
+    if not broker.log_dirs:
+        return MIGRATING_DIR
+    return broker.log_dirs[0] if len(broker.log_dirs) == 1 else UNASSIGNED_DIR
+
+
+def _new_partition(image: MetadataImage, topic_id: uuid.UUID, partition: int, replicas: Sequence[int]) -> PartitionRecord:
     """A new partition: every replica in sync, the first one leading, epochs at 0 as Kafka starts them."""
     return PartitionRecord(partition_id=partition, topic_id=topic_id, replicas=tuple(replicas), isr=tuple(replicas),
-                           leader=replicas[0], leader_epoch=0, partition_epoch=0)
+                           leader=replicas[0], leader_epoch=0, partition_epoch=0,
+                           directories=tuple(uuid_from_text(_default_dir(image, b)) for b in replicas))
 
 
 def validate_topic_name(name: str) -> None:
@@ -229,13 +248,16 @@ class Controller:
 
     async def register_broker(self, broker_id: int, incarnation_id: str, endpoints: Sequence[Endpoint],
                               rack: str | None, features: Mapping[str, tuple[int, int]],
-                              previous_broker_epoch: int = -1) -> int:
+                              previous_broker_epoch: int = -1, log_dirs: Sequence[str] = ()) -> int:
         """Kafka's BrokerRegistration: record the broker, fenced, and return its new broker epoch.
 
         ``previous_broker_epoch`` is the epoch the broker had when it last
         shut down cleanly (-1 when it did not): a registered broker coming
         back with another one restarted uncleanly, and with eligible leader
         replicas tracked it leaves every ISR and ELR first (KIP-966).
+
+        ``log_dirs`` are the ``directory.id`` of the broker's online log
+        directories (KIP-858), which its heartbeats may later report offline.
 
         The epoch is above every earlier one (the image's offset plus one),
         so a fence or unfence naming an older registration is ignored. The
@@ -260,20 +282,24 @@ class Controller:
                 records += partition_changes.broker_unclean_shutdown(image, broker_id, self._unclean_policy(image),
                                                                      elr)
             broker = BrokerImage(broker_id, tuple(endpoints), rack, True, image.offset + len(records) + 1,
-                                 incarnation_id, features)
+                                 incarnation_id, features, log_dirs=tuple(log_dirs))
             records.append(broker.to_record())
             offset = await self._commit(records)
             self.heartbeats.registered(broker_id, broker.epoch, offset)
             return broker.epoch
 
     async def broker_heartbeat(self, broker_id: int, epoch: int, metadata_offset: int, want_fence: bool,
-                               want_shut_down: bool) -> tuple[bool, bool, bool]:
+                               want_shut_down: bool, offline_log_dirs: Sequence[str] = ()) -> tuple[bool, bool, bool]:
         """Kafka's BrokerHeartbeat: ``(caught up, fenced, should shut down)`` after acting on the broker's wishes.
 
         A caught-up broker that does not want to be fenced is unfenced and
         takes back the leaderless partitions it holds in sync; one that
         wants to shut down (controlled shutdown) first hands its leadership
         to other in-sync replicas, then is fenced and told it may stop.
+        A registered log directory reported in ``offline_log_dirs`` for the
+        first time takes the broker's replicas in it out of leadership and
+        the ISR (:func:`partition_changes.broker_dirs_offline`) and leaves the
+        broker's online directories (Kafka's handleDirectoriesOffline).
         """
         async with self._active():
             image = self._image()
@@ -299,6 +325,16 @@ class Controller:
                 records.append(UnfenceBrokerRecord(id=broker_id, epoch=epoch))
                 records += partition_changes.broker_returning(image, broker_id, self._unclean_policy(image),
                                                              self._elr(image))
+            failed = [d for d in offline_log_dirs if d in broker.log_dirs]
+            if failed:
+                records += partition_changes.broker_dirs_offline(image, broker_id, failed, self._unclean_policy(image),
+                                                                 self._elr(image))
+                online = [d for d in broker.log_dirs if d not in offline_log_dirs]
+                log.warning("directories %s of broker %d are offline; remaining directories: %s", failed, broker_id,
+                            online)
+                if online:  # none left: the broker stops, as Kafka's does
+                    records.append(BrokerRegistrationChangeRecord(
+                        broker_id=broker_id, broker_epoch=epoch, log_dirs=tuple(uuid_from_text(d) for d in online)))
             await self._commit(records)
             fenced = broker.fenced if not records else self._image().brokers[broker_id].fenced
             return caught_up, fenced, want_shut_down and fenced
@@ -317,6 +353,52 @@ class Controller:
                 image, _ = image.apply(image.offset, changes)
             await self._commit(records)
             return expired
+
+    async def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int,
+                                      assignments: Sequence[tuple[str, str, int]]) -> list[ErrorCode]:
+        """Kafka's AssignReplicasToDirs: ``(directory id, topic id, partition)`` of each replica the broker placed.
+
+        Recorded in the partitions' ``directories``, so a failed directory
+        reported later names exactly its replicas. A replica assigned to a
+        directory that is already offline leaves leadership and the ISR at
+        once. Returns an error code per assignment.
+        """
+        async with self._active():
+            image = self._image()
+            broker = image.brokers.get(broker_id)
+            if broker is None:
+                raise ControllerError(ErrorCode.broker_id_not_registered, f"broker {broker_id} is not registered")
+            if broker.epoch != broker_epoch:
+                raise ControllerError(ErrorCode.stale_broker_epoch,
+                                      f"broker {broker_id} has epoch {broker.epoch}, not {broker_epoch}")
+            codes: list[ErrorCode] = []
+            changes: list[MetadataRecord] = []
+            offline: set[str] = set()
+            for directory, topic_id, index in assignments:
+                topic = image.topic_by_id(topic_id)
+                partition = topic.partitions.get(index) if topic is not None else None
+                if topic is None:
+                    codes.append(ErrorCode.unknown_topic_id)
+                elif partition is None:
+                    codes.append(ErrorCode.unknown_topic_or_partition)
+                elif broker_id not in partition.replicas:
+                    codes.append(ErrorCode.not_leader_or_follower)
+                else:
+                    codes.append(ErrorCode.none)
+                    if partition.directory_of(broker_id) != directory:
+                        directories = tuple(directory if r == broker_id else partition.directory_of(r)
+                                            for r in partition.replicas)
+                        changes.append(PartitionChangeRecord(partition_id=index, topic_id=uuid_from_text(topic_id),
+                                                             directories=tuple(uuid_from_text(d) for d in directories)))
+                    if not broker.has_online_dir(directory):
+                        offline.add(directory)
+            records = list(changes)
+            if offline:
+                placed, _ = image.apply(image.offset, changes)
+                records += partition_changes.broker_dirs_offline(placed, broker_id, offline, self._unclean_policy(image),
+                                                                 self._elr(image))
+            await self._commit(records)
+            return codes
 
     def activate(self) -> None:
         """This node just became the active controller: give every registered broker a full session."""
@@ -404,7 +486,7 @@ class Controller:
         for member, epoch in change.new_isr:
             broker = image.brokers.get(member)
             if (broker is None or broker.fenced or broker.in_controlled_shutdown
-                    or epoch not in (-1, broker.epoch)):
+                    or epoch not in (-1, broker.epoch) or not broker.has_online_dir(partition.directory_of(member))):
                 return ErrorCode.ineligible_replica
         return None
 
@@ -689,7 +771,7 @@ class Controller:
             replicas = self._place(live, num_partitions, replication_factor, assignments)
             topic_id = uuid_from_text(random_uuid())
             records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
-            records += [_new_partition(topic_id, p, r) for p, r in enumerate(replicas)]
+            records += [_new_partition(image, topic_id, p, r) for p, r in enumerate(replicas)]
             records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
                         for k, v in sorted(configs.items())]
             if not validate_only:
@@ -768,7 +850,7 @@ class Controller:
                     raise ControllerError(ErrorCode.invalid_replication_factor, "not enough live brokers")
                 new = assign_replicas(live, count - current, factor, first_partition=current)
             topic_id = uuid_from_text(topic.topic_id)
-            records = [_new_partition(topic_id, current + i, r) for i, r in enumerate(new)]
+            records = [_new_partition(image, topic_id, current + i, r) for i, r in enumerate(new)]
             if not validate_only:
                 await self._commit(records)
 

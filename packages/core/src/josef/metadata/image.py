@@ -53,6 +53,18 @@ class BrokerImage:
     #: ``(min, max)`` levels of each feature the broker supports, from its registration.
     features: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     in_controlled_shutdown: bool = False
+    #: ``directory.id`` of each online log directory (KIP-858): registered, then narrowed as directories fail.
+    log_dirs: tuple[str, ...] = ()
+
+    def has_online_dir(self, directory: str) -> bool:
+        """Whether a replica in ``directory`` is usable on this broker: Kafka's ``DirectoryId.isOnline``.
+
+        Unassigned (not reported yet) counts as online and lost as offline; a
+        broker that registered no directories is trusted with all of them.
+        """
+        if directory in (UNASSIGNED_DIR, MIGRATING_DIR):
+            return True
+        return directory != LOST_DIR and (not self.log_dirs or directory in self.log_dirs)
 
     def endpoint(self, listener: str) -> Endpoint | None:
         return next((e for e in self.endpoints if e.name == listener), None)
@@ -63,7 +75,8 @@ class BrokerImage:
                           for e in record.end_points)
         features = {f.name: (f.min_supported_version, f.max_supported_version) for f in record.features}
         return cls(record.broker_id, endpoints, record.rack, record.fenced, record.broker_epoch,
-                   uuid_to_text(record.incarnation_id), features, record.in_controlled_shutdown)
+                   uuid_to_text(record.incarnation_id), features, record.in_controlled_shutdown,
+                   tuple(uuid_to_text(d) for d in record.log_dirs))
 
     def to_record(self) -> RegisterBrokerRecord:
         return RegisterBrokerRecord(
@@ -73,7 +86,8 @@ class BrokerImage:
                              for e in self.endpoints),
             features=tuple(BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                            for n, (lo, hi) in sorted(self.features.items())),
-            rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown)
+            rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown,
+            log_dirs=tuple(uuid_from_text(d) for d in self.log_dirs))
 
 
 #: ``leader_recovery_state`` of a leader elected from the ISR, or one that has recovered (KIP-704).
@@ -84,6 +98,18 @@ RECOVERING = 1
 
 def _changed(current: tuple[int, ...], change: tuple[int, ...] | None) -> tuple[int, ...]:
     return current if change is None else tuple(change)
+
+
+#: Kafka's reserved directory ids (``DirectoryId``): a replica whose directory is not known yet,
+#: and one whose directory its broker no longer has.
+UNASSIGNED_DIR = uuid_to_text(uuid.UUID(int=0))
+LOST_DIR = uuid_to_text(uuid.UUID(int=1))
+MIGRATING_DIR = uuid_to_text(uuid.UUID(int=2))
+
+
+def dir_to_text(value: uuid.UUID | None) -> str:
+    """A directory id as text; the zero UUID (which kio reads as None) is :data:`UNASSIGNED_DIR`."""
+    return UNASSIGNED_DIR if value is None else uuid_to_text(value)
 
 
 @attrs.frozen
@@ -106,6 +132,14 @@ class PartitionImage:
     leader_recovery_state: int = RECOVERED
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    #: The log directory (``directory.id``) of each replica, in ``replicas`` order (KIP-858); empty when not tracked.
+    directories: tuple[str, ...] = ()
+
+    def directory_of(self, broker_id: int) -> str:
+        """The directory holding ``broker_id``'s replica: :data:`UNASSIGNED_DIR` until its broker says."""
+        if broker_id in self.replicas and len(self.directories) == len(self.replicas):
+            return self.directories[self.replicas.index(broker_id)]
+        return UNASSIGNED_DIR
 
     @property
     def reassigning(self) -> bool:
@@ -119,7 +153,8 @@ class PartitionImage:
     def from_record(cls, record: PartitionRecord) -> PartitionImage:
         return cls(tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
                    tuple(record.removing_replicas), tuple(record.adding_replicas), record.leader_recovery_state,
-                   tuple(record.eligible_leader_replicas or ()), tuple(record.last_known_elr or ()))
+                   tuple(record.eligible_leader_replicas or ()), tuple(record.last_known_elr or ()),
+                   tuple(dir_to_text(d) for d in record.directories))
 
     def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
         return PartitionRecord(
@@ -127,7 +162,7 @@ class PartitionImage:
             removing_replicas=self.removing_replicas, adding_replicas=self.adding_replicas, leader=self.leader,
             leader_recovery_state=self.leader_recovery_state, leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch, eligible_leader_replicas=self.elr or None,
-            last_known_elr=self.last_known_elr or None)
+            last_known_elr=self.last_known_elr or None, directories=tuple(uuid_from_text(d) for d in self.directories))
 
     def merge(self, change: PartitionChangeRecord) -> PartitionImage:
         """This partition after ``change``: Kafka's PartitionRegistration.merge.
@@ -139,11 +174,19 @@ class PartitionImage:
         if change.leader != NO_LEADER_CHANGE:
             leader, leader_epoch = change.leader, leader_epoch + 1
         recovery = self.leader_recovery_state if change.leader_recovery_state == -1 else change.leader_recovery_state
+        replicas = _changed(self.replicas, change.replicas)
+        if change.directories is not None:
+            directories = tuple(dir_to_text(d) for d in change.directories)
+        elif replicas != self.replicas and self.directories:  # replicas that stay keep their directory
+            directories = tuple(self.directory_of(r) for r in replicas)
+        else:
+            directories = self.directories
         return PartitionImage(
-            _changed(self.replicas, change.replicas), _changed(self.isr, change.isr), leader, leader_epoch,
+            replicas, _changed(self.isr, change.isr), leader, leader_epoch,
             self.partition_epoch + 1, _changed(self.removing_replicas, change.removing_replicas),
             _changed(self.adding_replicas, change.adding_replicas), recovery,
-            _changed(self.elr, change.eligible_leader_replicas), _changed(self.last_known_elr, change.last_known_elr))
+            _changed(self.elr, change.eligible_leader_replicas), _changed(self.last_known_elr, change.last_known_elr),
+            directories)
 
 
 @attrs.frozen
@@ -342,6 +385,8 @@ class _Builder:
                 changes["fenced"] = record.fenced == 1
             if record.in_controlled_shutdown:
                 changes["in_controlled_shutdown"] = True
+            if record.log_dirs:  # empty: unchanged, as in Kafka
+                changes["log_dirs"] = tuple(uuid_to_text(d) for d in record.log_dirs)
             self._broker(record.broker_id, record.broker_epoch, **changes)
         elif isinstance(record, FeatureLevelRecord):
             if record.feature_level > 0:

@@ -38,8 +38,8 @@ from josef.metadata.records import NO_LEADER_CHANGE, PartitionChangeRecord, uuid
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
-#: Whether a broker may lead now: Kafka's LeaderAcceptor.
-LeaderAcceptor = Callable[[int], bool]
+#: Whether a broker may lead a partition now: Kafka's LeaderAcceptor.
+LeaderAcceptor = Callable[[int, PartitionImage], bool]
 #: Whether a topic (by name) allows unclean leader election.
 UncleanPolicy = Callable[[str], bool]
 
@@ -56,16 +56,18 @@ class Election(enum.Enum):
 
 
 def leader_acceptor(image: MetadataImage, leaving: int = NO_LEADER, returning: int = NO_LEADER) -> LeaderAcceptor:
-    """Brokers that may lead: registered, unfenced and not shutting down.
+    """Brokers that may lead a partition: registered, unfenced, not shutting down, its replica in an online directory.
 
     ``leaving`` is treated as already gone and ``returning`` as already
     back, for changes committed together with the broker's own fence or
     unfence record.
     """
-    def acceptable(broker_id: int) -> bool:
+    def acceptable(broker_id: int, partition: PartitionImage) -> bool:
+        broker = image.brokers.get(broker_id)
+        if broker is not None and not broker.has_online_dir(partition.directory_of(broker_id)):
+            return False
         if broker_id == returning:
             return True
-        broker = image.brokers.get(broker_id)
         return (broker_id != leaving and broker is not None and not broker.fenced
                 and not broker.in_controlled_shutdown)
     return acceptable
@@ -120,7 +122,7 @@ def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...] | None
     """
     def valid(replica: int) -> bool:
         in_sync = replica in target.isr or (elr is not None and not target.isr and replica in elr)
-        return in_sync and acceptable(replica)
+        return in_sync and acceptable(replica, current)
 
     if election is Election.PREFERRED and target.replicas and valid(target.replicas[0]):
         return target.replicas[0], False
@@ -130,10 +132,10 @@ def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...] | None
     if leader != NO_LEADER:
         return leader, False
     if (elr is not None and not elr and not target.isr and len(current.last_known_elr) == 1
-            and acceptable(current.last_known_elr[0])):
+            and acceptable(current.last_known_elr[0], current)):
         return current.last_known_elr[0], True  # the last known leader: what it lacks of other replicas is lost
     if election is Election.UNCLEAN:
-        leader = next((r for r in target.replicas if acceptable(r)), NO_LEADER)
+        leader = next((r for r in target.replicas if acceptable(r, current)), NO_LEADER)
         if leader != NO_LEADER:
             return leader, True
     return NO_LEADER, False
@@ -274,6 +276,25 @@ def broker_leaving(image: MetadataImage, broker_id: int, unclean: UncleanPolicy 
               election=election_for(unclean, topic.name), min_isr=_min_isr(elr, topic))
         for topic, index, p in _partitions(image)
         if broker_id in p.isr or p.leader == broker_id or (elr is not None and broker_id in p.elr))
+
+
+def broker_dirs_offline(image: MetadataImage, broker_id: int, dirs: Collection[str],
+                        unclean: UncleanPolicy = never_unclean, elr: Elr | None = None) -> list[PartitionChangeRecord]:
+    """Changes that take ``broker_id``'s replicas in the failed directories ``dirs`` out of leadership and the ISR.
+
+    Kafka's handleDirectoriesOffline (KIP-858): the replicas are found by the
+    directories the broker assigned them to (:attr:`PartitionImage.directories`);
+    another in-sync replica takes over where one may, else the partition is
+    left without a leader. Replicas in the broker's other directories are
+    not touched.
+    """
+    acceptable = leader_acceptor(image, leaving=broker_id)
+    return _built(
+        build(topic, index, acceptable, isr=[r for r in p.isr if r != broker_id],
+              election=election_for(unclean, topic.name), min_isr=_min_isr(elr, topic))
+        for topic, index, p in _partitions(image)
+        if broker_id in p.replicas and p.directory_of(broker_id) in dirs
+        and (broker_id in p.isr or p.leader == broker_id or (elr is not None and broker_id in p.elr)))
 
 
 def broker_unclean_shutdown(image: MetadataImage, broker_id: int, unclean: UncleanPolicy = never_unclean,

@@ -46,6 +46,7 @@ CONTROLLER_APIS = (
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
     (ApiKey.BROKER_HEARTBEAT, brokers.broker_heartbeat, 0, 1),
     (ApiKey.ALLOCATE_PRODUCER_IDS, brokers.allocate_producer_ids, 0, 0),
+    (ApiKey.ASSIGN_REPLICAS_TO_DIRS, brokers.assign_replicas_to_dirs, 0, 0),
     (ApiKey.ALTER_PARTITION, alter_partition.alter_partition, 2, 3),
     (ApiKey.ENVELOPE, envelope.envelope, 0, 0),
 )

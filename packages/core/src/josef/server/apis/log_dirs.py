@@ -23,8 +23,18 @@ from josef.server.dispatch import RequestContext
 
 
 def _layout(storage: LogStorage, tps: list[TopicPartition]) -> tuple[list[LogDirInfo], dict[TopicPartition, str]]:
-    """The log dirs and the dir of each partition, in one trip to a worker thread."""
-    return storage.log_dirs(), {tp: storage.dir_of(tp) for tp in tps}
+    """The log dirs and the dir of each partition, in one trip to a worker thread.
+
+    A partition whose log cannot be found (its directory failed) is left
+    out: Kafka lists no partitions under an offline directory.
+    """
+    dirs = {}
+    for tp in tps:
+        try:
+            dirs[tp] = storage.dir_of(tp)
+        except KeyError:
+            continue
+    return storage.log_dirs(), dirs
 
 
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -38,7 +48,7 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]
     sizes = {tp: hosted[tp].log.size_bytes for tp in wanted}
     infos, dirs = await anyio.to_thread.run_sync(_layout, ctx.broker.storage, wanted)
     by_dir: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for tp in sorted(wanted):
+    for tp in sorted(dirs):
         by_dir[dirs[tp]][tp.topic].append({"partition_index": tp.partition, "partition_size": sizes[tp],
                                            "offset_lag": 0, "is_future_key": False})
     results = []

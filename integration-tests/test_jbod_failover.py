@@ -1,0 +1,234 @@
+"""A failed log directory goes offline alone (KIP-858): its partitions stop, the others keep serving, leaders move away.
+
+One controller and three brokers as separate processes (``josef_cluster``).
+Broker 2 has two log directories: its usual one and a 3 MB tmpfs that the
+test mounts (root is needed to mount; CI runs as root) and then fills up
+with a topic moved there by AlterReplicaLogDirs. The full disk (ENOSPC)
+takes the tmpfs directory offline: broker 2 stops serving its partitions
+there and names the directory in its heartbeat; the controller, which knows
+the directory of every replica (AssignReplicasToDirs), takes exactly those
+replicas out of leadership and the ISR, so an ``acks=all`` producer goes on.
+The partitions in broker 2's other directory keep serving, leaders included.
+A checker then reads every acknowledged record back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient, eventually
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "1000",
+    "replica.fetch.backoff.ms": "200",
+    "auto.leader.rebalance.enable": "false",
+}
+#: Replicas of the replicated topic: broker 2 leads partitions 0 (on the tmpfs) and 3 (on its healthy disk).
+SPREAD = [[2, 3, 4], [3, 2, 4], [4, 3, 2], [2, 4, 3], [3, 4, 2], [4, 2, 3]]
+ON_TMPFS = [0, 1, 2]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def create(cluster, topic, assignment, **config):
+    # Small preallocated indexes: a move copies them whole, and the tmpfs is small.
+    config = {"segment.index.bytes": "65536", **config}
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    client.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment, config=config)])[topic].result(30)
+
+
+def partitions_of(cluster, topic):
+    """``{partition: (leader, isr)}`` as the brokers' Metadata tells it."""
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap_servers}).list_topics(topic, timeout=10)
+    return {p.id: (p.leader, tuple(sorted(p.isrs))) for p in metadata.topics[topic].partitions.values()}
+
+
+def move(client, path, topic, partitions):
+    """AlterReplicaLogDirs on one broker, until it hosts the partitions (they appear there soon after creation)."""
+    codes = []
+
+    def moved():
+        response = client.call(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
+            {"path": str(path), "topics": [{"name": topic, "partitions": partitions}]}]})
+        codes[:] = [p.error_code for t in response.results for p in t.partitions]
+        return codes == [ErrorCode.none] * len(partitions)
+    try:
+        eventually(moved, what=f"moving {topic} {partitions} into {path}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {codes}") from None
+
+
+def log_dirs(client):
+    """``{log dir: (error code, {(topic, partition)...})}`` from DescribeLogDirs."""
+    response = client.call(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+    return {r.log_dir: (r.error_code, {(t.name, p.partition_index) for t in r.topics for p in t.partitions})
+            for r in response.results}
+
+
+def produce_one(cluster, topic, partition, value, acks="all"):
+    """The error of one delivery, or None."""
+    results = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": acks, "retries": 0,
+                         "linger.ms": 0, "message.timeout.ms": 20000, "message.max.bytes": 1_000_000})
+    producer.produce(topic, value, partition=partition, on_delivery=lambda err, msg: results.append(err))
+    producer.flush(30)
+    assert len(results) == 1
+    return results[0]
+
+
+class Load:
+    """An idempotent acks=all producer writing ``partition:sequence`` to every partition of a topic until stopped."""
+
+    def __init__(self, cluster, topic, partitions):
+        self.topic, self.partitions = topic, partitions
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
+        self.acked = defaultdict(list)
+        self.failed = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, error, message):
+        with self._lock:
+            if error is None:
+                self.acked[message.partition()].append((message.offset(), message.value()))
+            else:
+                self.failed.append(error)
+
+    def _run(self):
+        sequence = 0
+        while not self._stop.is_set():
+            for partition in range(self.partitions):
+                self.producer.produce(self.topic, f"{partition}:{sequence}".encode(), partition=partition,
+                                      on_delivery=self._delivered)
+            sequence += 1
+            self.producer.poll(0.005)
+        self.producer.flush(90)
+
+    def progress(self, partitions, more=100):
+        """Wait until each of ``partitions`` has ``more`` further acknowledgements."""
+        with self._lock:
+            targets = {p: len(self.acked[p]) + more for p in partitions}
+
+        def reached():
+            with self._lock:
+                return all(len(self.acked[p]) >= n for p, n in targets.items())
+        eventually(reached, timeout=60, what=f"{more} more acknowledgements on partitions {partitions}")
+
+    def __enter__(self):
+        self._thread.start()
+        self.progress(range(self.partitions))
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the producer did not flush"
+
+
+def read_back(cluster, load):
+    """Every acknowledged record is in its partition at its offset, once, in order."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "checker",
+                         "enable.auto.commit": False})
+    topic = load.topic
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(load.partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(load.partitions)])
+        records = defaultdict(list)
+
+        def done():
+            for message in consumer.consume(1000, timeout=0.5):
+                assert message.error() is None, message.error()
+                records[message.partition()].append((message.offset(), message.value()))
+            return all((records[p][-1][0] + 1 if records[p] else 0) >= ends[p] for p in range(load.partitions))
+        eventually(done, timeout=120, what="reading every partition to its end")
+    finally:
+        consumer.close()
+    for partition, acked in load.acked.items():
+        stored = dict(records[partition])
+        values = [value for _, value in records[partition]]
+        assert len(values) == len(set(values)), f"partition {partition} holds a record twice"
+        sequences = [int(value.split(b":")[1]) for value in values]
+        assert sequences == sorted(sequences), f"partition {partition} is out of order"
+        for offset, value in acked:
+            assert stored.get(offset) == value, f"acknowledged {value!r} at {partition}/{offset} is lost"
+    return sum(len(acked) for acked in load.acked.values())
+
+
+def test_a_full_disk_takes_its_log_dir_offline_alone_and_leaders_move_away(small_disk, tmp_path, josef_cluster):
+    # small_disk first: it is unmounted after the cluster stops
+    healthy = tmp_path / "broker-2-data"
+    cluster = josef_cluster(controllers=1, brokers=3, **FAST,
+                            node_overrides={2: {"log.dirs": f"{healthy},{small_disk}"}})
+    broker = cluster.node(2)
+    create(cluster, "spread", SPREAD, **{"min.insync.replicas": "2"})
+    create(cluster, "local", [[2], [2]])
+    create(cluster, "filler", [[2]], **{"segment.bytes": "100000000"})
+    client = RawClient(broker.bound_port)
+    try:
+        move(client, healthy, "spread", [3, 4, 5])
+        move(client, small_disk, "spread", ON_TMPFS)
+        move(client, healthy, "local", [0])
+        move(client, small_disk, "local", [1])
+        move(client, small_disk, "filler", [0])
+        eventually(lambda: all(len(isr) == 3 for _, isr in partitions_of(cluster, "spread").values()),
+                   what="every replica of spread in sync")
+        assert partitions_of(cluster, "spread")[0][0] == 2
+
+        with Load(cluster, "spread", len(SPREAD)) as load:
+            # Fill the tmpfs: appends fail with KAFKA_STORAGE_ERROR once it is full.
+            for i in range(12):  # 4.8 MB into 3 MB
+                error = produce_one(cluster, "filler", 0, bytes([i]) * 400_000, acks="1")
+                if error is not None:
+                    break
+            assert error is not None and error.code() == KafkaError.KAFKA_STORAGE_ERROR
+            assert broker.wait_for_log(f"log directory {small_disk} is offline")
+
+            # Broker 2 leaves the leadership and ISRs of its replicas on the tmpfs, and only those.
+            eventually(lambda: all(leader in (3, 4) and 2 not in isr for p, (leader, isr)
+                                   in partitions_of(cluster, "spread").items() if p in ON_TMPFS),
+                       what="broker 2 leaving the leadership and ISRs of its partitions on the failed disk")
+            spread = partitions_of(cluster, "spread")
+            assert spread[3][0] == 2 and all(2 in spread[p][1] for p in (3, 4, 5))
+            load.progress(range(len(SPREAD)))  # acks=all producers go on, on every partition
+
+            # On broker 2 itself: the healthy directory serves; a partition of the failed one with no other
+            # replica is left without a leader, as Kafka leaves it.
+            assert produce_one(cluster, "local", 0, b"still here") is None
+            local = partitions_of(cluster, "local")
+            assert (local[0][0], local[1][0]) == (2, -1)
+            dirs = log_dirs(client)
+            assert dirs[str(small_disk)] == (ErrorCode.kafka_storage_error, set())
+            code, hosted = dirs[str(healthy)]
+            assert code == ErrorCode.none
+            assert {("local", 0), ("spread", 3), ("spread", 4), ("spread", 5)} <= hosted
+            load.progress(range(len(SPREAD)))
+        assert broker.running
+        acknowledged = read_back(cluster, load)
+        assert acknowledged >= 600
+        print(f"\n{acknowledged} acknowledged records read back; {len(load.failed)} deliveries failed")
+    finally:
+        client.close()
