@@ -124,6 +124,22 @@ def test_deleted_segments_stay_as_deleted_files_until_file_delete_delay_ms(start
     assert log.segment_base_offsets == [bases[-1]]
 
 
+def test_a_deleted_partition_directory_stays_until_file_delete_delay_ms(started, clock):
+    harness = started
+    log = harness.open(attrs.evolve(harness.config, file_delete_delay_ms=60_000))
+    harness.append(log)
+    harness.storage.delete(harness.tp)
+    assert not harness.path().exists()
+    doomed = [p for p in harness.root.iterdir() if p.name.endswith("-delete")]
+    assert len(doomed) == 1 and doomed[0].name.startswith(f"{harness.tp}.")
+    assert harness.tp not in harness.storage.stored()
+    clock.now += 59_999
+    harness.storage.scheduler.run_due()
+    assert doomed[0].exists()
+    clock.now += 1
+    run_due_until(harness, lambda: not doomed[0].exists(), "the removal of the -delete directory")
+
+
 def test_deleted_files_still_waiting_are_removed_at_close(started):
     harness = started
     log = harness.open(attrs.evolve(harness.config, retention_ms=10_000, file_delete_delay_ms=60_000))

@@ -291,10 +291,13 @@ class LocalLogStorage:
 
         The rename is atomic, so a crash never leaves a half-deleted log that
         looks alive; a leftover ``-delete`` directory is removed at the next
-        start. Removal is immediate (Kafka waits file.delete.delay.ms).
+        start. Once the background thread runs, the directory is removed after
+        the log's ``file.delete.delay.ms`` (Kafka's ``LogManager.asyncDelete``);
+        before, at once.
         """
         with self._lock:
             log = self._logs.pop(tp, None)
+        delay_ms = log.config.file_delete_delay_ms if log is not None else self._config["log.segment.delete.delay.ms"]
         if log is not None:
             log.release()
         log_dir = self._holding(tp)
@@ -311,7 +314,11 @@ class LocalLogStorage:
                 doomed = path.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
                 os.rename(path, doomed)
                 fsync_dir(log_dir.path)
-                shutil.rmtree(doomed)
+                if self.scheduler.running:
+                    self.scheduler.schedule(lambda: shutil.rmtree(doomed, ignore_errors=True), delay_ms,
+                                            run_at_close=True)
+                else:
+                    shutil.rmtree(doomed)
         except OSError as exc:
             raise self._failed(log_dir, exc, "deleting", path) from exc
 
