@@ -118,8 +118,10 @@ def use_transaction_version(bootstrap: str, level: int) -> None:
     """Finalize ``transaction.version`` at ``level`` (2 is Transactions V2, what a new Kafka 4 cluster runs)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, api_version=(4, 0))
     try:
-        finalized = admin.describe_features().get("transaction.version", {}).get("finalized")
-        current = finalized[1] if finalized else 0
+        # A new cluster's controller finalizes its features at its first sweep, maybe after the brokers are ready.
+        finalized = eventually(lambda: admin.describe_features().get("transaction.version", {}).get("finalized"),
+                               what="transaction.version finalized by the controller")
+        current = finalized[1]
         if current != level:
             update = level if level > current else ("SAFE_DOWNGRADE", level)
             assert admin.update_features({"transaction.version": update}) == {"transaction.version": "OK"}
