@@ -186,3 +186,13 @@ def brokers_factory(request: pytest.FixtureRequest, broker_factory, josef_cluste
 @pytest.fixture
 def brokers(brokers_factory) -> BrokerProcess | ClusterBrokers:
     return brokers_factory()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs to fill up (ENOSPC) or remount read-only; mounting needs root, which CI has."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)

@@ -15,7 +15,6 @@ A checker then reads every acknowledged record back.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from collections import defaultdict
 
@@ -26,30 +25,13 @@ from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient, eventually
+from test_replication import FAST
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
 
-FAST = {
-    "controller.quorum.election.timeout.ms": "500",
-    "controller.quorum.fetch.timeout.ms": "1000",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "4000",
-    "replica.lag.time.max.ms": "1000",
-    "replica.fetch.backoff.ms": "200",
-    "auto.leader.rebalance.enable": "false",
-}
 #: Replicas of the replicated topic: broker 2 leads partitions 0 (on the tmpfs) and 3 (on its healthy disk).
 SPREAD = [[2, 3, 4], [3, 2, 4], [4, 3, 2], [2, 4, 3], [3, 4, 2], [4, 2, 3]]
 ON_TMPFS = [0, 1, 2]
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def create(cluster, topic, assignment, **config):
