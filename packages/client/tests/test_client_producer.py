@@ -1,6 +1,7 @@
 """josef's producer against a real josef broker (the josef_broker fixture)."""
 
 import asyncio
+import functools
 import time
 
 import pytest
@@ -312,3 +313,22 @@ def test_interceptors_run_in_order_and_survive_failures(josef_broker):
     assert run(main()).offset == 0
     assert calls == ["broken", "tag", ("ack", 0)]
     assert stored(josef_broker, "intercepted")[0].headers == (("tagged", b"1"),)
+
+
+def test_records_a_compacted_topic_refuses_fail_with_the_brokers_reason_and_the_rest_of_the_batch_with_javas(
+        josef_broker):
+    josef_broker.call(functools.partial(josef_broker.broker.controller.create_topic, "compacted-keys", 1,
+                                        configs={"cleanup.policy": "compact"}))
+
+    async def send():
+        async with producer(josef_broker, linger_ms=200) as p:
+            futures = [await p.send("compacted-keys", value=b"v", key=key, partition=0) for key in (b"k", None)]
+            return await asyncio.gather(*futures, return_exceptions=True)
+
+    keyed, keyless = run(send())
+    assert isinstance(keyless, KafkaError) and keyless.code == ErrorCode.invalid_record
+    assert keyless.message == "Compacted topic cannot accept message without key in topic partition compacted-keys-0."
+    assert isinstance(keyed, KafkaError) and keyed.code == ErrorCode.invalid_record
+    assert keyed.message == ("Failed to append record because it was part of a batch which had one more more "
+                             "invalid records")
+    assert stored(josef_broker, "compacted-keys") == []

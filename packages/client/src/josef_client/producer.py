@@ -87,7 +87,7 @@ class ProducerBatch:
     """Records for one partition, encoded as they arrive, sent and completed together."""
 
     __slots__ = ("tp", "body", "count", "base_timestamp", "max_timestamp", "created", "attempts",
-                 "base_sequence", "callbacks", "done", "error", "base_offset", "log_append_time",
+                 "base_sequence", "callbacks", "done", "error", "record_errors", "base_offset", "log_append_time",
                  "_async", "size", "deadline", "futures_key_value_sizes")
 
     def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float) -> None:
@@ -103,6 +103,8 @@ class ProducerBatch:
         self.callbacks: list[tuple[int, DeliveryCallback]] = []
         self.done = threading.Event()
         self.error: Exception | None = None
+        #: KIP-467: why the broker refused particular records of the batch, by their index in it.
+        self.record_errors: dict[int, str] = {}
         self.base_offset = -1
         self.log_append_time = -1
         self.size = 0
@@ -137,6 +139,14 @@ class ProducerBatch:
         if self._async is not None and not self._async.done():
             self._async.set_result(None)
 
+    def error_of(self, index: int) -> Exception | None:
+        """The error of record ``index``: the batch's, or, when the broker named refused records, as Java's producer says it."""
+        if not self.record_errors or self.error is None:
+            return self.error
+        why = self.record_errors.get(index, "Failed to append record because it was part of a batch "
+                                            "which had one more more invalid records")
+        return KafkaError(ErrorCode.invalid_record, why)
+
     def metadata(self, index: int, key_size: int, value_size: int, timestamp: int) -> RecordMetadata:
         stamp = self.log_append_time if self.log_append_time >= 0 else timestamp
         offset = self.base_offset + index if self.base_offset >= 0 else -1  # acks=0: the broker says nothing
@@ -158,12 +168,13 @@ class RecordFuture:
     def result(self, timeout: float | None = None) -> RecordMetadata:
         if not self._batch.done.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
-        if self._batch.error is not None:
-            raise self._batch.error
+        error = self._batch.error_of(self._index)
+        if error is not None:
+            raise error
         return self._batch.metadata(self._index, self._key_size, self._value_size, self._timestamp)
 
     def exception(self) -> Exception | None:
-        return self._batch.error if self.done() else None
+        return self._batch.error_of(self._index) if self.done() else None
 
     def __await__(self):  # type: ignore[no-untyped-def]
         yield from self._batch.async_done().__await__()
@@ -438,12 +449,13 @@ class AsyncProducer:
         interceptors = self._interceptors
 
         def deliver(batch: ProducerBatch, index: int) -> None:
-            metadata = None if batch.error else batch.metadata(index, key_size, value_size, timestamp)
+            error = batch.error_of(index)
+            metadata = None if error else batch.metadata(index, key_size, value_size, timestamp)
             if interceptors:
-                interceptors.on_acknowledgement(metadata, batch.error)
+                interceptors.on_acknowledgement(metadata, error)
             if on_delivery is not None:
                 try:
-                    on_delivery(metadata, batch.error)
+                    on_delivery(metadata, error)
                 except Exception:
                     log.exception("delivery callback failed")
 
@@ -712,6 +724,8 @@ class AsyncProducer:
                     append_time = int(stamp.timestamp() * 1000) if stamp is not None else -1
                     self._finish(batch, result.base_offset, append_time, None)
                 else:
+                    batch.record_errors = {e.batch_index: e.batch_index_error_message or ""
+                                           for e in getattr(result, "record_errors", ())}
                     self._retry_or_fail(batch, KafkaError(result.error_code, getattr(result, "error_message", None) or ""),
                                         refresh=result.error_code in STALE_METADATA)
         finally:
