@@ -15,17 +15,15 @@ A checker then reads every acknowledged record back.
 from __future__ import annotations
 
 import os
-import threading
-from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient, eventually
-from test_replication import FAST
+from test_replication import FAST, Load, check_every_acknowledged_record, read_all
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
 
@@ -80,86 +78,6 @@ def produce_one(cluster, topic, partition, value, acks="all"):
     return results[0]
 
 
-class Load:
-    """An idempotent acks=all producer writing ``partition:sequence`` to every partition of a topic until stopped."""
-
-    def __init__(self, cluster, topic, partitions):
-        self.topic, self.partitions = topic, partitions
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
-        self.acked = defaultdict(list)
-        self.failed = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, error, message):
-        with self._lock:
-            if error is None:
-                self.acked[message.partition()].append((message.offset(), message.value()))
-            else:
-                self.failed.append(error)
-
-    def _run(self):
-        sequence = 0
-        while not self._stop.is_set():
-            for partition in range(self.partitions):
-                self.producer.produce(self.topic, f"{partition}:{sequence}".encode(), partition=partition,
-                                      on_delivery=self._delivered)
-            sequence += 1
-            self.producer.poll(0.005)
-        self.producer.flush(90)
-
-    def progress(self, partitions, more=100):
-        """Wait until each of ``partitions`` has ``more`` further acknowledgements."""
-        with self._lock:
-            targets = {p: len(self.acked[p]) + more for p in partitions}
-
-        def reached():
-            with self._lock:
-                return all(len(self.acked[p]) >= n for p, n in targets.items())
-        eventually(reached, timeout=60, what=f"{more} more acknowledgements on partitions {partitions}")
-
-    def __enter__(self):
-        self._thread.start()
-        self.progress(range(self.partitions))
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(120)
-        assert not self._thread.is_alive(), "the producer did not flush"
-
-
-def read_back(cluster, load):
-    """Every acknowledged record is in its partition at its offset, once, in order."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "checker",
-                         "enable.auto.commit": False})
-    topic = load.topic
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(load.partitions)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(load.partitions)])
-        records = defaultdict(list)
-
-        def done():
-            for message in consumer.consume(1000, timeout=0.5):
-                assert message.error() is None, message.error()
-                records[message.partition()].append((message.offset(), message.value()))
-            return all((records[p][-1][0] + 1 if records[p] else 0) >= ends[p] for p in range(load.partitions))
-        eventually(done, timeout=120, what="reading every partition to its end")
-    finally:
-        consumer.close()
-    for partition, acked in load.acked.items():
-        stored = dict(records[partition])
-        values = [value for _, value in records[partition]]
-        assert len(values) == len(set(values)), f"partition {partition} holds a record twice"
-        sequences = [int(value.split(b":")[1]) for value in values]
-        assert sequences == sorted(sequences), f"partition {partition} is out of order"
-        for offset, value in acked:
-            assert stored.get(offset) == value, f"acknowledged {value!r} at {partition}/{offset} is lost"
-    return sum(len(acked) for acked in load.acked.values())
-
-
 def test_a_full_disk_takes_its_log_dir_offline_alone_and_leaders_move_away(small_disk, tmp_path, josef_cluster):
     # small_disk first: it is unmounted after the cluster stops
     healthy = tmp_path / "broker-2-data"
@@ -195,7 +113,7 @@ def test_a_full_disk_takes_its_log_dir_offline_alone_and_leaders_move_away(small
                        what="broker 2 leaving the leadership and ISRs of its partitions on the failed disk")
             spread = partitions_of(cluster, "spread")
             assert spread[3][0] == 2 and all(2 in spread[p][1] for p in (3, 4, 5))
-            load.progress(range(len(SPREAD)))  # acks=all producers go on, on every partition
+            load.progress(100, on=range(len(SPREAD)))  # acks=all producers go on, on every partition
 
             # On broker 2 itself: the healthy directory serves; a partition of the failed one with no other
             # replica is left without a leader, as Kafka leaves it.
@@ -207,9 +125,9 @@ def test_a_full_disk_takes_its_log_dir_offline_alone_and_leaders_move_away(small
             code, hosted = dirs[str(healthy)]
             assert code == ErrorCode.none
             assert {("local", 0), ("spread", 3), ("spread", 4), ("spread", 5)} <= hosted
-            load.progress(range(len(SPREAD)))
+            load.progress(100, on=range(len(SPREAD)))
         assert broker.running
-        acknowledged = read_back(cluster, load)
+        acknowledged = check_every_acknowledged_record(load, read_all(cluster, load.topic, load.partitions))
         assert acknowledged >= 600
         print(f"\n{acknowledged} acknowledged records read back; {len(load.failed)} deliveries failed")
     finally:

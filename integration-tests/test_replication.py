@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -61,8 +62,8 @@ def full_isr(cluster, topic):
 class Load:
     """An idempotent acks=all producer writing ``partition:sequence`` values to every partition until stopped."""
 
-    def __init__(self, cluster, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, cluster, topic: str, partitions: int = PARTITIONS) -> None:
+        self.topic, self.partitions = topic, partitions
         self.producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
                                   "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
         self.acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
@@ -81,7 +82,7 @@ class Load:
     def _run(self) -> None:
         sequence = 0
         while not self._stop.is_set():
-            for partition in range(PARTITIONS):
+            for partition in range(self.partitions):
                 self.producer.produce(self.topic, f"{partition}:{sequence}".encode(), partition=partition,
                                       on_delivery=self._delivered)
             sequence += 1
@@ -92,10 +93,18 @@ class Load:
         with self._lock:
             return sum(len(v) for v in self.acked.values())
 
-    def progress(self, more: int = 300) -> None:
-        """Wait until ``more`` further records are acknowledged: the cluster takes writes again."""
-        target = self.count() + more
-        eventually(lambda: self.count() >= target, timeout=60, what=f"{more} more acknowledgements")
+    def progress(self, more: int = 300, on: Iterable[int] | None = None) -> None:
+        """Wait until ``more`` further records are acknowledged (on each of partitions ``on``, when given)."""
+        with self._lock:
+            targets = {p: len(self.acked[p]) + more for p in on} if on is not None else None
+        total = self.count() + more
+
+        def reached() -> bool:
+            with self._lock:
+                if targets is None:
+                    return sum(len(v) for v in self.acked.values()) >= total
+                return all(len(self.acked[p]) >= n for p, n in targets.items())
+        eventually(reached, timeout=60, what=f"{more} more acknowledgements" + (f" on partitions {list(on)}" if on else ""))
 
     def __enter__(self) -> Load:
         self._thread.start()
