@@ -63,6 +63,16 @@ def describe(client: RawClient) -> dict[str, tuple[ErrorCode, list[int]]]:
             for r in response.results}
 
 
+def create_spread(client: RawClient, dirs: list[Path]) -> tuple[list[int], list[int]]:
+    """Create the 4-partition topic; returns the partitions placed in each of the two dirs once all are hosted."""
+    response = client.call(ApiKey.CREATE_TOPICS, 7, {"timeout": 10000, "validate_only": False, "topics": [
+        {"name": TOPIC, "num_partitions": 4, "replication_factor": 1, "assignments": [], "configs": []}]})
+    assert response.topics[0].error_code == E.none
+    eventually(lambda: sum(len(p) for _, p in describe(client).values()) == 4, what="every partition hosted")
+    placed = describe(client)
+    return placed[str(dirs[0])][1], placed[str(dirs[1])][1]
+
+
 def failing_disk(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
     real_pwrite = os.pwrite
 
@@ -77,12 +87,7 @@ def failing_disk(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
 def test_a_failing_log_dir_takes_its_partitions_offline_and_the_others_keep_serving(broker, dirs, monkeypatch):
     client = RawClient(broker.port)
     try:
-        response = client.call(ApiKey.CREATE_TOPICS, 7, {"timeout": 10000, "validate_only": False, "topics": [
-            {"name": TOPIC, "num_partitions": 4, "replication_factor": 1, "assignments": [], "configs": []}]})
-        assert response.topics[0].error_code == E.none
-        eventually(lambda: sum(len(p) for _, p in describe(client).values()) == 4, what="every partition hosted")
-        placed = describe(client)
-        in_a, in_b = placed[str(dirs[0])][1], placed[str(dirs[1])][1]
+        in_a, in_b = create_spread(client, dirs)
         assert len(in_a) == len(in_b) == 2  # spread over both
         ids = meta_properties.directory_ids(broker.broker.config)
         a, b = ids[str(dirs[0])], ids[str(dirs[1])]
@@ -118,12 +123,7 @@ def test_a_failing_log_dir_takes_its_partitions_offline_and_the_others_keep_serv
 def test_a_log_dir_dead_at_restart_is_left_offline_and_its_partitions_are_not_recreated_elsewhere(broker, dirs):
     client = RawClient(broker.port)
     try:
-        response = client.call(ApiKey.CREATE_TOPICS, 7, {"timeout": 10000, "validate_only": False, "topics": [
-            {"name": TOPIC, "num_partitions": 4, "replication_factor": 1, "assignments": [], "configs": []}]})
-        assert response.topics[0].error_code == E.none
-        eventually(lambda: sum(len(p) for _, p in describe(client).values()) == 4, what="every partition hosted")
-        placed = describe(client)
-        in_a, in_b = placed[str(dirs[0])][1], placed[str(dirs[1])][1]
+        in_a, in_b = create_spread(client, dirs)
         ids = meta_properties.directory_ids(broker.broker.config)
         eventually(lambda: all(broker.broker.image.topics[TOPIC].partitions[p].directory_of(1) == ids[str(dirs[1])]
                                for p in in_b), what="the replicas' directories in the metadata")
