@@ -44,6 +44,8 @@ class Throttler:
         self._lock = threading.Lock()
         self._period_start = time.monotonic()
         self._observed = 0
+        #: Set while a thread sleeps off the rate (what a close must interrupt).
+        self.sleeping = threading.Event()
 
     def __call__(self, count: int) -> None:
         if not 0 < self.bytes_per_second < 1e300:
@@ -57,7 +59,9 @@ class Throttler:
                 return
             delay = self._observed / self.bytes_per_second - elapsed
             if delay > 0:
+                self.sleeping.set()
                 self._stop.wait(delay)
+                self.sleeping.clear()
             self._period_start = time.monotonic()
             self._observed = 0
 
