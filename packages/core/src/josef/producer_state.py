@@ -282,11 +282,14 @@ class ProducerStateManager:
         without forgetting the replicated transactions, from another thread
         than the event loop's (the log cleaner's): it only copies.
         """
-        unreplicated = [t for t in list(self._unreplicated) if t.last_offset >= high_watermark]
-        if prune:
-            self._unreplicated = unreplicated
+        if prune:  # the event loop's own call (every fetch's LSO): nothing copied when nothing is open
+            if self._unreplicated:
+                self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+            unreplicated, ongoing = self._unreplicated, self._ongoing.values()
+        else:
+            unreplicated = [t for t in list(self._unreplicated) if t.last_offset >= high_watermark]
+            ongoing = list(self._ongoing.values())
         firsts = [t.first_offset for t in unreplicated]
-        ongoing = list(self._ongoing.values())
         if ongoing:
             firsts.append(min(ongoing))
         return min(firsts) if firsts else None
