@@ -394,8 +394,16 @@ class Target:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, replication: int) -> None:
-    """CreateTopics through the AdminClient, then wait until every partition has a leader."""
+    """CreateTopics through the AdminClient, then wait until every partition has a leader.
+
+    A metadata request comes first so that a wrong --bootstrap fails in seconds with the reason,
+    not after CreateTopics' request timeout.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.list_topics(timeout=10)
+    except KafkaException as exc:
+        raise BenchmarkError(f"cannot reach {bootstrap}: {exc}") from exc
     futures = admin.create_topics([NewTopic(topic, partitions, replication)], operation_timeout=60,
                                   request_timeout=70)
     try:
@@ -454,6 +462,8 @@ def figures(w: Workload, prod: dict[str, Any], cons: dict[str, Any], cpu0: tuple
     size = w.record_size
     produced_bytes = prod["sent_in_window"] * size
     broker_cpu = None if cpu0[0] is None or cpu1[0] is None else cpu1[0] - cpu0[0]
+    if broker_cpu is not None and broker_cpu < 0:  # the broker process ended during the window
+        broker_cpu = None
     producer_cpu, consumer_cpu = cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]
     busy = cpu1[3] - cpu0[3]
     other = max(0.0, busy - (broker_cpu or 0.0) - producer_cpu - consumer_cpu)
@@ -549,10 +559,13 @@ def print_report(a: argparse.Namespace, info: dict[str, Any], runs: list[dict[st
         rows.append(row)
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = "  ".join(f"{{:>{w}}}" if i < len(widths) - 1 else f"{{:<{w}}}" for i, w in enumerate(widths))
-    print(line.format(*headers).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print(line.format(*row).rstrip())
+    if rows:
+        print(line.format(*headers).rstrip())
+        print("  ".join("-" * w for w in widths))
+        for row in rows:
+            print(line.format(*row).rstrip())
+    else:
+        print("(no rate completed)")
     print()
     for r in runs:
         pr, e, d = r["producer"], r["end_to_end"], r["send_delay"]
