@@ -356,7 +356,9 @@ class Child:
                 try:
                     got, payload = self.conn.recv()
                 except EOFError:
-                    break
+                    self.proc.join(5)
+                    raise BenchmarkError(f"{self.role} process closed its pipe (exit code {self.proc.exitcode}) "
+                                         f"without a {kind!r} message{blame()}") from None
                 if got == "error":
                     raise BenchmarkError(f"{payload}{blame()}")
                 if got != kind:
@@ -443,7 +445,10 @@ def run_rate(w: Workload, target: Target) -> dict[str, Any]:
                 machine_busy_seconds(), time.monotonic_ns())
 
         prod = producer.expect("result", w.drain_s + 60, blame)
-        consumer.conn.send(("expect", prod["sent"], prod["acked"], drain))
+        try:
+            consumer.conn.send(("expect", prod["sent"], prod["acked"], drain))
+        except OSError:  # the consumer already stopped at its own deadline: its result is in the pipe
+            pass
         cons = consumer.expect("result", 2 * w.drain_s + 60, blame)
         ok = True
     finally:  # after a failure the other child may be waiting for a message that will not come
