@@ -67,56 +67,129 @@ def key(i: int) -> bytes:
     return b"k%04d" % i
 
 
+class Reader:
+    """Reads partition 0 whole over and over on a thread of its own, checking that every pass sees a valid log.
+
+    The test marks phases (``begin``) and awaits a whole pass that began in
+    a phase (``whole_pass``), so it gets the passes it needs, at the points
+    it needs them, instead of counting what a span of time happened to allow.
+    """
+
+    def __init__(self, broker, topic: str) -> None:
+        self.broker, self.topic = broker, topic
+        self.problems: list[str] = []
+        self.first_passes: dict[int, dict[bytes, list[tuple[int, bytes | None]]]] = {}  # phase: records by key
+        self._phase = 0
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the reader did not stop"
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                phase = self._phase  # before the read: the pass sees at least what was acknowledged by then
+                records = read_all(self.broker, self.topic)
+                offsets = [offset for offset, _, _ in records]
+                if offsets != sorted(set(offsets)):
+                    self.problems.append("offsets out of order or repeated")
+                latest: dict[bytes, int] = {}
+                by_key: dict[bytes, list[tuple[int, bytes | None]]] = {}
+                for offset, k, v in records:
+                    if k != b"filler":
+                        by_key.setdefault(k, []).append((offset, v))
+                        if v is not None:
+                            if int(v) % KEYS != int(k[1:]) or int(v) < latest.get(k, -1):
+                                self.problems.append(f"{k!r} went from {latest.get(k)} to {v!r}")
+                            latest[k] = int(v)
+                with self._changed:
+                    self.first_passes.setdefault(phase, by_key)
+                    self._changed.notify_all()
+                self._stop.wait(0.1)  # pacing, so an empty topic is not polled in a tight loop
+        except BaseException as exc:
+            self.problems.append(f"the reader failed: {exc!r}")
+        finally:
+            with self._changed:
+                self._changed.notify_all()
+
+    def begin(self) -> int:
+        """A new phase: passes from now on belong to it."""
+        with self._changed:
+            self._phase += 1
+            return self._phase
+
+    def whole_pass(self, phase: int, timeout: float = 120) -> dict[bytes, list[tuple[int, bytes | None]]]:
+        """Records by key (filler left out) of the first whole pass that began in ``phase``, once there is one."""
+        with self._changed:
+            self._changed.wait_for(lambda: phase in self.first_passes or not self._thread.is_alive(), timeout)
+            assert not self.problems, self.problems[:5]
+            assert phase in self.first_passes, f"no whole pass of the reader began in phase {phase} and ended within {timeout} s"
+            return self.first_passes[phase]
+
+    def next_pass(self) -> dict[bytes, list[tuple[int, bytes | None]]]:
+        return self.whole_pass(self.begin())
+
+
 def test_compacted_topic_keeps_the_latest_value_of_each_live_key(broker_factory):
     broker = broker_factory(**CLEANER)
     topic = "compacted"
     create_topic(broker, topic, **{"cleanup.policy": "compact", "segment.bytes": "262144",
                                    "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "2000"})
-    passes, problems, stop = [], [], threading.Event()
-
-    def read_while_cleaning() -> None:
-        while not stop.is_set():
-            records = read_all(broker, topic)
-            offsets = [offset for offset, _, _ in records]
-            if offsets != sorted(set(offsets)):
-                problems.append("offsets out of order or repeated")
-            latest: dict[bytes, int] = {}
-            for _, k, v in records:
-                if k != b"filler" and v is not None:
-                    if int(v) % KEYS != int(k[1:]) or int(v) < latest.get(k, -1):
-                        problems.append(f"{k!r} went from {latest.get(k)} to {v!r}")
-                    latest[k] = int(v)
-            passes.append(len(records))
-            stop.wait(0.1)  # pacing, so an empty topic is not polled in a tight loop
-
-    reader = threading.Thread(target=read_while_cleaning, daemon=True)
-    reader.start()
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 5,
                          "compression.type": "lz4", "queue.buffering.max.messages": 200_000})
-    produce(producer, topic, ((key(i % KEYS), b"%d" % i) for i in range(UPDATES)))
-    produce(producer, topic, ((key(i), None) for i in DELETED))
-    # A key of its own fills the active segment, which is never cleaned, so every update above can be.
-    produce(producer, topic, ((b"filler", os.urandom(1000)) for _ in range(300)))
+    updates = [(key(i % KEYS), b"%d" % i) for i in range(UPDATES)]
+    half, three_quarters = UPDATES // 2, UPDATES * 3 // 4
 
-    # Offsets never change: the latest update of key i stays at the offset it was written at.
-    expected = {key(i): [(UPDATES - KEYS + i, b"%d" % (UPDATES - KEYS + i))] for i in range(KEYS) if i not in DELETED}
+    def latest_value(k: bytes, upto: int) -> bytes:
+        """The last value of key ``k`` among ``updates[:upto]``."""
+        return b"%d" % (upto - KEYS + int(k[1:]))
 
-    def compacted() -> bool:
-        # Tombstones go at a cleaning after delete.retention.ms; new writes make the log dirty again.
-        produce(producer, topic, [(b"filler", os.urandom(1000))])
-        found: dict[bytes, list[tuple[int, bytes | None]]] = {}
-        for offset, k, v in read_all(broker, topic):
-            if k != b"filler":
-                found.setdefault(k, []).append((offset, v))
-        return found == expected
+    with Reader(broker, topic) as reader:
+        # A pass over a log half written, while more is produced and the cleaner cleans what is there. It
+        # began after the first half was acknowledged and ends before the last quarter is produced.
+        produce(producer, topic, updates[:half])
+        phase = reader.begin()
+        produce(producer, topic, updates[half:three_quarters])
+        seen = reader.whole_pass(phase)
+        assert set(seen) == {key(i) for i in range(KEYS)}, "a pass lost a key"
+        for k, records in seen.items():
+            assert int(records[-1][1]) >= int(latest_value(k, half)), f"a pass lost the acknowledged update of {k!r}"
+        produce(producer, topic, updates[three_quarters:])
+        produce(producer, topic, ((key(i), None) for i in DELETED))
+        # A key of its own fills the active segment, which is never cleaned, so every update above can be.
+        produce(producer, topic, ((b"filler", os.urandom(1000)) for _ in range(300)))
 
-    try:
+        # A pass that began after the last write and before the log is seen compacted: the latest record of
+        # each key is its last write, whatever the cleaner has done so far.
+        seen = reader.next_pass()
+        for i in range(KEYS):
+            last = seen[key(i)][-1][1] if key(i) in seen else None
+            assert last == (None if i in DELETED else latest_value(key(i), UPDATES)), (key(i), seen.get(key(i)))
+
+        # Offsets never change: the latest update of key i stays at the offset it was written at.
+        expected = {key(i): [(UPDATES - KEYS + i, latest_value(key(i), UPDATES))] for i in range(KEYS) if i not in DELETED}
+
+        def compacted() -> bool:
+            # Tombstones go at a cleaning after delete.retention.ms; new writes make the log dirty again.
+            produce(producer, topic, [(b"filler", os.urandom(1000))])
+            found: dict[bytes, list[tuple[int, bytes | None]]] = {}
+            for offset, k, v in read_all(broker, topic):
+                if k != b"filler":
+                    found.setdefault(k, []).append((offset, v))
+            return found == expected
+
         eventually(compacted, timeout=120, what="the log cleaned to one value per live key and no tombstone")
-    finally:
-        stop.set()
-        reader.join(60)
-    assert not problems, problems[:5]
-    assert len(passes) >= 3, passes  # reads while producing, while cleaning, after
+        # And a pass of the reader that began after sees the same.
+        assert reader.next_pass() == expected
+    assert not reader.problems, reader.problems[:5]
 
 
 def segment_bytes(partition_dir: Path) -> int:
