@@ -141,6 +141,13 @@ def _frame(header: bytes, entity: Any) -> bytes:
     return buf.getvalue()
 
 
+def encode_body(entity: Any) -> bytes:
+    """A request or response body alone, as kio writes it."""
+    buf = io.BytesIO()
+    _writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes, body: Mapping[str, Any]) -> bytes:
     """The full request frame: size, header (v1, or v2 with empty tagged fields), body built from a dict."""
     header = _HEADER_FIXED.pack(api_key, version, correlation_id, len(client_id)) + client_id

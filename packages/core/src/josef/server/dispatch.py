@@ -6,6 +6,16 @@ return the response as a dict, which :func:`josef.protocol.messages.build`
 turns into that version's response type, so one handler serves every version
 in its range. ``None`` means no response (acks=0 produce).
 
+The two APIs that carry one entry per partition and arrive thousands of
+times a second, Produce and Fetch, are read by their own codecs
+(:mod:`josef.protocol.produce_codec`, :mod:`josef.protocol.fetch_codec`)
+instead of kio: an API registered with a ``decode`` function gets what it
+returns, and its handler answers with :class:`Encoded`, the response body
+already written for the request's version, as a list of buffers (record
+data among them as storage gave it). Requests that reach such a handler
+from inside the process (:meth:`Dispatcher.call`) still go in and come out
+as kio objects.
+
 A handler whose answer must wait for something other requests do not
 depend on (an acks=all produce waiting for the ISR) returns :class:`Later`:
 its connection reads on and handles the requests the client pipelined
@@ -22,6 +32,7 @@ that cannot be parsed.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import attrs
@@ -33,7 +44,10 @@ from josef.protocol.error_responses import error_response
 from josef.protocol.messages import (
     MalformedRequestError,
     build,
+    decode_response,
+    encode_body,
     encode_response,
+    has_flexible_response_header,
     is_flexible,
     parse_body,
     parse_header,
@@ -46,10 +60,15 @@ if TYPE_CHECKING:
     from josef.server.network import Connection
 
 log = logging.getLogger(__name__)
+_INT32 = struct.Struct(">i")
 
-Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | Later | None"]]
+Handler = Callable[["RequestContext", Any], Awaitable["dict[str, Any] | Encoded | Later | None"]]
+#: Reads a request body: ``(version, frame, offset of the body) -> request``.
+Decoder = Callable[[int, Any, int], Any]
+#: A whole response frame as buffers to write in order.
+Frame = list[Any]
 #: A response ready to write, or one still being computed (see :class:`Later`).
-Reply = bytes | Awaitable[bytes]
+Reply = Frame | Awaitable[Frame]
 
 #: What a client is told of an unexpected failure (Kafka's text for UNKNOWN_SERVER_ERROR);
 #: the exception itself goes to the broker's log, not to clients.
@@ -66,7 +85,14 @@ class Later:
     per request.
     """
 
-    body: Awaitable[dict[str, Any]]
+    body: Awaitable[dict[str, Any] | Encoded]
+
+
+@attrs.frozen
+class Encoded:
+    """A response body already written in the request's version, as buffers (bytes-like objects) in order."""
+
+    chunks: list[Any]
 
 
 class UnanswerableRequestError(Exception):
@@ -90,6 +116,7 @@ class Api:
     handler: Handler
     min_version: int
     max_version: int
+    decode: Decoder | None = None
 
 
 class Dispatcher:
@@ -97,12 +124,16 @@ class Dispatcher:
         self.broker = broker
         self.apis: dict[int, Api] = {}
 
-    def register(self, key: int, handler: Handler, min_version: int, max_version: int, *, replace: bool = False) -> None:
-        """Answer ``key`` with ``handler``; ``replace`` takes over a key already answered (one the core lets plugins own)."""
+    def register(self, key: int, handler: Handler, min_version: int, max_version: int, *, replace: bool = False,
+                 decode: Decoder | None = None) -> None:
+        """Answer ``key`` with ``handler``; ``replace`` takes over a key already answered (one the core lets plugins own).
+
+        With ``decode`` the handler gets what it reads from the frame instead of kio's request.
+        """
         if key in self.apis and not replace:
             raise ValueError(f"API key {key} ({api_key_map.get(key)}) is answered twice")
         known = schema_name_map[api_key_map[key]]
-        self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)))
+        self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)), decode)
 
     async def call(self, api_key: int, body: Any, *, version: int | None = None,
                    ctx: RequestContext | None = None) -> Any:
@@ -117,9 +148,15 @@ class Dispatcher:
         if ctx is None:
             ctx = RequestContext(self.broker, api_key, api.max_version if version is None else version, 0,
                                  f"broker-{self.broker.node_id}", "", "")
-        answer = await api.handler(ctx, build(request_type(api_key, ctx.api_version), body))
+        request = build(request_type(api_key, ctx.api_version), body)
+        if api.decode is not None:
+            request = api.decode(ctx.api_version, encode_body(request), 0)
+        answer = await api.handler(ctx, request)
         if isinstance(answer, Later):
             answer = await answer.body
+        if isinstance(answer, Encoded):
+            frame = b"".join(bytes(chunk) for chunk in self._encode(ctx.correlation_id, api_key, ctx.api_version, answer))
+            return decode_response(api_key, ctx.api_version, memoryview(frame)[4:])[1]
         return build(response_type(api_key, ctx.api_version), answer)
 
     async def handle(self, conn: Connection, frame: bytes | memoryview) -> Reply | None:
@@ -136,28 +173,34 @@ class Dispatcher:
             raise MalformedRequestError(
                 f"{api_key_map[header.api_key]} v{version} is not supported (v{api.min_version}-v{api.max_version}); client {header.client_id!r}"
             )
-        request = parse_body(header.api_key, version, frame, header.body_offset)
+        if api.decode is None:
+            request = parse_body(header.api_key, version, frame, header.body_offset)
+        else:
+            request = api.decode(version, frame, header.body_offset)
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
                              header.client_id, conn.client_host, conn.listener_name)
         try:
             body = await api.handler(ctx, request)
         except Exception:
-            return self._failed(header, request)
+            return self._failed(header, request, frame)
         if isinstance(body, Later):
-            return self._later(header, request, body.body)
+            return self._later(header, request, frame, body.body)
         if body is None:
             return None
         return self._encode(header.correlation_id, header.api_key, version, body)
 
-    async def _later(self, header: Any, request: Any, body: Awaitable[dict[str, Any]]) -> bytes:
+    async def _later(self, header: Any, request: Any, frame: bytes | memoryview,
+                     body: Awaitable[dict[str, Any] | Encoded]) -> Frame:
         try:
             return self._encode(header.correlation_id, header.api_key, header.api_version, await body)
         except Exception:
-            return self._failed(header, request)
+            return self._failed(header, request, frame)
 
-    def _failed(self, header: Any, request: Any) -> bytes:
+    def _failed(self, header: Any, request: Any, frame: bytes | memoryview) -> Frame:
         """UNKNOWN_SERVER_ERROR for a request whose handler raised (called in its ``except`` block)."""
         version = header.api_version
+        if self.apis[header.api_key].decode is not None:
+            request = parse_body(header.api_key, version, frame, header.body_offset)
         response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
                                   UNKNOWN_SERVER_ERROR_MESSAGE)
         name = api_key_map[header.api_key]
@@ -166,11 +209,15 @@ class Dispatcher:
                       else "answering UNKNOWN_SERVER_ERROR")
         if response is None:
             raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
-        return encode_response(header.api_key, version, header.correlation_id, response)
+        return [encode_response(header.api_key, version, header.correlation_id, response)]
 
-    def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any]) -> bytes:
+    def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any] | Encoded) -> Frame:
+        if isinstance(body, Encoded):
+            head = _INT32.pack(correlation_id) + (b"\x00" if has_flexible_response_header(key, version) else b"")
+            size = len(head) + sum(len(chunk) for chunk in body.chunks)
+            return [_INT32.pack(size) + head, *body.chunks]
         response = build(response_type(key, version), body)
-        return encode_response(key, version, correlation_id, response)
+        return [encode_response(key, version, correlation_id, response)]
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
         return {

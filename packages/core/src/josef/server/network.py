@@ -140,7 +140,8 @@ class Connection:
         """Write answers in request order, each once it is ready."""
         async with replies:
             async for reply in replies:
-                await self.stream.send(reply if isinstance(reply, bytes) else await reply)
+                frame = reply if isinstance(reply, list) else await reply
+                await self.stream.send(frame[0] if len(frame) == 1 else b"".join(frame))
                 self._owed -= 1
                 self._last_active = anyio.current_time()
 

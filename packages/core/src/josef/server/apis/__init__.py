@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from josef.protocol import fetch_codec, produce_codec
 from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
     admin,
@@ -89,9 +90,13 @@ TELEMETRY_APIS = (
 )
 
 
+#: The APIs read by josef's own codecs instead of kio (see :mod:`josef.server.dispatch`).
+DECODERS = {ApiKey.PRODUCE: produce_codec.decode_request, ApiKey.FETCH: fetch_codec.decode_request}
+
+
 def register_broker_apis(dispatcher: Dispatcher, *, telemetry_receivers: bool) -> None:
     for key, handler, low, high in CORE_APIS + (TELEMETRY_APIS if telemetry_receivers else ()):
-        dispatcher.register(key, handler, low, high)
+        dispatcher.register(key, handler, low, high, decode=DECODERS.get(key))
 
 
 def register_controller_apis(dispatcher: Dispatcher) -> None:

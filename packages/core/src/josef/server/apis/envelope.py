@@ -81,4 +81,7 @@ async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
                                                                  request.request_data)
     except (MalformedRequestError, UnanswerableRequestError):
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
-    return {"response_data": None if response is None else response[4:], "error_code": ErrorCode.none}
+    if response is None:
+        return {"response_data": None, "error_code": ErrorCode.none}
+    frame = b"".join(response if isinstance(response, list) else await response)
+    return {"response_data": frame[4:], "error_code": ErrorCode.none}

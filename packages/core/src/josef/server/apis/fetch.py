@@ -19,6 +19,14 @@ rack to an in-sync replica there (``preferred_read_replica``).
 
 Sessions (KIP-227) are answered with session id 0, which tells clients to
 keep sending full fetch requests; that is always allowed by the protocol.
+
+The request is read and the response written by
+:mod:`josef.protocol.fetch_codec`, not kio: this handler runs for every
+poll of every consumer and follower, over every partition they read, so
+its per-partition work is kept to a few dictionary lookups and one
+``struct`` pack. A waiting fetch is woken only by a partition it reads
+gaining something it may see (:meth:`josef.replica_manager.ReplicaManager.wait_for_data`),
+and then reads only the partitions that woke it again.
 """
 
 from __future__ import annotations
@@ -28,114 +36,161 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
+from josef.partition import FOLLOWER, READ_COMMITTED, Partition
+from josef.protocol.fetch_codec import FetchPartition, FetchRequest, ResponseEncoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
-from josef.server.dispatch import RequestContext
+from josef.server.dispatch import Encoded, RequestContext
 
 
 #: Consumers name their rack and may fetch from followers from this Fetch version on (KIP-392).
 FOLLOWER_FETCH_VERSION = 11
 
-
-def replica_of(request: Any) -> int:
-    """The follower sending the fetch, or -1 for a consumer."""
-    state = getattr(request, "replica_state", None)
-    replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
-    return replica_id if replica_id is not None else -1
+_NONE = ErrorCode.none
 
 
-async def fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + request.max_wait.total_seconds()
-    replica_id = replica_of(request)
-    min_bytes = request.min_bytes
-    max_bytes = getattr(request, "max_bytes", 2**31 - 1)
-    wanted = []  # (topic entry, partition request, name)
-    for topic in request.topics:
-        name = topic_name(ctx, topic)
-        for part in topic.partitions:
-            wanted.append((topic, part, name))
-    isolation = FOLLOWER if replica_id >= 0 else getattr(request, "isolation_level", READ_UNCOMMITTED)
-    while True:
-        responses, total, tps = _read_all(ctx, wanted, max_bytes, replica_id, getattr(request, "rack_id", "") or "",
-                                          isolation)
-        remaining = deadline - time.monotonic()
-        if total >= min_bytes or remaining <= 0 or not tps or any(
-            p["error_code"] for t in responses for p in t["partitions"]
-        ):
-            break
-        await ctx.broker.replicas.wait_for_data(tps, int(remaining * 1000))
-    if replica_id >= 0:
-        quota = ctx.broker.replicas.leader_quota
-        quota.record(sum(len(p["records"]) for t in responses for p in t["partitions"]
-                         if quota.is_throttled(TopicPartition(t["topic"], p["partition_index"]))))
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses,
-            "node_endpoints": leader_endpoints(ctx, [p.get("current_leader") for t in responses for p in t["partitions"]])}
+class _Result:
+    """One partition's answer, as the response encoder takes it."""
+
+    __slots__ = ("error_code", "high_watermark", "last_stable_offset", "log_start_offset", "records", "aborted",
+                 "preferred_read_replica", "diverging_epoch", "current_leader", "tp")
+
+    def __init__(self, high_watermark: int = -1, last_stable_offset: int = -1, log_start_offset: int = -1,
+                 records: Any = b"", error_code: int = _NONE) -> None:
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.records = records
+        self.aborted: list[tuple[int, int]] | None = None
+        self.preferred_read_replica = -1
+        self.diverging_epoch: tuple[int, int] | None = None
+        self.current_leader: tuple[int, int] | None = None
+        #: The partition whose changes can complete this fetch; None for one answered with an error.
+        self.tp: TopicPartition | None = None
 
 
-def _read_all(ctx: RequestContext, wanted: list[tuple[Any, Any, str | None]], max_bytes: int, replica_id: int,
-              client_rack: str, isolation: int) -> tuple[list[dict[str, Any]], int, list[Any]]:
+async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    replica_id = request.replica_id
+    min_bytes, max_bytes = request.min_bytes, request.max_bytes
+    isolation = FOLLOWER if replica_id >= 0 else request.isolation_level
+    rack = request.rack_id
+    names = [topic_name(ctx, topic) for topic in request.topics]
+    wanted = [(name, part) for topic, name in zip(request.topics, names) for part in topic.partitions]
+    results: list[_Result] = [None] * len(wanted)  # type: ignore[list-item]
+    reading = range(len(wanted))
     total = 0
-    by_topic: dict[int, dict[str, Any]] = {}
-    tps = []
-    for topic, part, name in wanted:
-        entry = by_topic.setdefault(id(topic), {"topic": name or "", "topic_id": getattr(topic, "topic_id", None),
-                                                "partitions": []})
-        result: dict[str, Any] = {"partition_index": part.partition, "error_code": ErrorCode.none,
-                                  "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                                  "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
-        entry["partitions"].append(result)
-        partition: Partition | None = None
-        try:
-            partition = partition_for(ctx, name, part.partition)
-            if replica_id >= 0 or ctx.api_version < FOLLOWER_FETCH_VERSION:
-                partition.require_leader()
-            partition.check_leader_epoch(getattr(part, "current_leader_epoch", -1))
-            preferred = ctx.broker.replicas.preferred_read_replica(partition, client_rack, part.fetch_offset)
+    replicas = ctx.broker.replicas
+    while True:
+        failed = False
+        for i in reading:
+            name, part = wanted[i]
+            previous = results[i]
+            if previous is not None:
+                total -= len(previous.records)
+            result = results[i] = _read(ctx, name, part, max(max_bytes - total, 0), total == 0, replica_id, rack, isolation)
+            total += len(result.records)
+            failed = failed or result.error_code != _NONE
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or remaining <= 0 or failed:
+            break
+        waiting = {r.tp: i for i, r in enumerate(results) if r.tp is not None}
+        if not waiting:
+            break
+        woken = await replicas.wait_for_data(waiting, int(remaining * 1000), followers=replica_id >= 0)
+        reading = sorted(waiting[tp] for tp in woken if tp in waiting)
+    if replica_id >= 0:
+        quota = replicas.leader_quota
+        quota.record(sum(len(r.records) for r in results if r.tp is not None and quota.is_throttled(r.tp)))
+    return _encode(ctx, request, names, results)
+
+
+def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: int, first: bool, replica_id: int,
+          client_rack: str, isolation: int) -> _Result:
+    """One partition's answer; ``budget`` is what is left of the request's max_bytes, ``first`` whether
+    nothing was read before it (so at least one batch is returned, KIP-74)."""
+    partition: Partition | None = None
+    try:
+        partition = partition_for(ctx, name, part.partition)
+        if replica_id >= 0 or ctx.api_version < FOLLOWER_FETCH_VERSION:
+            partition.require_leader()
+        if part.current_leader_epoch != -1:
+            partition.check_leader_epoch(part.current_leader_epoch)
+        replicas = ctx.broker.replicas
+        high_watermark = partition.high_watermark
+        log = partition.log
+        if client_rack:
+            preferred = replicas.preferred_read_replica(partition, client_rack, part.fetch_offset)
             if preferred >= 0:
-                result.update(preferred_read_replica=preferred, high_watermark=partition.high_watermark,
-                              last_stable_offset=partition.last_stable_offset, log_start_offset=partition.log.log_start_offset)
-                continue
-            if replica_id >= 0:
-                diverging = _diverging_epoch(partition, part)
-                if diverging is not None:
-                    result.update(diverging_epoch=diverging, high_watermark=partition.high_watermark,
-                                  log_start_offset=partition.log.log_start_offset)
-                    continue
-            limit = min(part.partition_max_bytes, max(max_bytes - total, 0))
-            if replica_id >= 0 and ctx.broker.replicas.leader_quota.should_throttle(partition.tp, replica_id in partition.isr):
-                records = b""
+                result = _Result(high_watermark, partition.last_stable_offset, log.log_start_offset)
+                result.preferred_read_replica = preferred
+                return result
+        offset = part.fetch_offset
+        if replica_id >= 0:
+            diverging = _diverging_epoch(partition, part)
+            if diverging is not None:
+                result = _Result(high_watermark, -1, log.log_start_offset)
+                result.diverging_epoch = diverging
+                return result
+            if replicas.leader_quota.should_throttle(partition.tp, replica_id in partition.isr):
+                records: Any = b""
             else:
-                records = partition.read(part.fetch_offset, limit, min_one_batch=total == 0,
-                                         isolation=isolation) if limit or total == 0 else b""
-            if replica_id >= 0:
-                ctx.broker.replicas.follower_fetched(partition, replica_id, part.fetch_offset)
-        except Exception as exc:
-            result["error_code"], _ = error_of(exc)
-            if partition is not None and result["error_code"] == ErrorCode.offset_out_of_range:
-                result["high_watermark"] = partition.high_watermark
-                result["log_start_offset"] = partition.log.log_start_offset
-            result["current_leader"] = current_leader(ctx, name, part.partition, result["error_code"])
-            continue
-        tps.append(partition.tp)
-        total += len(records)
-        stable = partition.last_stable_offset
-        result.update(records=records, high_watermark=partition.high_watermark,
-                      last_stable_offset=stable, log_start_offset=partition.log.log_start_offset)
-        if isolation == READ_COMMITTED:
-            # Only what overlaps the records returned: from the fetch offset to the last stable offset.
-            result["aborted_transactions"] = [
-                {"producer_id": t.producer_id, "first_offset": t.first_offset}
-                for t in partition.log.aborted_txns(part.fetch_offset, stable)] if records else []
-    return list(by_topic.values()), total, tps
+                limit = min(part.partition_max_bytes, budget)
+                records = partition.read(offset, limit, first, FOLLOWER) if limit or first else b""
+            replicas.follower_fetched(partition, replica_id, offset)
+            high_watermark = partition.high_watermark
+            stable = partition.last_stable_offset
+        else:
+            stable = partition.last_stable_offset
+            visible = stable if isolation == READ_COMMITTED else high_watermark
+            if offset == visible:
+                records = b""  # caught up: nothing to read, and nothing out of range
+            else:
+                limit = min(part.partition_max_bytes, budget)
+                records = partition.read(offset, limit, first, isolation) if limit or first else b""
+    except Exception as exc:
+        code, _ = error_of(exc)
+        result = _Result(error_code=code)
+        if partition is not None and code == ErrorCode.offset_out_of_range:
+            result.high_watermark = partition.high_watermark
+            result.log_start_offset = partition.log.log_start_offset
+        leader = current_leader(ctx, name, part.partition, code)
+        result.current_leader = (leader["leader_id"], leader["leader_epoch"])
+        return result
+    result = _Result(high_watermark, stable, log.log_start_offset, records)
+    result.tp = partition.tp
+    if isolation == READ_COMMITTED:
+        # Only what overlaps the records returned: from the fetch offset to the last stable offset.
+        result.aborted = [(t.producer_id, t.first_offset) for t in log.aborted_txns(offset, stable)] if records else []
+    return result
 
 
-def _diverging_epoch(partition: Partition, part: Any) -> dict[str, int] | None:
+def _encode(ctx: RequestContext, request: FetchRequest, names: list[str | None], results: list[_Result]) -> Encoded:
+    encoder = ResponseEncoder(ctx.api_version)
+    out: list[Any] = []
+    i = 0
+    for topic, name in zip(request.topics, names):
+        encoder.topic(out, name, topic.topic_id, len(topic.partitions))
+        for part in topic.partitions:
+            r = results[i]
+            i += 1
+            encoder.partition(out, part.partition, r.error_code, r.high_watermark, r.last_stable_offset,
+                              r.log_start_offset, r.records, r.aborted, r.preferred_read_replica, r.diverging_epoch,
+                              r.current_leader)
+        encoder.topic_end(out)
+    leaders = [{"leader_id": r.current_leader[0], "leader_epoch": r.current_leader[1]}
+               for r in results if r.current_leader is not None]
+    endpoints = [(e["node_id"], e["host"], e["port"], e["rack"]) for e in leader_endpoints(ctx, leaders)] if leaders else ()
+    return Encoded(encoder.response(out, len(request.topics), node_endpoints=endpoints))
+
+
+def _diverging_epoch(partition: Partition, part: FetchPartition) -> tuple[int, int] | None:
     """Where our log stops agreeing with a follower's last fetched epoch, or None if it agrees (Kafka's fetchRecords)."""
-    last_epoch = getattr(part, "last_fetched_epoch", -1)
+    last_epoch = part.last_fetched_epoch
     if last_epoch < 0:
         return None
     epoch, end_offset = partition.log.end_offset_for_epoch(last_epoch)
     if epoch < last_epoch or end_offset < part.fetch_offset:
-        return {"epoch": epoch, "end_offset": end_offset}
+        return (epoch, end_offset)
     return None

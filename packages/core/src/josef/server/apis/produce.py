@@ -6,6 +6,10 @@ members before the append (NOT_ENOUGH_REPLICAS, nothing written) and still
 when the wait ends (NOT_ENOUGH_REPLICAS_AFTER_APPEND: written, but not as
 safely as asked). A leader that loses its leadership while a producer waits
 answers NOT_LEADER_OR_FOLLOWER: the new leader may not have the batch.
+
+Requests are read and answered by :mod:`josef.protocol.produce_codec`, not
+kio: each partition's records arrive as a view of the request frame and
+are copied once, into the buffer the offsets are stamped into.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from kio.schema.errors import ErrorCode
 
 from josef.partition import Partition, PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
+from josef.protocol.produce_codec import ProduceRequest, ResponseEncoder
 from josef.protocol.records import HEADER_SIZE, BatchHeader, RecordErrors
 from josef.txn_verification import Verdict, verify
-from josef.server.dispatch import Later, RequestContext
+from josef.server.dispatch import Encoded, Later, RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +34,7 @@ log = logging.getLogger(__name__)
 ADD_PARTITION_VERSION = 12
 
 
-async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later | None:
+async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Later | None:
     acks = request.acks
     replicas = ctx.broker.replicas
     verdicts = await _verify_partitions(ctx, request)
@@ -66,18 +71,18 @@ async def produce(ctx: RequestContext, request: Any) -> dict[str, Any] | Later |
             result["log_start_offset"] = partition.log.log_start_offset
             if acks == -1:
                 waiting.append((partition, info.last_offset, result))
-        topics.append({"name": name or "", "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions})
+        topics.append((name, topic.topic_id, partitions))
     if acks == 0:
         return None
     epochs = {id(partition): partition.leader_epoch for partition, _, _ in waiting}
     waiting = [w for w in waiting if not _replicated(w, epochs[id(w[0])])]
     if waiting:
-        deadline = time.monotonic() + request.timeout.total_seconds()
+        deadline = time.monotonic() + request.timeout_ms / 1000
         return Later(_answer_when_replicated(ctx, waiting, epochs, topics, deadline))
     return _response(ctx, topics)
 
 
-async def _verify_partitions(ctx: RequestContext, request: Any) -> dict[tuple[str, int], Verdict]:
+async def _verify_partitions(ctx: RequestContext, request: ProduceRequest) -> dict[tuple[str, int], Verdict]:
     """Verdicts for the partitions of a transactional produce that need one; others are absent."""
     if not request.transactional_id:
         return {}
@@ -103,13 +108,30 @@ async def _verify_partitions(ctx: RequestContext, request: Any) -> dict[tuple[st
     return await verify(ctx.broker, request.transactional_id, *producer, written, ctx.api_version >= ADD_PARTITION_VERSION)
 
 
-def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> dict[str, Any]:
-    leaders = [p.get("current_leader") for t in topics for p in t["partition_responses"]]
-    return {"responses": topics, "throttle_time": 0, "node_endpoints": leader_endpoints(ctx, leaders)}
+Topics = list[tuple[str | None, Any, list[dict[str, Any]]]]
+
+
+def _response(ctx: RequestContext, topics: Topics) -> Encoded:
+    encoder = ResponseEncoder(ctx.api_version)
+    leaders = []
+    written = []
+    for name, topic_id, partitions in topics:
+        entries = []
+        for p in partitions:
+            leader = p.get("current_leader")
+            if leader is not None:
+                leaders.append(leader)
+            entries.append(encoder.partition(
+                p["index"], p["error_code"], p["base_offset"], p["log_append_time"], p["log_start_offset"],
+                [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]],
+                p.get("error_message"), (leader["leader_id"], leader["leader_epoch"]) if leader else None))
+        written.append(encoder.topic(name, topic_id, entries))
+    endpoints = [(e["node_id"], e["host"], e["port"], e["rack"]) for e in leader_endpoints(ctx, leaders)] if leaders else ()
+    return Encoded(encoder.response(written, node_endpoints=endpoints))
 
 
 async def _answer_when_replicated(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
-                                  epochs: dict[int, int], topics: list[dict[str, Any]], deadline: float) -> dict[str, Any]:
+                                  epochs: dict[int, int], topics: Topics, deadline: float) -> Encoded:
     await await_replication(ctx, waiting, epochs, deadline)
     return _response(ctx, topics)
 
