@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 INTERNAL_LOGS = frozenset({"__cluster_metadata"})
 #: How often the storage is asked whether a log directory failed (a cheap, in-memory question).
 LOG_DIR_CHECK_INTERVAL_S = 0.1
+#: The purgatory key ``(LOG_END, tp)``: the log end of ``tp`` moved (what followers wait for; ``tp`` alone is its high watermark).
+LOG_END = "log-end"
 
 
 class ReplicaManager:
@@ -78,6 +80,8 @@ class ReplicaManager:
         self.storage: LogStorage = broker.storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
+        #: The high watermark each partition's waiters were last woken for.
+        self._announced_high_watermarks: dict[TopicPartition, int] = {}
         window = (self.config["replication.quota.window.num"], self.config["replication.quota.window.size.seconds"])
         #: What this broker serves to throttled followers, and what it fetches for throttled partitions.
         self.leader_quota = ReplicationQuota(self.broker_id, *window)
@@ -173,7 +177,7 @@ class ReplicaManager:
                     self._propose_isr(partition, partition.isr)
             elif new_term:
                 self.fetchers.follow(partition)
-            self.purgatory.notify(tp)
+            self._wake_all(tp)
         for resource_type, name in delta.changed_configs:
             if resource_type == TOPIC_RESOURCE and name in image.topics:
                 config = self.topic_config(image, name)
@@ -209,23 +213,49 @@ class ReplicaManager:
         self._unassigned.pop(tp, None)
         if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
             self.storage.delete(tp)
-            self.purgatory.notify(tp)
+            self._wake_all(tp)
 
     # Waiting ----------------------------------------------------------------
 
-    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_ms: int) -> bool:
-        return await self.purgatory.wait(tps, timeout_ms / 1000)
+    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_ms: int, *,
+                            followers: bool = False) -> set[TopicPartition]:
+        """Wait until one of ``tps`` has something new for its readers; the partitions that do (none on timeout).
+
+        Consumers see up to the high watermark, so they wake when it moves;
+        followers read to the log end and wake on every append. Both wake
+        when the partition's leadership or state changes.
+        """
+        if not followers:
+            return await self.purgatory.wait(tps, timeout_ms / 1000)  # type: ignore[return-value]
+        keys = {(LOG_END, tp): tp for tp in tps}
+        return {keys[key] for key in await self.purgatory.wait(keys, timeout_ms / 1000)}
 
     def appended(self, tp: TopicPartition) -> None:
-        """Wake fetchers of ``tp`` after an append moved its end or high watermark."""
+        """Wake followers of ``tp`` after an append, and its consumers and acks=all producers if its high watermark moved."""
+        self.purgatory.notify((LOG_END, tp))
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            self._high_watermark_moved(partition)
+
+    def _high_watermark_moved(self, partition: Partition) -> None:
+        """Wake what waits on ``partition``'s high watermark, unless it is where they last heard it was."""
+        high_watermark = partition.high_watermark
+        if self._announced_high_watermarks.get(partition.tp) != high_watermark:
+            self._announced_high_watermarks[partition.tp] = high_watermark
+            self.purgatory.notify(partition.tp)
+
+    def _wake_all(self, tp: TopicPartition) -> None:
+        """Wake every fetch and acks=all produce waiting on ``tp``: its leadership or state changed."""
+        self._announced_high_watermarks.pop(tp, None)
         self.purgatory.notify(tp)
+        self.purgatory.notify((LOG_END, tp))
 
     # Leading: followers' fetches and the ISR -------------------------------------
 
     def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
         """A follower fetched: move the high watermark (waking acks=all producers) and let it into the ISR if it caught up."""
         if partition.follower_fetched(replica_id, offset):
-            self.purgatory.notify(partition.tp)
+            self._high_watermark_moved(partition)
         joining = partition.isr_to_expand(self._isr_eligible)
         if joining is not None:
             self._propose_isr(partition, joining)
@@ -304,7 +334,7 @@ class ReplicaManager:
             return
         partition.isr_committed(tuple(result.isr), result.leader_epoch, result.partition_epoch,
                                 result.leader_recovery_state == RECOVERING)
-        self.purgatory.notify(partition.tp)
+        self._wake_all(partition.tp)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The broker's replication duties, until cancelled: fetchers, ISR checks, checkpoints, retention."""
@@ -353,7 +383,7 @@ class ReplicaManager:
                 log.error("partition %s is offline: its log directory %s failed", tp, partition.log.dir.parent)
                 self.offline.add(tp)
                 self.fetchers.stop_following(tp)
-                self.purgatory.notify(tp)
+                self._wake_all(tp)
                 topic = self.broker.image.topics.get(tp.topic)
                 if topic is not None and tp.partition in topic.partitions:
                     # Unassigned in the metadata: saying where it was lets the controller take it offline too.
