@@ -283,6 +283,8 @@ class ProducerStateManager:
         than the event loop's (the log cleaner's): it only copies.
         """
         if prune:  # the event loop's own call (every fetch's LSO): nothing copied when nothing is open
+            if not self._unreplicated and not self._ongoing:
+                return None
             if self._unreplicated:
                 self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
             unreplicated, ongoing = self._unreplicated, self._ongoing.values()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import attrs
+from typing import NamedTuple
 
 
-@attrs.frozen(order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A named tuple, not an attrs class: every fetch and produce makes one per partition it names and looks
+    it up, and a tuple is built, hashed and compared in C."""
+
     topic: str
     partition: int
 
