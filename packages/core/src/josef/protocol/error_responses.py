@@ -17,7 +17,9 @@ plugin) that raises still gets its client an answer it can act on:
   CreateTopics' configs) stay empty;
 - every other field gets its neutral value: the schema's default, -1 for
   offsets, watermarks, epochs, timestamps and ids (Kafka's "unknown"), else 0, "",
-  False, an empty array, or None where the field is nullable.
+  False, an empty array, or None where the field is nullable (record data
+  excepted: it is empty, as Kafka writes it, since librdkafka cannot read
+  a null message set).
 
 When the response would carry no error code at all (an acks=0 produce, which
 gets no response; an old version whose only error codes sit in entries the
@@ -204,7 +206,9 @@ class _Builder:
             elif isinstance(kind, PrimitiveTupleField):
                 data[field.name] = ()
             elif not _has_default(field):
-                data[field.name] = None if is_optional(field) else _neutral(field)
+                # Records are empty rather than null, as Kafka's MemoryRecords.EMPTY: librdkafka refuses a null message set.
+                nullable = is_optional(field) and field.metadata.get("kafka_type") != "records"
+                data[field.name] = None if nullable else _neutral(field)
         return data
 
     def _entries(self, cls: type, item: Any, name: str, path: str) -> list[dict[str, Any]]:
