@@ -98,6 +98,8 @@ class LocalLogStorage:
         online = [log_dir for log_dir in self._dirs if log_dir.error is None]
         if not online:
             raise LogDirError(f"every log directory is offline: {[str(p) for p in self.dirs]}")
+        if len(online) == 1:
+            return online[0]  # nothing to count: a broker creating 1,000 partitions must not list its directory 1,000 times
         counts = {log_dir.path: sum(tp.topic != METADATA_TOPIC for tp in log_dir.stored()) for log_dir in online}
         return min(online, key=lambda log_dir: counts[log_dir.path])
 
