@@ -175,9 +175,11 @@ def test_retention_racing_the_background_flush_loses_nothing_and_logs_no_failure
     log = harness.open(attrs.evolve(harness.config, retention_bytes=20_000, file_delete_delay_ms=0))
     stop = threading.Event()
     deleted = []
+    begun = [0]  # retention passes begun so far; a pass is done once its count is in deleted
 
     def retention() -> None:
         while not stop.is_set():
+            begun[0] += 1
             deleted.append(log.apply_retention(harness.clock()))
 
     thread = threading.Thread(target=retention)
@@ -185,6 +187,10 @@ def test_retention_racing_the_background_flush_loses_nothing_and_logs_no_failure
     try:
         for _ in range(3000):
             harness.append(log)
+        # However the two threads were scheduled, a pass begun after the last append deletes every segment
+        # past retention.bytes, so what the passes deleted adds up to all that the appends pushed out.
+        last_append = begun[0]
+        eventually(lambda: len(deleted) > last_append, timeout=30, what="a retention pass after the last append")
     finally:
         stop.set()
         thread.join()
