@@ -38,8 +38,9 @@ def test_a_silent_connection_is_closed_after_connections_max_idle_ms(josef_broke
 def test_traffic_keeps_a_connection_open(josef_broker):
     client = RawClient(josef_broker.port)
     try:
-        for _ in range(5):  # 5 x IDLE_MS / 2 > IDLE_MS in all
-            time.sleep(IDLE_MS / 2000)
+        # 10 x IDLE_MS / 4 > 2 x IDLE_MS in all; each gap leaves 3/4 of the idle time for a slow round trip.
+        for _ in range(10):
+            time.sleep(IDLE_MS / 4000)
             assert client.call(ApiKey.API_VERSIONS, 3, API_VERSIONS).error_code == E.none
     finally:
         client.close()
