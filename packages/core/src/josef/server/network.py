@@ -27,7 +27,7 @@ import anyio.abc
 from anyio.streams.stapled import MultiListener
 
 from josef.protocol.messages import MalformedRequestError
-from josef.server.dispatch import Dispatcher, Reply, UnanswerableRequestError
+from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +137,28 @@ class Connection:
                         await send.send(reply)
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
-        """Write answers in request order, each once it is ready."""
+        """Write answers in request order, each once it is ready; answers ready together go out in one write."""
+        writer = _Writer(self.stream)
         async with replies:
             async for reply in replies:
-                frame = reply if isinstance(reply, list) else await reply
-                await self.stream.send(frame[0] if len(frame) == 1 else b"".join(frame))
-                self._owed -= 1
-                self._last_active = anyio.current_time()
+                ready = [reply if isinstance(reply, list) else await reply]
+                while True:
+                    try:
+                        reply = replies.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    if not isinstance(reply, list):
+                        await writer.write(ready)
+                        self._answered(len(ready))
+                        ready = []
+                        reply = await reply
+                    ready.append(reply)
+                await writer.write(ready)
+                self._answered(len(ready))
+
+    def _answered(self, count: int) -> None:
+        self._owed -= count
+        self._last_active = anyio.current_time()
 
     async def _close_when_idle(self, scope: anyio.CancelScope, max_idle: float) -> None:
         """Cancel ``scope`` (the connection) once nothing has moved on it for ``max_idle`` seconds and nothing is owed."""
@@ -155,6 +170,40 @@ class Connection:
                 scope.cancel()
                 return
             await anyio.sleep(max(idle_until - now, max_idle / 10, 0.001))
+
+
+class _Writer:
+    """Writes response frames straight to the connection's asyncio transport.
+
+    anyio's ``SocketStream.send`` yields to the event loop on every call,
+    even when the transport takes the bytes at once: one extra trip through
+    the loop per response. Here a batch of frames becomes one
+    ``transport.write`` and the writer waits only while the transport
+    asks it to (its buffer is over the high-water mark), as anyio does.
+    A stream that is not anyio's asyncio socket stream is written through
+    its ``send``.
+    """
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self._stream = stream
+        self._transport = getattr(stream, "_transport", None)
+        self._protocol = getattr(stream, "_protocol", None)
+        if not hasattr(self._protocol, "write_event") or not hasattr(self._transport, "write"):
+            self._transport = None
+
+    async def write(self, frames: list[Frame]) -> None:
+        data = b"".join(chunk for frame in frames for chunk in frame)
+        transport = self._transport
+        if transport is None:
+            await self._stream.send(data)
+            return
+        if transport.is_closing():
+            raise anyio.BrokenResourceError
+        transport.write(data)
+        if not self._protocol.write_event.is_set():
+            await self._protocol.write_event.wait()
+            if transport.is_closing():
+                raise anyio.BrokenResourceError
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
