@@ -52,6 +52,7 @@ from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, regi
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.dispatch import Dispatcher
+from josef.server.fetch_session import FetchSessionCache
 from josef.telemetry import ClientTelemetry
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Broker:
         self._stop_requested = anyio.Event()
         #: Client-facing APIs (broker listeners) and the controller's (controller listeners, or in-process).
         self.dispatcher = Dispatcher(self)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.controller_dispatcher = Dispatcher(self)
         self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
         if self.is_broker:

@@ -128,6 +128,8 @@ CORE_KEYS = (
     ConfigKey("num.replica.fetchers", I, 1, "Fetcher tasks per leader broker; partitions are spread over them by hash.", at_least(1), dynamic=True),
     ConfigKey("replica.fetch.max.bytes", I, 1048576, "Bytes a follower asks for per partition in one fetch (at least one batch).", at_least(0)),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760, "Bytes a follower asks for in one fetch in all.", at_least(0)),
+    ConfigKey("max.incremental.fetch.session.cache.slots", I, 1000,
+              "Incremental fetch sessions (KIP-227) the broker keeps, for consumers and followers together.", at_least(0)),
     ConfigKey("replica.fetch.wait.max.ms", I, 500, "How long a follower's fetch waits at the leader for new data.", at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1, "Bytes a follower's fetch waits for at the leader.", at_least(1)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000, "Pause after a fetch error before fetching that partition again.", at_least(0)),

@@ -17,8 +17,10 @@ followers (KIP-392), which serve up to their own high watermark; with
 ``replica.selector.class`` set, a leader sends a consumer that names its
 rack to an in-sync replica there (``preferred_read_replica``).
 
-Sessions (KIP-227) are answered with session id 0, which tells clients to
-keep sending full fetch requests; that is always allowed by the protocol.
+Fetch sessions (KIP-227, :mod:`josef.server.fetch_session`) let a fetcher
+send only the partitions whose parameters changed and get back only the
+partitions that changed; a fetch of session epoch -1 is answered in full,
+without a session, as before.
 
 The request is read and the response written by
 :mod:`josef.protocol.fetch_codec`, not kio: this handler runs for every
@@ -37,10 +39,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from josef.partition import FOLLOWER, READ_COMMITTED, Partition
-from josef.protocol.fetch_codec import FetchPartition, FetchRequest, ResponseEncoder
+from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, ResponseEncoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import Encoded, RequestContext
+from josef.server.fetch_session import CachedPartition, FetchSession, must_respond, new_context
 
 
 #: Consumers name their rack and may fetch from followers from this Fetch version on (KIP-392).
@@ -77,7 +80,11 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     isolation = FOLLOWER if replica_id >= 0 else request.isolation_level
     rack = request.rack_id
     names = [topic_name(ctx, topic) for topic in request.topics]
-    wanted = [(name, part) for topic, name in zip(request.topics, names) for part in topic.partitions]
+    sessions = ctx.broker.fetch_sessions
+    context = new_context(sessions, request, names, replica_id >= 0, _now_ms(), ctx.api_version >= TOPIC_ID_VERSION)
+    if context.error:
+        return Encoded(ResponseEncoder(ctx.api_version).response([], 0, error_code=context.error))
+    wanted = context.wanted
     results: list[_Result] = [None] * len(wanted)  # type: ignore[list-item]
     reading = range(len(wanted))
     total = 0
@@ -85,7 +92,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     while True:
         failed = False
         for i in reading:
-            name, part = wanted[i]
+            name, _, part = wanted[i]
             previous = results[i]
             if previous is not None:
                 total -= len(previous.records)
@@ -103,7 +110,42 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     if replica_id >= 0:
         quota = replicas.leader_quota
         quota.record(sum(len(r.records) for r in results if r.tp is not None and quota.is_throttled(r.tp)))
-    return _encode(ctx, request, names, results)
+    answered = list(zip(wanted, results))
+    session_id = context.response_session_id
+    session = context.session
+    if session is not None:
+        if session.epoch != context.expected_epoch:  # a request of the same session came meanwhile
+            return Encoded(ResponseEncoder(ctx.api_version).response(
+                [], 0, error_code=ErrorCode.invalid_fetch_session_epoch, session_id=session.id))
+        answered = _changed(session, answered)
+    elif context.create:
+        cached = {}
+        for (name, topic_id, part), r in answered:
+            key = (topic_id if ctx.api_version >= TOPIC_ID_VERSION else name, part.partition)
+            cached[key] = CachedPartition(name, topic_id, part, r.high_watermark, r.log_start_offset)
+        session_id = sessions.create(_now_ms(), replica_id >= 0, ctx.api_version >= TOPIC_ID_VERSION, cached)
+    return _encode(ctx, answered, session_id)
+
+
+def _changed(session: FetchSession, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]]
+             ) -> list[tuple[tuple[str | None, Any, FetchPartition], _Result]]:
+    """The partitions an incremental response names; they move to the end of the session's order (round robin)."""
+    partitions = session.partitions
+    changed = []
+    for (name, topic_id, part), r in answered:
+        key = (topic_id if session.uses_topic_ids else name, part.partition)
+        cached = partitions.get(key)
+        if cached is None or must_respond(cached, len(r.records), r.high_watermark, r.log_start_offset, r.error_code,
+                                          r.preferred_read_replica, r.diverging_epoch is not None):
+            changed.append(((name, topic_id, part), r))
+            if cached is not None:
+                del partitions[key]
+                partitions[key] = cached
+    return changed
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: int, first: bool, replica_id: int,
@@ -166,23 +208,30 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
     return result
 
 
-def _encode(ctx: RequestContext, request: FetchRequest, names: list[str | None], results: list[_Result]) -> Encoded:
+def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]],
+            session_id: int) -> Encoded:
+    """The response: consecutive partitions of one topic under one topic entry, as Kafka groups them."""
     encoder = ResponseEncoder(ctx.api_version)
     out: list[Any] = []
-    i = 0
-    for topic, name in zip(request.topics, names):
-        encoder.topic(out, name, topic.topic_id, len(topic.partitions))
-        for part in topic.partitions:
-            r = results[i]
-            i += 1
+    n_topics = 0
+    i, n = 0, len(answered)
+    while i < n:
+        (name, topic_id, _), _ = answered[i]
+        j = i + 1
+        while j < n and answered[j][0][0] == name and answered[j][0][1] == topic_id:
+            j += 1
+        encoder.topic(out, name, topic_id, j - i)
+        for (_, _, part), r in answered[i:j]:
             encoder.partition(out, part.partition, r.error_code, r.high_watermark, r.last_stable_offset,
                               r.log_start_offset, r.records, r.aborted, r.preferred_read_replica, r.diverging_epoch,
                               r.current_leader)
         encoder.topic_end(out)
+        n_topics += 1
+        i = j
     leaders = [{"leader_id": r.current_leader[0], "leader_epoch": r.current_leader[1]}
-               for r in results if r.current_leader is not None]
+               for _, r in answered if r.current_leader is not None]
     endpoints = [(e["node_id"], e["host"], e["port"], e["rack"]) for e in leader_endpoints(ctx, leaders)] if leaders else ()
-    return Encoded(encoder.response(out, len(request.topics), node_endpoints=endpoints))
+    return Encoded(encoder.response(out, n_topics, session_id=session_id, node_endpoints=endpoints))
 
 
 def _diverging_epoch(partition: Partition, part: FetchPartition) -> tuple[int, int] | None:
