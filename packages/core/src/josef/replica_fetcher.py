@@ -15,6 +15,10 @@ leader does not know ours. Only then does it fetch. Fetches also carry the
 last fetched epoch, so a divergence the leader spots later (``diverging_epoch``)
 is cut the same way.
 
+Each fetcher keeps an incremental fetch session (KIP-227) with its
+leader: after the first request it names only the partitions whose log end,
+epochs or limits moved, and the leader answers only what changed.
+
 A partition named in ``follower.replication.throttled.replicas`` for this
 broker is left out of the fetches while it lags the leader's high watermark
 and the follower throttle is exceeded (KIP-73); its appended bytes count
@@ -39,6 +43,7 @@ from josef.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
+from josef.protocol.fetch_session_handler import FetchSessionHandler
 from josef.protocol.records import CorruptRecordError, InvalidRecordError
 from josef.protocol.topic_partition import TopicPartition
 from josef.replication_quota import ReplicationQuota
@@ -90,9 +95,14 @@ class ReplicaFetcher:
         #: Said once in the log until a connection works again.
         self._unreachable = False
         self.scope = anyio.CancelScope()
+        #: The incremental fetch session (KIP-227) with the leader, on the current connection.
+        self._session = FetchSessionHandler()
+        #: Topic ids of the partitions followed, also of those just removed (their session entries are forgotten by id).
+        self._topic_ids: dict[str, str] = {}
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition.tp] = FetchState(partition, partition.leader_epoch)
+        self._topic_ids[partition.tp.topic] = partition.topic_id
         self._changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
@@ -144,6 +154,7 @@ class ReplicaFetcher:
             endpoint = self.manager.endpoint_of(self.leader_id)
             if endpoint is None:
                 raise KafkaConnectionError(f"broker {self.leader_id} has no {self.manager.listener} listener")
+            self._session.reset()  # a session lives on in the leader, but our view of it went with the connection
             self._conn = await Connection.open(
                 *endpoint, client_id=f"broker-{self.manager.broker_id}-fetcher-{self.index}",
                 request_timeout_ms=self.manager.config["replica.socket.timeout.ms"])
@@ -151,6 +162,7 @@ class ReplicaFetcher:
         return self._conn
 
     async def _close(self) -> None:
+        self._session.reset()
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()
@@ -206,23 +218,40 @@ class ReplicaFetcher:
         if not wanted:
             return False
         config = self.manager.config
+        entries = {tp: {"partition": tp.partition, "current_leader_epoch": state.leader_epoch,
+                        "fetch_offset": state.partition.log.log_end_offset,
+                        "last_fetched_epoch": state.partition.latest_epoch(),
+                        "log_start_offset": state.partition.log.log_start_offset,
+                        "partition_max_bytes": config["replica.fetch.max.bytes"]} for tp, state in wanted.items()}
+        session = self._session
+        send, forget = session.build(entries)
         topics: dict[str, dict[str, Any]] = {}
-        for tp, state in wanted.items():
-            partition = state.partition
-            topic = topics.setdefault(tp.topic, {"topic": tp.topic, "topic_id": partition.topic_id, "partitions": []})
-            topic["partitions"].append({
-                "partition": tp.partition, "current_leader_epoch": state.leader_epoch,
-                "fetch_offset": partition.log.log_end_offset, "last_fetched_epoch": partition.latest_epoch(),
-                "log_start_offset": partition.log.log_start_offset,
-                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+        for tp in send:
+            topic = topics.setdefault(tp.topic, {"topic": tp.topic, "topic_id": self._topic_ids.get(tp.topic),
+                                                 "partitions": []})
+            topic["partitions"].append(entries[tp])
+        forgotten: dict[str, dict[str, Any]] = {}
+        for tp in forget:
+            forgotten.setdefault(tp.topic, {"topic": tp.topic, "topic_id": self._topic_ids.get(tp.topic),
+                                            "partitions": []})["partitions"].append(tp.partition)
         broker_id = self.manager.broker_id
-        response = await conn.request(ApiKey.FETCH, {
-            "replica_id": broker_id, "replica_state": {"replica_id": broker_id, "replica_epoch": self.manager.broker_epoch()},
-            "max_wait": config["replica.fetch.wait.max.ms"], "min_bytes": config["replica.fetch.min.bytes"],
-            "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "topics": list(topics.values()), "forgotten_topics_data": [],
-            "rack_id": config["broker.rack"] or ""})
+        try:
+            response = await conn.request(ApiKey.FETCH, {
+                "replica_id": broker_id, "replica_state": {"replica_id": broker_id,
+                                                           "replica_epoch": self.manager.broker_epoch()},
+                "max_wait": config["replica.fetch.wait.max.ms"], "min_bytes": config["replica.fetch.min.bytes"],
+                "max_bytes": config["replica.fetch.response.max.bytes"], "isolation_level": 0,
+                "session_id": session.session_id, "session_epoch": session.epoch, "topics": list(topics.values()),
+                "forgotten_topics_data": list(forgotten.values()), "rack_id": config["broker.rack"] or ""})
+        except BaseException:
+            session.reset()
+            raise
+        if not session.handle_response(response.error_code, response.session_id):
+            log.info("replica fetcher %d-%d: fetch session %s: %s; starting a new one", self.leader_id, self.index,
+                     session.session_id, response.error_code.name)
+            return True
         if response.error_code != ErrorCode.none:
+            session.reset()
             raise KafkaConnectionError(f"the leader refused the fetch: {response.error_code.name}")
         by_id = {s.partition.topic_id: tp.topic for tp, s in wanted.items()}
         for topic in response.responses:
