@@ -129,7 +129,7 @@ class FakeLeader:
     async def request(self, key: ApiKey, body: dict[str, Any]) -> Any:
         assert key == ApiKey.FETCH
         self.fetched.append(sorted(t["topic"] for t in body["topics"]))
-        return SimpleNamespace(error_code=ErrorCode.none, responses=[SimpleNamespace(
+        return SimpleNamespace(error_code=ErrorCode.none, session_id=0, responses=[SimpleNamespace(
             topic=t["topic"], topic_id=None, partitions=[SimpleNamespace(
                 partition_index=0, error_code=ErrorCode.none, diverging_epoch=None, records=b"x" * self.chunk,
                 high_watermark=10 * self.chunk, log_start_offset=0)]) for t in body["topics"]])
