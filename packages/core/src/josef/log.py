@@ -37,6 +37,7 @@ Kafka does.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -129,6 +130,53 @@ class EpochEntry:
     start_offset: int
 
 
+class FileRegion:
+    """Bytes ``[offset, offset + size)`` of an open file: record data a response sends with ``os.sendfile`` (Kafka's
+    ``FileRecords``).
+
+    The region owns ``fd`` (a duplicate of the segment's), so the bytes stay
+    readable whatever happens to the segment meanwhile; it is closed once
+    sent, or when the region is dropped unsent. ``bytes(region)`` reads them
+    (for paths that need a copy: TLS, in-process callers).
+    """
+
+    __slots__ = ("fd", "offset", "size")
+
+    def __init__(self, fd: int, offset: int, size: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return self.read(self.offset, self.size)
+
+    def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes from ``offset`` of the file (short reads continued)."""
+        parts = []
+        while size > 0:
+            chunk = os.pread(self.fd, size, offset)
+            if not chunk:
+                raise OSError(f"file ends {size} bytes before the region does")
+            parts.append(chunk)
+            offset += len(chunk)
+            size -= len(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, offset={self.offset}, size={self.size})"
+
+
 class OffsetOutOfRangeError(Exception):
     """A read asked for an offset below the log start offset or above the log end offset."""
 
@@ -193,6 +241,18 @@ class Log(Protocol):
         is returned even when it is larger than ``max_bytes`` (KIP-74).
         Returns ``b""`` at the end of the log. Raises
         :class:`OffsetOutOfRangeError` below the log start or above the end.
+        """
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes | FileRegion:
+        """What :meth:`read` returns, or a :class:`FileRegion` of the same bytes, for the network to send zero-copy.
+
+        A storage that keeps the batches in a file returns a region when
+        that saves copying (large reads), and bytes otherwise; one that
+        does not may always return bytes. The region stays readable after
+        its segment is deleted (retention, cleaning, a deleted or moved
+        partition): it holds its own descriptor until it is closed. A
+        segment cut short in place (a follower truncating) can make it
+        fail to read, as Kafka's ``FileRecords`` does.
         """
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

@@ -23,7 +23,7 @@ import attrs
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import AbortedTxn, Log, LogConfig
+from josef.log import AbortedTxn, FileRegion, Log, LogConfig
 from josef.metadata.image import RECOVERING, PartitionImage
 from josef.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
@@ -452,8 +452,14 @@ class Partition:
         self.producers = self._load_producer_state()
         self.log.attach_producer_state(self.producers.snapshot)
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation: int = READ_UNCOMMITTED) -> bytes:
-        """Batches from ``offset`` below the high watermark (consumers), the last stable offset (``read_committed``) or the log end (followers)."""
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool, isolation: int = READ_UNCOMMITTED, *,
+             zero_copy: bool = False) -> bytes | FileRegion:
+        """Batches from ``offset`` below the high watermark (consumers), the last stable offset (``read_committed``) or the log end (followers).
+
+        ``zero_copy`` lets the storage answer with a :class:`josef.log.FileRegion` for the network to send as it is.
+        """
         limit = {READ_UNCOMMITTED: self.high_watermark, READ_COMMITTED: self.last_stable_offset}.get(
             isolation, self.log.log_end_offset)
+        if zero_copy:
+            return self.log.read_region(offset, max_bytes, limit, min_one_batch)
         return self.log.read(offset, max_bytes, limit, min_one_batch)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from josef.log import AbortedTxn, CleanerStats, EpochEntry, LogConfig, LogDirError, OffsetOutOfRangeError
+from josef.log import AbortedTxn, CleanerStats, EpochEntry, FileRegion, LogConfig, LogDirError, OffsetOutOfRangeError
 from josef.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo, CorruptRecordError
 from josef.protocol.topic_partition import TopicPartition
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
 _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_AT = 12
+#: Reads from this size on are answered with a :class:`FileRegion` (sent with ``os.sendfile``).
+ZERO_COPY_MIN_BYTES = 64 * 1024
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -389,25 +391,55 @@ class LocalLog:
     def read(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True
     ) -> bytes:
+        found = self._locate(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return b""
+        segment, start, size = found
+        try:
+            return os.pread(segment.fd, size, start)
+        except OSError as exc:
+            raise dir_error(exc, "reading the log in", self.dir) from exc
+
+    @_locked
+    def read_region(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True
+    ) -> bytes | FileRegion:
+        """A region of the segment file from :data:`ZERO_COPY_MIN_BYTES` on; below that, a
+        copy costs less than the descriptor and the extra send."""
+        found = self._locate(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return b""
+        segment, start, size = found
+        try:
+            if size < ZERO_COPY_MIN_BYTES:
+                return os.pread(segment.fd, size, start)
+            return FileRegion(os.dup(segment.fd), start, size)
+        except OSError as exc:
+            raise dir_error(exc, "reading the log in", self.dir) from exc
+
+    def _locate(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> tuple[Segment, int, int] | None:
+        """The segment, position and size a read answers with; None for an empty answer."""
         if offset < self._log_start_offset or offset > self._end_offset:
             raise OffsetOutOfRangeError(
                 f"{self.tp}: offset {offset} is outside the log [{self._log_start_offset}, {self._end_offset}]"
             )
         if offset >= min(self._end_offset, max_offset):
-            return b""
+            return None
         ends_below_max_offset = max_offset >= self._end_offset
         try:
             # Segments are contiguous, so the first one normally answers; the next is
             # asked only when a segment ends before ``offset`` (never an empty answer then).
             for segment in itertools.islice(self._segments, self._segment_index(offset), None):
-                data = segment.read(
+                found = segment.locate(
                     offset, max_bytes, max_offset, min_one_batch, ends_below_max_offset
                 )
-                if data is not None:
-                    return data
+                if found is not None:
+                    return (segment, *found) if found[1] else None
         except OSError as exc:
             raise dir_error(exc, "reading the log in", self.dir) from exc
-        return b""
+        return None
 
     @_locked
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

@@ -268,15 +268,30 @@ class Segment:
         the batch that reaches it. The answer is one ``pread``: where it ends
         is found through the index, never by walking all its batches.
         """
+        found = self.locate(offset, max_bytes, max_offset, min_one_batch, ends_below_max_offset)
+        if found is None:
+            return None
+        start, size = found
+        return os.pread(self.fd, size, start) if size else b""
+
+    def locate(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int,
+        min_one_batch: bool,
+        ends_below_max_offset: bool,
+    ) -> tuple[int, int] | None:
+        """``(position, size)`` of what :meth:`read` reads (size 0: nothing), or None past the segment."""
         found = self.find(offset)
         if found is None:
             return None
         start, fields = found
         if fields[BASE_OFFSET] + fields[LAST_OFFSET_DELTA] >= max_offset:
-            return b""
+            return start, 0
         first_size = fields[BATCH_LENGTH] + LOG_OVERHEAD
         if first_size > max_bytes:
-            return os.pread(self.fd, first_size, start) if min_one_batch else b""
+            return (start, first_size) if min_one_batch else (start, 0)
         end = self.size
         if not ends_below_max_offset:
             beyond = self.find(max_offset)
@@ -284,7 +299,7 @@ class Segment:
                 end = beyond[0]
         if end - start > max_bytes:
             end = self._last_boundary(start, start + max_bytes)
-        return os.pread(self.fd, end - start, start)
+        return start, end - start
 
     def _last_boundary(self, start: int, limit: int) -> int:
         """The last batch boundary at or before ``limit``: the index gets close, a short header walk the rest."""

@@ -19,13 +19,16 @@ still being answered (a long-poll fetch) keeps it open.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
+from typing import Any
 
 import anyio
 import anyio.abc
 from anyio.streams.stapled import MultiListener
 
+from josef.log import FileRegion
 from josef.protocol.messages import MalformedRequestError
 from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
 
@@ -173,37 +176,85 @@ class Connection:
 
 
 class _Writer:
-    """Writes response frames straight to the connection's asyncio transport.
+    """Writes response frames straight to the connection's asyncio transport, record files with ``os.sendfile``.
 
     anyio's ``SocketStream.send`` yields to the event loop on every call,
     even when the transport takes the bytes at once: one extra trip through
     the loop per response. Here a batch of frames becomes one
     ``transport.write`` and the writer waits only while the transport
     asks it to (its buffer is over the high-water mark), as anyio does.
-    A stream that is not anyio's asyncio socket stream is written through
-    its ``send``.
+
+    Record data that storage gave as a :class:`josef.log.FileRegion` goes
+    from the file to the socket with ``os.sendfile`` (Kafka's
+    ``FileRecords.writeTo``) when the transport has nothing buffered, so
+    the kernel keeps the bytes in order; what the socket does not take at
+    once, or a region behind buffered bytes, is read and written through
+    the transport. A stream that is not anyio's asyncio socket stream is
+    written through its ``send``, regions read into it.
     """
+
+    #: Whether regions may go out with ``os.sendfile`` (a TLS listener must encrypt them: it may not).
+    zero_copy = True
 
     def __init__(self, stream: anyio.abc.SocketStream) -> None:
         self._stream = stream
         self._transport = getattr(stream, "_transport", None)
         self._protocol = getattr(stream, "_protocol", None)
-        if not hasattr(self._protocol, "write_event") or not hasattr(self._transport, "write"):
+        if not hasattr(self._protocol, "write_event") or not hasattr(self._transport, "get_write_buffer_size"):
             self._transport = None
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        self._fd = sock.fileno() if sock is not None else -1
 
     async def write(self, frames: list[Frame]) -> None:
-        data = b"".join(chunk for frame in frames for chunk in frame)
         transport = self._transport
         if transport is None:
-            await self._stream.send(data)
+            await self._stream.send(b"".join(bytes(chunk) if isinstance(chunk, FileRegion) else chunk
+                                             for frame in frames for chunk in frame))
             return
         if transport.is_closing():
             raise anyio.BrokenResourceError
-        transport.write(data)
+        pending: list[Any] = []
+        try:
+            for frame in frames:
+                for chunk in frame:
+                    if type(chunk) is FileRegion:
+                        self._send_region(transport, b"".join(pending), chunk)
+                        pending = []
+                    else:
+                        pending.append(chunk)
+        finally:
+            for frame in frames:
+                for chunk in frame:
+                    if type(chunk) is FileRegion:
+                        chunk.close()
+        if pending:
+            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         if not self._protocol.write_event.is_set():
             await self._protocol.write_event.wait()
             if transport.is_closing():
                 raise anyio.BrokenResourceError
+
+    def _send_region(self, transport: Any, head: bytes, region: FileRegion) -> None:
+        """``head`` then the region's bytes: straight to the socket while the transport holds nothing back
+        (uvloop holds small writes until the end of the loop's turn), through the transport from the
+        first byte the socket does not take."""
+        offset, left = region.offset, region.size
+        if self.zero_copy and self._fd >= 0 and transport.get_write_buffer_size() == 0:
+            try:
+                written = os.write(self._fd, head) if head else 0
+                head = head[written:]
+                while not head and left:
+                    sent = os.sendfile(self._fd, region.fd, offset, left)
+                    if sent == 0:
+                        break
+                    offset += sent
+                    left -= sent
+            except BlockingIOError:
+                pass  # the socket buffer is full: the transport takes the rest
+        if head:
+            transport.write(head)
+        if left:
+            transport.write(region.read(offset, left))
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -36,6 +36,7 @@ from josef.config import Config
 from josef.log import (
     AbortedTxn,
     EpochEntry,
+    FileRegion,
     Log,
     LogConfig,
     LogDirError,
@@ -369,6 +370,26 @@ class LogStorageContract:
         assert batches(log.read(0, 10, 20)) == [(0, 1)]
         assert log.read(0, 10, 20, min_one_batch=False) == b""
         assert batches(log.read(0, size * 2, 20, min_one_batch=False)) == [(0, 1), (2, 3)]
+
+    def test_read_region_answers_what_read_does_and_a_region_outlives_its_segment(self, subject):
+        log = subject.open(LogConfig())
+        for _ in range(40):
+            append_batch(log, count=4, value_size=2000)  # about 320 KB: large enough for a region, if any
+        end = log.log_end_offset
+        for offset, max_bytes, max_offset, first in ((0, 1 << 30, end, True), (7, 50_000, end, True),
+                                                     (0, 10, end, False), (end, 1 << 20, end, True), (3, 1 << 20, 40, True)):
+            answer = log.read_region(offset, max_bytes, max_offset, first)
+            assert bytes(answer) == log.read(offset, max_bytes, max_offset, first)
+            if isinstance(answer, FileRegion):
+                answer.close()
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read_region(end + 1, 1 << 20, end + 1)
+        whole = log.read(0, 1 << 30, end)
+        region = log.read_region(0, 1 << 30, end)
+        subject.storage.delete(TP)  # the partition's files go: a region already handed out still reads
+        assert bytes(region) == whole
+        if isinstance(region, FileRegion):
+            region.close()
 
     def test_a_batch_larger_than_a_segment_is_stored_and_read_whole(self, subject):
         log = subject.open()

@@ -179,7 +179,7 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
                 records: Any = b""
             else:
                 limit = min(part.partition_max_bytes, budget)
-                records = partition.read(offset, limit, first, FOLLOWER) if limit or first else b""
+                records = partition.read(offset, limit, first, FOLLOWER, zero_copy=True) if limit or first else b""
             replicas.follower_fetched(partition, replica_id, offset)
             high_watermark = partition.high_watermark
             stable = partition.last_stable_offset
@@ -190,7 +190,7 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
                 records = b""  # caught up: nothing to read, and nothing out of range
             else:
                 limit = min(part.partition_max_bytes, budget)
-                records = partition.read(offset, limit, first, isolation) if limit or first else b""
+                records = partition.read(offset, limit, first, isolation, zero_copy=True) if limit or first else b""
     except Exception as exc:
         code, _ = error_of(exc)
         result = _Result(error_code=code)
