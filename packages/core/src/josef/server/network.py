@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from typing import Any
 
 import anyio
@@ -63,7 +64,9 @@ class Connection:
         self._buffer = b""
         self._pos = 0
         self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
-        self._last_active = anyio.current_time()
+        #: ``time.monotonic()``, not ``anyio.current_time()``: this runs per request, and anyio's asks which
+        #: event loop library is running every time.
+        self._last_active = time.monotonic()
         #: Requests read and not yet answered (or dropped, for acks=0 produce).
         self._owed = 0
 
@@ -72,7 +75,7 @@ class Connection:
             chunk = await self.stream.receive(_RECEIVE_CHUNK)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
             return None
-        self._last_active = anyio.current_time()
+        self._last_active = time.monotonic()
         return chunk
 
     async def _read_exactly(self, n: int) -> bytes | memoryview | None:
@@ -161,13 +164,13 @@ class Connection:
 
     def _answered(self, count: int) -> None:
         self._owed -= count
-        self._last_active = anyio.current_time()
+        self._last_active = time.monotonic()
 
     async def _close_when_idle(self, scope: anyio.CancelScope, max_idle: float) -> None:
         """Cancel ``scope`` (the connection) once nothing has moved on it for ``max_idle`` seconds and nothing is owed."""
         while True:
             idle_until = self._last_active + max_idle
-            now = anyio.current_time()
+            now = time.monotonic()
             if now >= idle_until and self._owed == 0:
                 log.debug("closing connection from %s: idle for more than %.0f ms", self.peer, max_idle * 1000)
                 scope.cancel()
