@@ -1,6 +1,7 @@
 """Incremental fetch sessions (KIP-227) over a real socket: what a session answers, its errors, and the cache's eviction."""
 
 import time
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -8,7 +9,8 @@ from kio.schema.errors import ErrorCode as E
 from josef.metadata.records import uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
-from josef.server.fetch_session import CachedPartition, FetchSessionCache
+from josef.protocol.fetch_codec import FetchPartition, FetchRequest, FetchTopic
+from josef.server.fetch_session import CachedPartition, FetchSessionCache, new_context
 from josef.testing import RawClient
 
 PARTITIONS = 1000
@@ -162,3 +164,20 @@ def test_eviction_follows_kafkas_rules():
     # ...but never a follower's, and not a bigger one.
     assert cache.create(2600, False, False, sized(5)) == 0
     assert cache.get(follower) is not None and cache.evictions == 3
+
+
+def test_a_session_partition_of_a_topic_id_unknown_at_first_is_named_once_the_broker_knows_it():
+    """A follower's metadata may be ahead of its leader's: the session keeps the id and names it later."""
+    topic_id = uuid.uuid4()
+    cache = FetchSessionCache(10)
+    part = FetchPartition(0, 0, 0, -1, 0, 1 << 20)
+    full = FetchRequest(2, 1, 500, 1, 1 << 20, 0, 0, 0, [FetchTopic(None, topic_id, [part])], [], "")
+    context = new_context(cache, full, [None], True, 0, True)
+    assert context.create and context.wanted == [(None, topic_id, part)]
+    session_id = cache.create(0, True, True, {(topic_id, 0): CachedPartition(None, topic_id, part)})
+    known = {}
+    incremental = FetchRequest(2, 1, 500, 1, 1 << 20, 0, session_id, 1, [], [], "")
+    assert new_context(cache, incremental, [], True, 1, True, known.get).wanted == [(None, topic_id, part)]
+    known[topic_id] = "late"
+    incremental.session_epoch = 2
+    assert new_context(cache, incremental, [], True, 2, True, known.get).wanted == [("late", topic_id, part)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from functools import lru_cache
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import attrs
@@ -195,6 +196,12 @@ _SESSION = struct.Struct(">ii")
 _REPLICA_STATE = struct.Struct(">iq")
 
 # ---------------------------------------------------------------------- response
+
+@lru_cache(maxsize=None)
+def response_encoder(version: int) -> ResponseEncoder:
+    """The encoder of a version (it holds no state of a response)."""
+    return ResponseEncoder(version)
+
 
 _NO_TAGS = b"\x00"
 _ABORTED = struct.Struct(">qq")

@@ -14,7 +14,7 @@ import datetime
 import io
 import struct
 import uuid
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Callable, Mapping
 
 from kio.index import load_request_schema, load_response_schema
@@ -88,6 +88,7 @@ def _writer(cls: type) -> Callable[..., Any]:
     return entity_writer(cls)  # type: ignore[arg-type]
 
 
+@lru_cache(maxsize=4096)  # asked twice per request; bounded, since the pair comes from the wire
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether ``version`` of an API uses tagged fields (request header v2, response header v1).
 
@@ -120,6 +121,7 @@ def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: in
     return body
 
 
+@lru_cache(maxsize=4096)
 def has_flexible_response_header(api_key: int, version: int) -> bool:
     """Whether a response carries header v1 (tagged fields): flexible versions, except ApiVersions'.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import attrs
@@ -59,6 +60,11 @@ class ProduceRequest:
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
+@lru_cache(maxsize=None)
+def response_encoder(version: int) -> ResponseEncoder:
+    return ResponseEncoder(version)
+
+
 def decode_request(version: int, buf: Buffer, pos: int) -> ProduceRequest:
     flexible = version >= FLEXIBLE_VERSION
     transactional_id, pos = string(buf, pos, flexible)
@@ -92,7 +98,10 @@ _LEADER = struct.Struct(">ii")
 
 
 class ResponseEncoder:
-    """Writes one version's ProduceResponse: :meth:`partition` per entry, :meth:`topic` around them, then :meth:`response`."""
+    """Writes one version's ProduceResponse: :meth:`partition` per entry, :meth:`topic` around them, then :meth:`response`.
+
+    Holds no state of a response: :func:`response_encoder` gives the one of a version.
+    """
 
     def __init__(self, version: int) -> None:
         self.version = version

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -158,8 +158,14 @@ class FetchContext:
 
 
 def new_context(cache: FetchSessionCache, request: FetchRequest, names: list[str | None], follower: bool,
-                now_ms: int, version_uses_topic_ids: bool) -> FetchContext:
-    """Kafka's ``FetchManager.newContext``: the context of a request, its session updated or created as it asks."""
+                now_ms: int, version_uses_topic_ids: bool,
+                resolve: Callable[[uuid.UUID], str | None] = lambda _: None) -> FetchContext:
+    """Kafka's ``FetchManager.newContext``: the context of a request, its session updated or created as it asks.
+
+    ``resolve`` names a topic id: a session partition whose topic this
+    broker did not know yet (its metadata was behind the fetcher's) is named
+    as soon as it does, as Kafka's ``maybeResolveUnknownName``.
+    """
     wanted = [(name, topic.topic_id, part) for topic, name in zip(request.topics, names) for part in topic.partitions]
     session_id, epoch = request.session_id, request.session_epoch
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -179,6 +185,10 @@ def new_context(cache: FetchSessionCache, request: FetchRequest, names: list[str
     if not session.partitions:
         cache.remove(session.id)
         return FetchContext(wanted)
+    if session.uses_topic_ids:
+        for cached in session.partitions.values():
+            if cached.topic is None and cached.topic_id is not None:
+                cached.topic = resolve(cached.topic_id)
     session.last_used_ms = now_ms
     session.epoch = next_epoch(session.epoch)
     return FetchContext([(c.topic, c.topic_id, c.request) for c in session.partitions.values()], session=session,

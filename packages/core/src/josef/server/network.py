@@ -18,11 +18,13 @@ still being answered (a long-poll fetch) keeps it open.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import struct
 import time
+from collections import deque
 from typing import Any
 
 import anyio
@@ -69,12 +71,22 @@ class Connection:
         self._last_active = time.monotonic()
         #: Requests read and not yet answered (or dropped, for acks=0 produce).
         self._owed = 0
+        #: Answers handed to the writer task and not written yet.
+        self._queued = 0
+        self._writer: _Writer | None = None
+        self._wire = _Wire.attach(stream)
 
     async def _receive(self) -> bytes | None:
-        try:
-            chunk = await self.stream.receive(_RECEIVE_CHUNK)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
-            return None
+        wire = self._wire
+        if wire is not None:
+            chunk = await wire.receive()
+            if chunk is None:
+                return None
+        else:
+            try:
+                chunk = await self.stream.receive(_RECEIVE_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                return None
         self._last_active = time.monotonic()
         return chunk
 
@@ -127,7 +139,10 @@ class Connection:
             await self.stream.aclose()
 
     async def _serve_requests(self) -> None:
+        """Read, handle, answer. An answer ready while none is queued is written here at once; the writer
+        task takes over behind one that waits (:class:`josef.server.dispatch.Later`), to keep the order."""
         send, receive = anyio.create_memory_object_stream[Reply](MAX_PENDING_REPLIES)
+        writer = self._writer = _Writer(self.stream, self._wire)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._write_replies, receive)
             async with send:
@@ -139,12 +154,16 @@ class Connection:
                     reply = await self.dispatcher.handle(self, frame)
                     if reply is None:
                         self._owed -= 1
+                    elif not self._queued and isinstance(reply, list):
+                        await writer.write([reply])
+                        self._answered(1)
                     else:
+                        self._queued += 1
                         await send.send(reply)
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
-        """Write answers in request order, each once it is ready; answers ready together go out in one write."""
-        writer = _Writer(self.stream)
+        """Write the queued answers in request order, each once it is ready; answers ready together go out in one write."""
+        writer = self._writer
         async with replies:
             async for reply in replies:
                 ready = [reply if isinstance(reply, list) else await reply]
@@ -155,15 +174,17 @@ class Connection:
                         break
                     if not isinstance(reply, list):
                         await writer.write(ready)
-                        self._answered(len(ready))
+                        self._answered(len(ready), queued=True)
                         ready = []
                         reply = await reply
                     ready.append(reply)
                 await writer.write(ready)
-                self._answered(len(ready))
+                self._answered(len(ready), queued=True)
 
-    def _answered(self, count: int) -> None:
+    def _answered(self, count: int, queued: bool = False) -> None:
         self._owed -= count
+        if queued:
+            self._queued -= count
         self._last_active = time.monotonic()
 
     async def _close_when_idle(self, scope: anyio.CancelScope, max_idle: float) -> None:
@@ -176,6 +197,93 @@ class Connection:
                 scope.cancel()
                 return
             await anyio.sleep(max(idle_until - now, max_idle / 10, 0.001))
+
+
+class _Wire(asyncio.Protocol):
+    """The connection's asyncio protocol, put in place of anyio's on its transport.
+
+    anyio's ``SocketStream.receive`` stops and restarts reading around every
+    wait (two ``epoll_ctl`` calls per request under uvloop) and yields to the
+    event loop once more when data is already there. Here reading stays on;
+    received chunks queue until the connection takes them, and reading
+    pauses only while more than ``READ_BUFFER_BYTES`` wait unread (a
+    client sending faster than requests are handled). ``write_event`` is
+    clear while the transport's buffer is over its limit, as anyio's is.
+    """
+
+    READ_BUFFER_BYTES = 16 << 20
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.write_event = asyncio.Event()
+        self.write_event.set()
+        self._chunks: deque[bytes] = deque()
+        self._queued = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._paused = False
+
+    @classmethod
+    def attach(cls, stream: anyio.abc.SocketStream) -> _Wire | None:
+        """Take over ``stream``'s transport, with what anyio already received; None for a stream that is not anyio's asyncio one."""
+        transport = getattr(stream, "_transport", None)
+        previous = getattr(stream, "_protocol", None)
+        if not hasattr(transport, "set_protocol") or not hasattr(previous, "read_queue"):
+            return None  # (uvloop's transports are not asyncio.Transport subclasses)
+        wire = cls(transport)
+        for chunk in previous.read_queue:
+            wire._chunks.append(chunk)
+            wire._queued += len(chunk)
+        previous.read_queue.clear()
+        wire._ended = bool(previous.is_at_eof or previous.exception is not None or transport.is_closing())
+        transport.set_protocol(wire)
+        transport.resume_reading()
+        return wire
+
+    async def receive(self) -> bytes | None:
+        """The next chunk received; None once the peer closed (or the connection broke) and all was read."""
+        while not self._chunks:
+            if self._ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk = self._chunks.popleft()
+        self._queued -= len(chunk)
+        if self._paused and self._queued < self.READ_BUFFER_BYTES // 2:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._queued += len(data)
+        if self._queued > self.READ_BUFFER_BYTES and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return True  # keep the transport open to write the answers still owed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._wake()
+        self.write_event.set()
+
+    def pause_writing(self) -> None:
+        self.write_event.clear()
+
+    def resume_writing(self) -> None:
+        self.write_event.set()
 
 
 class _Writer:
@@ -199,12 +307,10 @@ class _Writer:
     #: Whether regions may go out with ``os.sendfile`` (a TLS listener must encrypt them: it may not).
     zero_copy = True
 
-    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+    def __init__(self, stream: anyio.abc.SocketStream, wire: _Wire | None) -> None:
         self._stream = stream
-        self._transport = getattr(stream, "_transport", None)
-        self._protocol = getattr(stream, "_protocol", None)
-        if not hasattr(self._protocol, "write_event") or not hasattr(self._transport, "get_write_buffer_size"):
-            self._transport = None
+        self._transport = wire.transport if wire is not None else None
+        self._protocol = wire
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self._fd = sock.fileno() if sock is not None else -1
 

@@ -34,12 +34,15 @@ and then reads only the partitions that woke it again.
 from __future__ import annotations
 
 import time
-from typing import Any
+import uuid
+from typing import Any, NamedTuple
+
+import anyio
 
 from kio.schema.errors import ErrorCode
 
 from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
-from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, ResponseEncoder
+from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.server.dispatch import Encoded, RequestContext
@@ -81,9 +84,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     rack = request.rack_id
     names = [topic_name(ctx, topic) for topic in request.topics]
     sessions = ctx.broker.fetch_sessions
-    context = new_context(sessions, request, names, replica_id >= 0, _now_ms(), ctx.api_version >= TOPIC_ID_VERSION)
+    context = new_context(sessions, request, names, replica_id >= 0, _now_ms(), ctx.api_version >= TOPIC_ID_VERSION,
+                          lambda topic_id: topic_name(ctx, _TopicId(topic_id)))
     if context.error:
-        return Encoded(ResponseEncoder(ctx.api_version).response([], 0, error_code=context.error))
+        return Encoded(response_encoder(ctx.api_version).response([], 0, error_code=context.error))
     wanted = context.wanted
     results: list[_Result] = [None] * len(wanted)  # type: ignore[list-item]
     reading = range(len(wanted))
@@ -123,6 +127,9 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
         if not waiting:
             break
         woken = await replicas.wait_for_data(waiting, int(remaining * 1000), followers=replica_id >= 0)
+        # Let the requests already waiting on the event loop (appends, most often) run before reading:
+        # under load one answer then carries what several appends wrote, instead of one answer each.
+        await anyio.sleep(0)
         reading = sorted(waiting[tp] for tp in woken if tp in waiting)
     if replica_id >= 0:
         quota = replicas.leader_quota
@@ -132,7 +139,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     session = context.session
     if session is not None:
         if session.epoch != context.expected_epoch:  # a request of the same session came meanwhile
-            return Encoded(ResponseEncoder(ctx.api_version).response(
+            return Encoded(response_encoder(ctx.api_version).response(
                 [], 0, error_code=ErrorCode.invalid_fetch_session_epoch, session_id=session.id))
         answered = _changed(session, answered)
     elif context.create:
@@ -159,6 +166,12 @@ def _changed(session: FetchSession, answered: list[tuple[tuple[str | None, Any, 
                 del partitions[key]
                 partitions[key] = cached
     return changed
+
+
+class _TopicId(NamedTuple):
+    """A topic entry naming only its id, for :func:`josef.server.apis.common.topic_name`."""
+
+    topic_id: uuid.UUID
 
 
 def _now_ms() -> int:
@@ -228,7 +241,7 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
 def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]],
             session_id: int) -> Encoded:
     """The response: consecutive partitions of one topic under one topic entry, as Kafka groups them."""
-    encoder = ResponseEncoder(ctx.api_version)
+    encoder = response_encoder(ctx.api_version)
     out: list[Any] = []
     n_topics = 0
     i, n = 0, len(answered)

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.partition import Partition, PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
-from josef.protocol.produce_codec import ProduceRequest, ResponseEncoder
+from josef.protocol.produce_codec import ProduceRequest, response_encoder
 from josef.protocol.records import HEADER_SIZE, BatchHeader, RecordErrors
 from josef.txn_verification import Verdict, verify
 from josef.server.dispatch import Encoded, Later, RequestContext
@@ -112,7 +112,7 @@ Topics = list[tuple[str | None, Any, list[dict[str, Any]]]]
 
 
 def _response(ctx: RequestContext, topics: Topics) -> Encoded:
-    encoder = ResponseEncoder(ctx.api_version)
+    encoder = response_encoder(ctx.api_version)
     leaders = []
     written = []
     for name, topic_id, partitions in topics:
