@@ -29,6 +29,23 @@ def produce_spread(bootstrap: str, topic: str, count: int, *, acks: str = "1") -
     return sent
 
 
+def read_with_librdkafka(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
+    """Every partition's records from the start (librdkafka fetches without sessions), ``RECORDS`` in all."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen: dict[int, list[bytes]] = {}
+    try:
+        while sum(map(len, seen.values())) < RECORDS:
+            messages = reader.consume(1000, timeout=10)
+            assert messages, f"librdkafka stopped at {sum(map(len, seen.values()))} records"
+            for m in messages:
+                assert m.error() is None, m.error()
+                seen.setdefault(m.partition(), []).append(m.value())
+    finally:
+        reader.close()
+    return seen
+
+
 def create(bootstrap: str, topic: str, replication: int = 1, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, replication, config=config)])[topic].result(60)
@@ -60,19 +77,7 @@ def test_kafka_python_reads_200_partitions_through_an_incremental_session_and_li
         consumer.close()
     assert got == sent
 
-    reader = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "unused", "enable.auto.commit": False})
-    reader.assign([TopicPartition("sessions", p, 0) for p in range(PARTITIONS)])
-    seen: dict[int, list[bytes]] = {}
-    try:
-        while sum(map(len, seen.values())) < RECORDS:
-            messages = reader.consume(1000, timeout=10)
-            assert messages, f"librdkafka stopped at {sum(map(len, seen.values()))} records"
-            for m in messages:
-                assert m.error() is None, m.error()
-                seen.setdefault(m.partition(), []).append(m.value())
-    finally:
-        reader.close()
-    assert seen == sent
+    assert read_with_librdkafka(broker.bootstrap_servers, "sessions") == sent
 
 
 def test_followers_replicate_when_one_session_slot_leaves_the_other_follower_sessionless(josef_cluster):
@@ -86,15 +91,4 @@ def test_followers_replicate_when_one_session_slot_leaves_the_other_follower_ses
         return all(len(p.isrs) == 3 for p in topic.partitions.values())
 
     eventually(full_isr, timeout=30, what="every partition's ISR holding all three brokers")
-    reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused", "enable.auto.commit": False})
-    reader.assign([TopicPartition("replicated", p, 0) for p in range(PARTITIONS)])
-    seen: dict[int, list[bytes]] = {}
-    try:
-        while sum(map(len, seen.values())) < RECORDS:
-            messages = reader.consume(1000, timeout=10)
-            assert messages, f"stopped at {sum(map(len, seen.values()))} records"
-            for m in messages:
-                seen.setdefault(m.partition(), []).append(m.value())
-    finally:
-        reader.close()
-    assert seen == sent
+    assert read_with_librdkafka(cluster.bootstrap_servers, "replicated") == sent
