@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -37,8 +38,11 @@ def topic_name(ctx: RequestContext, topic: Any) -> str | None:
     if name:
         return str(name)
     topic_id = getattr(topic, "topic_id", None)
-    if topic_id is None:
-        return None
+    return None if topic_id is None else topic_name_of_id(ctx, topic_id)
+
+
+def topic_name_of_id(ctx: RequestContext, topic_id: uuid.UUID) -> str | None:
+    """The name of the topic with ``topic_id``, or None when this broker does not know it."""
     image = ctx.broker.image.topic_by_id(uuid_to_text(topic_id))
     return image.name if image else None
 

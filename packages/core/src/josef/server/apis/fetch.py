@@ -34,8 +34,7 @@ and then reads only the partitions that woke it again.
 from __future__ import annotations
 
 import time
-import uuid
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 
@@ -44,7 +43,14 @@ from kio.schema.errors import ErrorCode
 from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
-from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
+from josef.server.apis.common import (
+    current_leader,
+    error_of,
+    leader_endpoints,
+    partition_for,
+    topic_name,
+    topic_name_of_id,
+)
 from josef.server.dispatch import Encoded, RequestContext
 from josef.server.fetch_session import CachedPartition, FetchSession, must_respond, new_context
 
@@ -85,7 +91,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     names = [topic_name(ctx, topic) for topic in request.topics]
     sessions = ctx.broker.fetch_sessions
     context = new_context(sessions, request, names, replica_id >= 0, _now_ms(), ctx.api_version >= TOPIC_ID_VERSION,
-                          lambda topic_id: topic_name(ctx, _TopicId(topic_id)))
+                          lambda topic_id: topic_name_of_id(ctx, topic_id))
     if context.error:
         return Encoded(response_encoder(ctx.api_version).response([], 0, error_code=context.error))
     wanted = context.wanted
@@ -166,12 +172,6 @@ def _changed(session: FetchSession, answered: list[tuple[tuple[str | None, Any, 
                 del partitions[key]
                 partitions[key] = cached
     return changed
-
-
-class _TopicId(NamedTuple):
-    """A topic entry naming only its id, for :func:`josef.server.apis.common.topic_name`."""
-
-    topic_id: uuid.UUID
 
 
 def _now_ms() -> int:
