@@ -37,7 +37,6 @@ import time
 from typing import Any
 
 import anyio
-
 from kio.schema.errors import ErrorCode
 
 from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
