@@ -45,6 +45,8 @@ class LocalLogStorage:
         self._config = config
         self._clock = clock
         self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
+        #: Log directories whose checkpoints still list deleted logs (see :meth:`_settle_later`).
+        self._unsettled: set[LogDir] = set()
         self._logs: dict[TopicPartition, LocalLog] = {}
         self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
         #: Flushes, checkpoints and delayed deletions, in a thread from :meth:`startup` on.
@@ -311,18 +313,50 @@ class LocalLogStorage:
             return  # the disk is not touched again; the next start finds the log stray and deletes it
         try:
             cleaner_checkpoint.update(log_dir.path, tp, None)
-            log_dir.checkpoint()
+            doomed = None
             if path.exists():
                 doomed = path.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
                 os.rename(path, doomed)
-                fsync_dir(log_dir.path)
-                if self.scheduler.running:
+            if self.scheduler.running:
+                self._settle_later(log_dir)
+                if doomed is not None:
                     self.scheduler.schedule(lambda: shutil.rmtree(doomed, ignore_errors=True), delay_ms,
                                             run_at_close=True)
-                else:
+            else:
+                log_dir.checkpoint()
+                fsync_dir(log_dir.path)
+                if doomed is not None:
                     shutil.rmtree(doomed)
         except OSError as exc:
             raise self._failed(log_dir, exc, "deleting", path) from exc
+
+    def _settle_later(self, log_dir: LogDir) -> None:
+        """Checkpoint ``log_dir`` without its deleted logs and make their renames durable, once for all the
+        deletions of a moment, on the background thread.
+
+        Deleting a topic of 2,000 partitions otherwise rewrote both checkpoint
+        files and fsynced the directory 2,000 times on the event loop (seconds
+        without an answer to anyone). Until the task runs, a crash can bring a
+        renamed directory back under its old name: the next start then finds
+        a log of a topic that no longer exists and deletes it as stray.
+        """
+        with self._lock:
+            if log_dir in self._unsettled:
+                return
+            self._unsettled.add(log_dir)
+
+        def settle() -> None:
+            with self._lock:
+                self._unsettled.discard(log_dir)
+            if log_dir.error is not None:
+                return
+            try:
+                log_dir.checkpoint()
+                fsync_dir(log_dir.path)
+            except OSError as exc:
+                self._failed(log_dir, exc, "checkpointing after deleting logs in", log_dir.path)
+
+        self.scheduler.schedule(settle, run_at_close=True)
 
     @staticmethod
     def _abandon(tp: TopicPartition, target: LogDir, future: Path) -> None:
