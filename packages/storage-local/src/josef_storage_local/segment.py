@@ -252,28 +252,6 @@ class Segment:
             for _, fields in self._headers(found[0]):
                 yield fields
 
-    def read(
-        self,
-        offset: int,
-        max_bytes: int,
-        max_offset: int,
-        min_one_batch: bool,
-        ends_below_max_offset: bool,
-    ) -> bytes | None:
-        """Whole batches from the one holding ``offset``, as :meth:`josef.log.Log.read` describes.
-
-        None when the segment ends before ``offset`` (the log then asks the
-        next one). ``ends_below_max_offset`` says every batch here ends below
-        ``max_offset`` (a fetch up to the log end), which spares looking for
-        the batch that reaches it. The answer is one ``pread``: where it ends
-        is found through the index, never by walking all its batches.
-        """
-        found = self.locate(offset, max_bytes, max_offset, min_one_batch, ends_below_max_offset)
-        if found is None:
-            return None
-        start, size = found
-        return os.pread(self.fd, size, start) if size else b""
-
     def locate(
         self,
         offset: int,
@@ -282,7 +260,16 @@ class Segment:
         min_one_batch: bool,
         ends_below_max_offset: bool,
     ) -> tuple[int, int] | None:
-        """``(position, size)`` of what :meth:`read` reads (size 0: nothing), or None past the segment."""
+        """``(position, size)`` of the whole batches from the one holding ``offset``, as
+        :meth:`josef.log.Log.read` describes them (size 0: nothing), or None when the segment
+        ends before ``offset`` (the log then asks the next one).
+
+        ``ends_below_max_offset`` says every batch here ends below ``max_offset``
+        (a fetch up to the log end), which spares looking for the batch that
+        reaches it. Where the answer ends is found through the index, never by
+        walking all its batches; the caller reads it with one ``pread`` or sends
+        it as a file region.
+        """
         found = self.find(offset)
         if found is None:
             return None
