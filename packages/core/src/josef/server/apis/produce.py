@@ -8,8 +8,10 @@ safely as asked). A leader that loses its leadership while a producer waits
 answers NOT_LEADER_OR_FOLLOWER: the new leader may not have the batch.
 
 Requests are read and answered by :mod:`josef.protocol.produce_codec`, not
-kio: each partition's records arrive as a view of the request frame and
-are copied once, into the buffer the offsets are stamped into.
+kio: each partition's records arrive as a view of the request frame (reading
+the request copies nothing), and the handler copies them once, into the
+buffer the offsets are stamped into. The connection still joins a request
+that came in several socket reads into one frame.
 """
 
 from __future__ import annotations
