@@ -41,11 +41,10 @@ class Connection:
         self.client_id = client_id.encode()
         self.request_timeout = request_timeout_ms / 1000
         self.versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _FrameProtocol | None = None
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future[Any]]] = collections.deque()
         self._correlation = 0
-        self._read_task: asyncio.Task[None] | None = None
         self.closed = False
 
     def __repr__(self) -> str:
@@ -61,16 +60,21 @@ class Connection:
         semantics (topic ids, say) cap it.
         """
         conn = cls(host, port, client_id, request_timeout_ms, max_versions or {})
+        loop = asyncio.get_running_loop()
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 24), connect_timeout_ms / 1000)
+            transport, conn._protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _FrameProtocol(conn), host, port), connect_timeout_ms / 1000)
         except (OSError, asyncio.TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc or 'timed out'}") from None
-        sock = conn._writer.get_extra_info("socket")
+        conn._transport = transport
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
-        await conn._negotiate()
+        try:
+            await conn._negotiate()
+        except BaseException:
+            conn._fail(KafkaConnectionError(f"connection to {host}:{port} closed"))
+            raise
         return conn
 
     async def _negotiate(self) -> None:
@@ -99,12 +103,12 @@ class Connection:
     def send(self, api_key: int, body: Mapping[str, Any], *, version: int | None = None,
              expect_response: bool = True) -> asyncio.Future[Any] | None:
         """Write a request now; returns a future of its response (None when none is expected, acks=0)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
         if version is None:
             version = self.version(api_key)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        self._writer.write(encode_request(api_key, version, self._correlation, self.client_id, body))
+        self._transport.write(encode_request(api_key, version, self._correlation, self.client_id, body))
         if not expect_response:
             return None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -128,31 +132,26 @@ class Connection:
 
     async def drain(self) -> None:
         """Wait until the socket buffer accepts more (back-pressure from a slow broker)."""
-        if self._writer is not None and not self.closed:
-            try:
-                await self._writer.drain()
-            except (OSError, RuntimeError) as exc:
-                self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} broke: {exc}"))
+        if self._protocol is not None and not self.closed:
+            await self._protocol.writable()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _received(self, frame: bytes | memoryview) -> None:
+        """A whole response frame arrived: it answers the oldest pending request."""
         try:
-            while True:
-                size = _SIZE.unpack(await self._reader.readexactly(4))[0]
-                frame = await self._reader.readexactly(size)
-                correlation, api_key, version, future = self._pending.popleft()
-                answered, response = decode_response(api_key, version, frame)
-                if answered != correlation:
-                    raise KafkaConnectionError(f"response {correlation} out of order from {self.host}:{self.port}")
-                if not future.done():
-                    future.set_result(response)
-        except (asyncio.IncompleteReadError, OSError, IndexError) as exc:
-            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed: {exc or 'EOF'}"))
-        except KafkaConnectionError as exc:
-            self._fail(exc)
-        except asyncio.CancelledError:
-            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
-            raise
+            correlation, api_key, version, future = self._pending.popleft()
+        except IndexError:
+            self._fail(KafkaConnectionError(f"unexpected response from {self.host}:{self.port}"))
+            return
+        try:
+            answered, response = decode_response(api_key, version, frame)
+            if answered != correlation:
+                raise KafkaConnectionError(f"response {answered} came for request {correlation}")
+        except Exception as exc:  # a response we cannot read breaks the connection's order
+            self._pending.appendleft((correlation, api_key, version, future))
+            self._fail(KafkaConnectionError(f"unreadable response from {self.host}:{self.port}: {exc!r}"))
+            return
+        if not future.done():
+            future.set_result(response)
 
     def _fail(self, error: Exception) -> None:
         self.closed = True
@@ -161,14 +160,98 @@ class Connection:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # nobody may be waiting any more (a cancelled caller): no "never retrieved" noise
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
         self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed by the client"))
-        if self._read_task is not None:
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except asyncio.CancelledError:
-                pass
+        if self._protocol is not None:
+            await self._protocol.closed()
+
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Reads size-prefixed response frames with the fewest copies.
+
+    Small frames are cut out of one reused receive buffer. A frame larger
+    than that buffer (a fetch response with records) gets a buffer of its own
+    that the socket reads straight into, so its bytes are copied once, out of
+    the kernel, before they are decoded.
+    """
+
+    BUFFER_SIZE = 1 << 16
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._buffer = bytearray(self.BUFFER_SIZE)
+        self._start = self._end = 0
+        self._frame: bytearray | None = None
+        self._filled = 0
+        self._writable: asyncio.Future[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._closed = asyncio.get_running_loop().create_future()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled:]
+        if self._end == len(self._buffer):  # keep the unread start of a frame, at the front
+            pending = self._end - self._start
+            self._buffer[:pending] = self._buffer[self._start:self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._buffer)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                self.conn._received(memoryview(frame).toreadonly())
+            return
+        self._end += nbytes
+        buffer, start, end = self._buffer, self._start, self._end
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < 0:
+                self.conn._fail(KafkaConnectionError(f"negative frame size from {self.conn.host}:{self.conn.port}"))
+                return
+            if end - start - 4 >= size:
+                start += 4 + size
+                self.conn._received(bytes(buffer[start - size:start]))
+            elif size > len(buffer) - 4:  # too big to cut out of the buffer: read the rest into its own
+                have = end - start - 4
+                self._frame = bytearray(size)
+                self._frame[:have] = buffer[start + 4:end]
+                self._filled = have
+                start = end = 0
+                break
+            else:
+                break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._fail(KafkaConnectionError(f"connection to {self.conn.host}:{self.conn.port} closed: {exc or 'EOF'}"))
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    async def writable(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            await asyncio.shield(self._writable)
+
+    async def closed(self) -> None:
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
