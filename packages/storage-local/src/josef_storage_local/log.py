@@ -139,6 +139,8 @@ class LocalLog:
         #: The storage's background thread once it runs (:meth:`attach_scheduler`); without it
         #: (tests, the metadata log) rolled segments wait for the next full flush and deleted files go at once.
         self._scheduler: Scheduler | None = None
+        #: A leader-epoch checkpoint is queued on the scheduler (:meth:`assign_epoch`).
+        self._epoch_checkpoint_due = False
         #: Counts truncations: a flush outside the lock must not advance the recovery point over data
         #: a truncation replaced while it ran.
         self._truncations = 0
@@ -483,11 +485,38 @@ class LocalLog:
 
     @_locked
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Start ``epoch`` at ``start_offset`` (a new leader's term); the checkpoint is written on the background thread.
+
+        A broker that gains the leadership of thousands of partitions at once
+        (a peer's shutdown, a preferred-leader election) otherwise wrote and
+        fsynced thousands of checkpoint files on the event loop. Until the
+        task runs the epoch is in memory only, as epochs learnt from appends
+        are: a crash meanwhile loses an epoch that no batch carries yet (one
+        that does is relearnt by recovery, and :meth:`flush` checkpoints
+        before the recovery point moves), and the restarted broker's replicas
+        get a newer epoch from the controller anyway. Without a background
+        thread (start-up, tests) it is written at once.
+        """
         self._epochs.assign(epoch, start_offset)
-        try:
-            self._epochs.checkpoint()
-        except OSError as exc:
-            raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
+        if self._scheduler is None:
+            try:
+                self._epochs.checkpoint()
+            except OSError as exc:
+                raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
+        elif not self._epoch_checkpoint_due:
+            self._epoch_checkpoint_due = True
+            self._scheduler.schedule(self._checkpoint_epochs, run_at_close=True)
+
+    def _checkpoint_epochs(self) -> None:
+        """The background half of :meth:`assign_epoch` (a closed or deleted log is left alone)."""
+        with self._lock:
+            self._epoch_checkpoint_due = False
+            if self.closed or self._log_dir.error is not None:
+                return
+            try:
+                self._epochs.checkpoint()
+            except OSError as exc:
+                self._log_dir.fail(dir_error(exc, "writing the leader-epoch checkpoint in", self.dir))
 
     @_locked
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
