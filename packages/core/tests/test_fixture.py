@@ -26,6 +26,7 @@ def test_marker_configures_the_broker(josef_broker):
     broker = josef_broker.broker
     assert broker.config["num.partitions"] == 4
     josef_broker.call(broker.controller.create_topic, "t")
+    josef_broker.call(broker.replicas.storage_settled)  # the logs open in a worker thread
     assert len(broker.image.topics["t"].partitions) == 4
     assert len(broker.replicas.partitions) == 4
 

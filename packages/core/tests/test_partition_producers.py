@@ -12,6 +12,7 @@ PID = 5
 
 def partition_of(josef_broker, topic, **configs):
     josef_broker.call(josef_broker.broker.controller.create_topic, topic, 1, -1, None, configs)
+    josef_broker.call(josef_broker.broker.replicas.storage_settled)  # its log opens in a worker thread
     return josef_broker.broker.replicas.get(TopicPartition(topic, 0))
 
 

@@ -72,14 +72,31 @@ class ControllerChannel:
         except ControllerUnavailableError as exc:
             return ErrorCode.request_timed_out, str(exc)
         [result] = response.topics
+        await self._storage_settled()
         return result.error_code, result.error_message
 
     async def forward(self, ctx: RequestContext, request: Any) -> Any:
         """Answer a client's admin request with the active controller's response to it."""
         try:
-            return await self._send(ctx.api_key, ctx, request)
+            response = await self._send(ctx.api_key, ctx, request)
         except ControllerUnavailableError as exc:
             return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.request_timed_out, str(exc))
+        await self._storage_settled()
+        return response
+
+    async def _storage_settled(self) -> None:
+        """Wait (a bounded time) until this broker opened and deleted the logs of the metadata it applied so far.
+
+        Logs are opened and deleted in a worker thread after the metadata
+        changes (:meth:`josef.replica_manager.ReplicaManager.apply_delta`); a
+        client that created a topic through this broker finds it served here
+        when the answer comes, as before, rather than answered
+        NOT_LEADER_OR_FOLLOWER for a moment.
+        """
+        replicas = getattr(self._node, "replicas", None)
+        if replicas is not None:
+            with anyio.move_on_after(self._timeout_s):
+                await replicas.storage_settled()
 
     async def _send(self, api_key: int, ctx: RequestContext | None, request: Any,
                     timeout_s: float | None = None) -> Any:

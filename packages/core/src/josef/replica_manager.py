@@ -70,6 +70,9 @@ INTERNAL_LOGS = frozenset({"__cluster_metadata"})
 LOG_DIR_CHECK_INTERVAL_S = 0.1
 #: The purgatory key ``(LOG_END, tp)``: the log end of ``tp`` moved (what followers wait for; ``tp`` alone is its high watermark).
 LOG_END = "log-end"
+#: Storage operations (log openings and deletions) per worker-thread call: each call's results are installed
+#: on the event loop in one go, so this bounds that step (about 50 µs a partition).
+STORAGE_OPS_PER_CALL = 100
 
 
 class ReplicaManager:
@@ -98,6 +101,13 @@ class ReplicaManager:
         self._directory_ids: dict[str, str] = {}
         self._unassigned: dict[TopicPartition, str] = {}
         self._assigning = anyio.Event()
+        #: Partitions whose logs a worker thread is opening, with the token of that opening (see :meth:`apply_delta`).
+        self._opening: dict[TopicPartition, object] = {}
+        #: Log openings and deletions for the worker thread, in the order the metadata asked for them.
+        self._storage_ops: list[tuple[Any, ...]] = []
+        self._storage_wake = anyio.Event()
+        self._storage_settled = anyio.Event()
+        self._storage_settled.set()
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -132,10 +142,25 @@ class ReplicaManager:
         self.storage.startup()
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Bring the hosted partitions in step with ``image`` after ``delta``.
+
+        Once the replica manager runs, logs are opened and deleted in a worker
+        thread (:meth:`run_storage_ops`), as Kafka does them outside its
+        network threads: creating a log makes its directory and files, and a
+        topic of thousands of partitions otherwise stopped the event loop for
+        seconds. The operations run in the order the metadata asked for them,
+        so a deleted topic's directory is renamed away before a re-created
+        topic of the same name opens its log. A partition whose log is being
+        opened is not hosted yet: requests for it get NOT_LEADER_OR_FOLLOWER,
+        which clients retry, and it takes the image's state of the moment it
+        is installed. At start-up (:meth:`load`, before the broker serves)
+        everything happens here, at once.
+        """
         strict = image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
         if ELIGIBLE_LEADER_REPLICAS_VERSION in delta.changed_features:
             for partition in self.partitions.values():
                 partition.strict_min_isr = strict
+        configs: dict[str, dict[str, Any]] = {}  # each topic's config, parsed once per delta rather than per partition
         for topic in delta.deleted_topics:
             self._apply_throttled_replicas(topic.name, {})
             for index in topic.partitions:
@@ -149,41 +174,144 @@ class ReplicaManager:
             if self.broker_id not in state.replicas:
                 self._remove(tp)
                 continue
+            if tp in self._opening:
+                continue  # it takes the image's state once its log is open
             partition = self.partitions.get(tp)
             if partition is None:
                 if tp in self.offline or not self._usable_dir(state.directory_of(self.broker_id)):
                     self.offline.add(tp)  # its log is on a failed disk: it must not start afresh elsewhere
                     continue
-                config = self.topic_config(image, name)
+                if name not in configs:
+                    configs[name] = self.topic_config(image, name)
+                if self._tg is not None:
+                    token = self._opening[tp] = object()
+                    self._queue_storage(("open", tp, token, topic.topic_id, configs[name]))
+                    continue
                 try:
-                    log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+                    partition = self._new_partition(tp, topic.topic_id, configs[name])
                 except LogDirError as exc:
                     log.error("partition %s is offline: %s", tp, exc)
                     self.offline.add(tp)
                     continue
-                partition = self.partitions[tp] = Partition(tp, topic.topic_id, self.broker_id, log_, config,
-                                                            self._high_watermarks.get(tp))
-                partition.strict_min_isr = strict
-                partition.update_state(state)
-                new_term = True
+                self._install(partition, state, strict)
             else:
-                new_term = partition.update_state(state)
-            self._check_directory(partition, state)
-            if tp in self.offline:
-                pass  # its log cannot be written: it neither follows nor reports ISR changes
-            elif partition.is_leader:
-                self.fetchers.stop_following(tp)
-                if partition.recovering:  # elected uncleanly: our log is the partition's now, say so (KIP-704)
-                    self._propose_isr(partition, partition.isr)
-            elif new_term:
-                self.fetchers.follow(partition)
-            self._wake_all(tp)
+                self._follow_state(partition, state, partition.update_state(state))
         for resource_type, name in delta.changed_configs:
             if resource_type == TOPIC_RESOURCE and name in image.topics:
-                config = self.topic_config(image, name)
+                config = configs.get(name) or self.topic_config(image, name)
                 self._apply_throttled_replicas(name, config)
                 for partition in self._partitions_of(name):
                     partition.update_config(config)
+
+    def _new_partition(self, tp: TopicPartition, topic_id: str, config: dict[str, Any]) -> Partition:
+        """Open (or create) ``tp``'s log and build its Partition (which reads its producer state): blocking work."""
+        log_ = self.storage.open(tp, LogConfig.from_topic_config(config))
+        return Partition(tp, topic_id, self.broker_id, log_, config, self._high_watermarks.get(tp))
+
+    def _install(self, partition: Partition, state: PartitionImage, strict: bool) -> None:
+        """Host a new partition in ``state``."""
+        self.partitions[partition.tp] = partition
+        partition.strict_min_isr = strict
+        partition.update_state(state)
+        self._follow_state(partition, state, True)
+
+    def _follow_state(self, partition: Partition, state: PartitionImage, new_term: bool) -> None:
+        """What follows a hosted partition's new state: directory assignment, fetching or leading, waking its waiters."""
+        tp = partition.tp
+        self._check_directory(partition, state)
+        if tp in self.offline:
+            pass  # its log cannot be written: it neither follows nor reports ISR changes
+        elif partition.is_leader:
+            self.fetchers.stop_following(tp)
+            if partition.recovering:  # elected uncleanly: our log is the partition's now, say so (KIP-704)
+                self._propose_isr(partition, partition.isr)
+        elif new_term:
+            self.fetchers.follow(partition)
+        self._wake_all(tp)
+
+    # Opening and deleting logs in a worker thread ---------------------------------
+
+    def _queue_storage(self, op: tuple[Any, ...]) -> None:
+        self._storage_ops.append(op)
+        self._storage_wake.set()
+        if self._storage_settled.is_set():
+            self._storage_settled = anyio.Event()
+
+    async def storage_settled(self) -> None:
+        """Wait until every log opening and deletion asked for so far is done (and the opened partitions hosted)."""
+        await self._storage_settled.wait()
+
+    async def run_storage_ops(self) -> None:
+        """Open and delete logs in a worker thread, in order, :data:`STORAGE_OPS_PER_CALL` at a time; host what opened."""
+        while True:
+            if not self._storage_ops:
+                self._storage_settled.set()
+                await self._storage_wake.wait()
+                self._storage_wake = anyio.Event()
+                continue
+            batch = self._storage_ops[:STORAGE_OPS_PER_CALL]
+            del self._storage_ops[:STORAGE_OPS_PER_CALL]
+            opened = await anyio.to_thread.run_sync(self._run_storage_ops, batch)
+            self._install_opened(opened)
+
+    def _run_storage_ops(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """In a worker thread: each operation in turn; the openings' Partitions (or LogDirErrors)."""
+        opened: list[tuple[Any, ...]] = []
+        stored: set[TopicPartition] | None = None
+        for op in batch:
+            if op[0] == "open":
+                _, tp, token, topic_id, config = op
+                try:
+                    opened.append((tp, token, config, self._new_partition(tp, topic_id, config)))
+                except LogDirError as exc:
+                    opened.append((tp, token, config, exc))
+                if stored is not None:
+                    stored.add(tp)
+                continue
+            _, tp, known = op
+            if not known:  # not hosted here: delete only a log the storage holds (of an offline partition, say)
+                if stored is None:
+                    stored = set(self.storage.stored())
+                if tp not in stored:
+                    continue
+            if stored is not None:
+                stored.discard(tp)
+            try:
+                self.storage.delete(tp)
+            except LogDirError as exc:  # its directory is offline now: check_log_dirs tells the controller
+                log.error("deleting the log of %s failed: %s", tp, exc)
+        return opened
+
+    def _install_opened(self, opened: list[tuple[Any, ...]]) -> None:
+        """On the event loop: host the partitions whose logs opened, in the image's state of now.
+
+        An opening whose partition was removed meanwhile (its token is gone)
+        is dropped: the removal queued the deletion of its log after it.
+        """
+        image = self.broker.image
+        strict = image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
+        configs: dict[str, dict[str, Any]] = {}
+        installed = False
+        for tp, token, config, partition in opened:
+            if self._opening.get(tp) is not token:
+                continue
+            del self._opening[tp]
+            if isinstance(partition, LogDirError):
+                log.error("partition %s is offline: %s", tp, partition)
+                self.offline.add(tp)
+                continue
+            topic = image.topics.get(tp.topic)
+            state = topic.partitions.get(tp.partition) if topic is not None else None
+            if state is None or topic.topic_id != partition.topic_id or self.broker_id not in state.replicas:
+                continue  # cannot happen: a removal takes the token; left for the next start's stray-log check
+            if tp.topic not in configs:
+                configs[tp.topic] = self.topic_config(image, tp.topic)
+            if configs[tp.topic] != config:
+                partition.update_config(configs[tp.topic])
+            self._install(partition, state, strict)
+            installed = True
+        if installed and getattr(self.broker, "_coordinating", False):
+            self.broker.coordinators.on_metadata(MetadataDelta(), image)  # internal partitions it may now lead
 
     def _apply_throttled_replicas(self, topic: str, topic_config: dict[str, Any]) -> None:
         """A topic's throttled replicas, kept for every topic: a move may throttle a partition before we host it."""
@@ -208,10 +336,16 @@ class ReplicaManager:
         return [p for tp, p in self.partitions.items() if tp.topic == topic]
 
     def _remove(self, tp: TopicPartition) -> None:
+        """Stop hosting ``tp`` and delete its log: in the worker thread once running (after any opening of it)."""
         self.fetchers.stop_following(tp)
         self.offline.discard(tp)
         self._unassigned.pop(tp, None)
-        if self.partitions.pop(tp, None) is not None or tp in self.storage.stored():
+        known = (self.partitions.pop(tp, None) is not None) | (self._opening.pop(tp, None) is not None)
+        if self._tg is not None:
+            self._queue_storage(("delete", tp, known))
+            if known:
+                self._wake_all(tp)
+        elif known or tp in self.storage.stored():
             self.storage.delete(tp)
             self._wake_all(tp)
 
@@ -340,6 +474,7 @@ class ReplicaManager:
         """The broker's replication duties, until cancelled: fetchers, ISR checks, checkpoints, retention."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self.run_storage_ops)
             await tg.start(self.fetchers.run)
             self._report_recovered()
             tg.start_soon(self.run_isr_shrinking)
