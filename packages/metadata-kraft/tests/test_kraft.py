@@ -78,6 +78,7 @@ def run_session(config, batches):
             await quorum.start(recorder, tg)
             assert quorum.controller_id == 1  # a lone voter leads as soon as it starts
             offsets = [await quorum.append(batch) for batch in batches]
+            await quorum.snapshot_written()  # snapshots are written in a worker thread
             tg.cancel_scope.cancel()
         await quorum.close()
         storage.close()

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
 from josef.config import Config, ConfigError
@@ -57,11 +58,14 @@ from josef_metadata_kraft.raft import (
     Role,
     SnapshotLoaded,
 )
+from josef_metadata_kraft.raft import messages
 from josef_metadata_kraft.snapshots import snapshot_records
 
 log = logging.getLogger(__name__)
 
 METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
+#: Records per append from which they are encoded in a worker thread rather than on the event loop.
+ENCODE_IN_THREAD = 500
 #: The metadata log keeps everything until a snapshot covers it: retention never deletes it.
 METADATA_LOG_CONFIG = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
 #: The Raft APIs and the versions the core speaks: Kafka 4.x's newest between voters, every DescribeQuorum for tools.
@@ -149,6 +153,12 @@ class KRaftQuorum:
         self._leader_id = -1
         self._delivered = -1
         self._since_snapshot = 0
+        #: A snapshot is being encoded and written in a worker thread (:meth:`_write_snapshot`).
+        self._snapshotting = False
+        self._snapshot_done = anyio.Event()
+        self._snapshot_done.set()
+        #: Records this node appended and decoded ahead of time, by (epoch, last offset) of their batch.
+        self._decoded: dict[tuple[int, int], list[MetadataRecord]] = {}
         self._deferred: dict[int, _Answer] = {}
         self._commits = anyio.Event()
         self._connections: dict[int, Connection] = {}
@@ -199,10 +209,22 @@ class KRaftQuorum:
         if node is None or self._leader_id != self._node_id:
             raise NotControllerError(f"node {self._node_id} is not the active controller (the leader is "
                                      f"{self._leader_id})")
+        if len(records) >= ENCODE_IN_THREAD:
+            # A topic of thousands of partitions: encoding its records took tens of ms of the event loop.
+            # The controller appends one operation at a time, so nothing overtakes this append meanwhile.
+            # Decoded there too, as the commit delivers them (the same bytes, decoded ahead of time).
+            payloads, decoded = await anyio.to_thread.run_sync(_encode_and_decode, records)
+            node = self._node
+            if node is None or self._leader_id != self._node_id:
+                raise NotControllerError(f"node {self._node_id} lost the leadership while encoding records")
+        else:
+            payloads, decoded = _encode_all(records), None
         try:
-            offset = node.append([encode(r) for r in records], _wall_ms(), timestamp_ms=_wall_ms())
+            offset = node.append(payloads, _wall_ms(), timestamp_ms=_wall_ms())
         except NotLeaderError as exc:
             raise NotControllerError(str(exc)) from None
+        if decoded is not None:
+            self._decoded[(node.epoch, offset)] = decoded
         # A lone voter commits what it flushed: deliver now rather than on the driver's next turn.
         self._pump()
         self._wake.set()
@@ -262,8 +284,14 @@ class KRaftQuorum:
         listener = self._listener
         assert listener is not None
         if isinstance(event, CommittedBatch):
+            decoded = self._decoded.pop((event.epoch, event.last_offset), None) if self._decoded else None
+            if self._decoded:  # batches appended in an epoch that lost them: never delivered
+                self._decoded = {k: v for k, v in self._decoded.items() if k[1] > event.last_offset}
             if not event.is_control:
-                records = [self._decode(r.value, r.offset) for r in iter_records(event.data)]
+                if decoded is not None and len(decoded) == event.last_offset - event.base_offset + 1:
+                    records = decoded
+                else:
+                    records = [self._decode(r.value, r.offset) for r in iter_records(event.data)]
                 listener.on_commit(event.last_offset, records)
             self._delivered = event.last_offset
             self._since_snapshot += len(event.data)
@@ -294,13 +322,51 @@ class KRaftQuorum:
             raise ConfigError(f"metadata log {self._log.dir}, offset {offset}: {exc}{hint}") from None
 
     def _maybe_snapshot(self) -> None:
-        if self._since_snapshot < self._snapshot_bytes or self._node is None or self._listener is None:
+        """Every ``metadata.log.max.record.bytes.between.snapshots`` committed bytes, snapshot the image (one at a time)."""
+        if (self._since_snapshot < self._snapshot_bytes or self._node is None or self._listener is None
+                or self._snapshotting or self._tg is None):
             return
-        image = self._listener.current_image()
-        snapshot_id = self._node.create_snapshot(self._delivered + 1, [encode(r) for r in image.records()],
-                                                 _wall_ms(), trim=True)
         self._since_snapshot = 0
-        log.info("metadata snapshot %d-%d written", snapshot_id.offset, snapshot_id.epoch)
+        self._snapshotting = True
+        self._snapshot_done = anyio.Event()
+        self._tg.start_soon(self._write_snapshot, self._node, self._listener.current_image(), self._delivered + 1)
+
+    async def _write_snapshot(self, node: RaftNode, image: Any, end_offset: int) -> None:
+        """Encode and write the snapshot in a worker thread, then make it known and trim the log, on the loop.
+
+        Encoding an image of 100,000 partitions and writing it (fsyncs
+        included) stopped the event loop for seconds. The image is immutable
+        (a commit makes a new one), so the thread reads it while the loop
+        goes on; the raft node and the log's bookkeeping stay on the loop.
+        """
+        try:
+            assert self._log is not None
+            metadata_log = self._log
+            snapshot_id, control = node.plan_snapshot(end_offset)
+            if metadata_log.snapshot_size(snapshot_id) is not None:
+                return
+            started = time.monotonic()
+            now = _wall_ms()
+
+            def build_and_write() -> int:
+                data = messages.snapshot_bytes(snapshot_id, _encode_all(list(image.records())), now, control=control)
+                metadata_log.write_snapshot_file(snapshot_id, data)
+                return len(data)
+
+            size = await anyio.to_thread.run_sync(build_and_write)
+            if self._node is not node:
+                return  # closed meanwhile: the file is whole, the next start finds it
+            metadata_log.add_snapshot(snapshot_id)
+            metadata_log.delete_before_snapshot(snapshot_id)
+            log.info("metadata snapshot %d-%d written (%d bytes in %.2f s, in a worker thread)", snapshot_id.offset,
+                     snapshot_id.epoch, size, time.monotonic() - started)
+        finally:
+            self._snapshotting = False
+            self._snapshot_done.set()
+
+    async def snapshot_written(self) -> None:
+        """Wait until the snapshot being written, if any, is (tests; a snapshot is written in a worker thread)."""
+        await self._snapshot_done.wait()
 
     async def _handle(self, ctx: RequestContext, request: Any) -> Any:
         await self._started.wait()
@@ -352,3 +418,11 @@ class KRaftQuorum:
         if conn is not None:
             await conn.close()
 
+
+def _encode_all(records: Sequence[MetadataRecord]) -> list[bytes]:
+    return [encode(r) for r in records]
+
+
+def _encode_and_decode(records: Sequence[MetadataRecord]) -> tuple[list[bytes], list[MetadataRecord]]:
+    payloads = _encode_all(records)
+    return payloads, [decode(p) for p in payloads]

@@ -149,6 +149,16 @@ class MetadataLog:
             return f.read(max_bytes)
 
     def _write_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        self.write_snapshot_file(snapshot_id, data)
+        self.add_snapshot(snapshot_id)
+
+    def write_snapshot_file(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """Check ``data`` and write it durably as the snapshot's file; :meth:`add_snapshot` makes it known.
+
+        Touches only the file: it may run in a worker thread (as
+        :class:`josef_metadata_kraft.kraft_quorum.KRaftQuorum` writes its
+        snapshots), unlike the other methods.
+        """
         try:
             check_snapshot(data)
         except SnapshotError as exc:
@@ -165,6 +175,12 @@ class MetadataLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def add_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        """Make a snapshot written by :meth:`write_snapshot_file` known; one below the log start is removed instead."""
+        if snapshot_id.offset < self.start_offset:
+            (self.dir / snapshot_name(snapshot_id)).unlink(missing_ok=True)
+            return
         if snapshot_id not in self._snapshots:
             self._snapshots.append(snapshot_id)
             self._snapshots.sort(key=_order)

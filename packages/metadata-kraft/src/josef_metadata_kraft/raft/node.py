@@ -506,18 +506,27 @@ class RaftNode:
         the snapshot). Returns the snapshot id ``(end_offset, epoch)``.
         """
         self._now = now_ms
+        snapshot_id, control = self.plan_snapshot(end_offset)
+        if self.log.snapshot_size(snapshot_id) is None:
+            self.log.create_snapshot(snapshot_id, m.snapshot_bytes(snapshot_id, payloads, now_ms, control=control))
+        if trim:
+            self.log.delete_before_snapshot(snapshot_id)
+        return snapshot_id
+
+    def plan_snapshot(self, end_offset: int) -> tuple[OffsetAndEpoch, Sequence[tuple[int, bytes]]]:
+        """The id of a snapshot ending at ``end_offset`` (committed), and the control records it starts with.
+
+        For an owner that builds and writes the snapshot elsewhere (a worker
+        thread) rather than through :meth:`create_snapshot`.
+        """
         if self._hw is None or end_offset > self._hw or end_offset <= 0:
             raise ValueError(f"offset {end_offset} is not committed (high watermark {self._hw})")
         if end_offset < self.log.start_offset:
             raise ValueError(f"offset {end_offset} is below the log start {self.log.start_offset}")
         snapshot_id = OffsetAndEpoch(end_offset, self._epoch_before(end_offset))
-        if self.log.snapshot_size(snapshot_id) is None:
-            control = (voters_control(self._history.at(end_offset - 1), with_version=True)
-                       if self._history.dynamic else ())
-            self.log.create_snapshot(snapshot_id, m.snapshot_bytes(snapshot_id, payloads, now_ms, control=control))
-        if trim:
-            self.log.delete_before_snapshot(snapshot_id)
-        return snapshot_id
+        control = (voters_control(self._history.at(end_offset - 1), with_version=True)
+                   if self._history.dynamic else ())
+        return snapshot_id, control
 
     def drain_events(self, max_bytes: int = 8 * 1024 * 1024) -> list[RaftEvent]:
         """What the owner's state machine must learn, in order: leader changes, snapshot loads, committed batches.
