@@ -24,6 +24,7 @@ commits as soon as it is on disk.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from typing import Any, Mapping, Sequence
@@ -159,6 +160,9 @@ class KRaftQuorum:
         self._snapshot_done.set()
         #: Records this node appended and decoded ahead of time, by (epoch, last offset) of their batch.
         self._decoded: dict[tuple[int, int], list[MetadataRecord]] = {}
+        #: Committed events not delivered yet (:meth:`_deliver`), and whether the first is being decoded.
+        self._undelivered: collections.deque[Any] = collections.deque()
+        self._decoding = False
         self._deferred: dict[int, _Answer] = {}
         self._commits = anyio.Event()
         self._connections: dict[int, Connection] = {}
@@ -260,15 +264,56 @@ class KRaftQuorum:
         assert node is not None and self._tg is not None
         for out in node.poll(_wall_ms()):
             self._dispatch(out)
-        delivered = False
         while events := node.drain_events():
-            for event in events:
-                self._apply(event)
+            self._undelivered.extend(events)
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Deliver the committed events in order, up to the next big batch: its records are decoded in a worker thread.
+
+        A broker that learns of 2,000 leadership changes in one batch
+        decoded them on the event loop (tens of ms) before applying them.
+        """
+        delivered = False
+        while self._undelivered and not self._decoding:
+            event = self._undelivered[0]
+            if self._tg is not None and self._decode_in_thread(event):
+                self._decoding = True
+                self._tg.start_soon(self._decode_then_deliver, event)
+                break
+            self._undelivered.popleft()
+            self._apply(event)
             delivered = True
         if delivered:
-            self._commits.set()
-            self._commits = anyio.Event()
-            self._maybe_snapshot()
+            self._delivered_some()
+
+    def _delivered_some(self) -> None:
+        self._commits.set()
+        self._commits = anyio.Event()
+        self._maybe_snapshot()
+
+    def _decode_in_thread(self, event: Any) -> bool:
+        if isinstance(event, SnapshotLoaded):
+            return True
+        return (isinstance(event, CommittedBatch) and not event.is_control
+                and event.last_offset - event.base_offset + 1 >= ENCODE_IN_THREAD
+                and (event.epoch, event.last_offset) not in self._decoded)
+
+    async def _decode_then_deliver(self, event: Any) -> None:
+        try:
+            if isinstance(event, SnapshotLoaded):
+                records = await anyio.to_thread.run_sync(snapshot_records, event.data)
+            else:
+                records = await anyio.to_thread.run_sync(
+                    lambda: [self._decode(r.value, r.offset) for r in iter_records(event.data)])
+        finally:
+            self._decoding = False
+        if not self._undelivered or self._undelivered[0] is not event or self._node is None:
+            return  # closed meanwhile
+        self._undelivered.popleft()
+        self._apply(event, records)
+        self._delivered_some()
+        self._deliver()
 
     def _dispatch(self, out: Outbound) -> None:
         if out.request is not None:
@@ -280,11 +325,13 @@ class KRaftQuorum:
         assert self._tg is not None
         self._tg.start_soon(self._send, out.destination, out.message)
 
-    def _apply(self, event: Any) -> None:
+    def _apply(self, event: Any, decoded: list[MetadataRecord] | None = None) -> None:
+        """Deliver one event to the listener; ``decoded`` are its records when decoded already."""
         listener = self._listener
         assert listener is not None
         if isinstance(event, CommittedBatch):
-            decoded = self._decoded.pop((event.epoch, event.last_offset), None) if self._decoded else None
+            if decoded is None and self._decoded:
+                decoded = self._decoded.pop((event.epoch, event.last_offset), None)
             if self._decoded:  # batches appended in an epoch that lost them: never delivered
                 self._decoded = {k: v for k, v in self._decoded.items() if k[1] > event.last_offset}
             if not event.is_control:
@@ -296,7 +343,7 @@ class KRaftQuorum:
             self._delivered = event.last_offset
             self._since_snapshot += len(event.data)
         elif isinstance(event, SnapshotLoaded):
-            records = snapshot_records(event.data)
+            records = snapshot_records(event.data) if decoded is None else decoded
             origin = "local" if event.snapshot_id == self._local_snapshot else "fetched from the leader"
             log.info("metadata snapshot %d-%d (%d records, %s) loaded", event.snapshot_id.offset,
                      event.snapshot_id.epoch, len(records), origin)

@@ -89,6 +89,11 @@ def _locked(method: F) -> F:
     return _serialised(_offline_rule(method))
 
 
+def _checkpoint_epochs_of(logs: Sequence[LocalLog]) -> None:
+    for log in logs:
+        log._checkpoint_epochs()
+
+
 class LocalLog:
     """Segments of one partition, oldest first; the last one is active (appended to).
 
@@ -505,7 +510,7 @@ class LocalLog:
                 raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
         elif not self._epoch_checkpoint_due:
             self._epoch_checkpoint_due = True
-            self._scheduler.schedule(self._checkpoint_epochs, run_at_close=True)
+            self._scheduler.add_to_batch("leader-epoch-checkpoints", self, _checkpoint_epochs_of)
 
     def _checkpoint_epochs(self) -> None:
         """The background half of :meth:`assign_epoch` (a closed or deleted log is left alone)."""

@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class Scheduler:
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: Items waiting for their batch's task (:meth:`add_to_batch`), by batch name.
+        self._batches: dict[str, list[Any]] = {}
 
     @property
     def running(self) -> bool:
@@ -56,6 +59,27 @@ class Scheduler:
         with self._wakeup:
             heapq.heappush(self._queue, (self._clock() + delay_ms, next(self._order), task, run_at_close))
             self._wakeup.notify()
+
+    def add_to_batch(self, name: str, item: Any, run: Callable[[list[Any]], None]) -> None:
+        """Have ``run(items)`` called soon with ``item`` and every other item added to batch ``name`` before it runs.
+
+        One task (and one wake-up of the thread) for thousands of items added
+        in a burst, as when a broker gains the leadership of thousands of
+        partitions at once. ``run`` also runs at :meth:`close`.
+        """
+        with self._wakeup:
+            waiting = self._batches.get(name)
+            if waiting is not None:
+                waiting.append(item)
+                return
+            self._batches[name] = [item]
+
+        def task() -> None:
+            with self._wakeup:
+                items = self._batches.pop(name, [])
+            run(items)
+
+        self.schedule(task, run_at_close=True)
 
     def schedule_periodically(self, task: Task, interval_ms: int) -> None:
         """Run ``task`` every ``interval_ms``, the first time one interval from now."""
