@@ -136,6 +136,8 @@ class Connection:
         except* (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as group:
             log.debug("connection %s broke: %s", self.peer, _first(group))
         finally:
+            if self._writer is not None:
+                self._writer.close()
             await self.stream.aclose()
 
     async def _serve_requests(self) -> None:
@@ -297,11 +299,11 @@ class _Writer:
 
     Record data that storage gave as a :class:`josef.log.FileRegion` goes
     from the file to the socket with ``os.sendfile`` (Kafka's
-    ``FileRecords.writeTo``) when the transport has nothing buffered, so
-    the kernel keeps the bytes in order; what the socket does not take at
-    once, or a region behind buffered bytes, is read and written through
-    the transport. A stream that is not anyio's asyncio socket stream is
-    written through its ``send``, regions read into it.
+    ``FileRecords.writeTo``), after whatever the transport still holds; a
+    consumer that reads slowly makes the writer wait for room in the socket,
+    never makes the broker read its records into memory. A stream that is
+    not anyio's asyncio socket stream is written through its ``send``,
+    regions read into it.
     """
 
     #: Whether regions may go out with ``os.sendfile`` (a TLS listener must encrypt them: it may not).
@@ -313,6 +315,8 @@ class _Writer:
         self._protocol = wire
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self._fd = sock.fileno() if sock is not None else -1
+        #: A duplicate of the socket's descriptor, to wait on while a region waits for room in the socket.
+        self._poll_fd = -1
 
     async def write(self, frames: list[Frame]) -> None:
         transport = self._transport
@@ -327,7 +331,7 @@ class _Writer:
             for frame in frames:
                 for chunk in frame:
                     if type(chunk) is FileRegion:
-                        self._send_region(transport, b"".join(pending), chunk)
+                        await self._send_region(transport, b"".join(pending), chunk)
                         pending = []
                     else:
                         pending.append(chunk)
@@ -343,27 +347,59 @@ class _Writer:
             if transport.is_closing():
                 raise anyio.BrokenResourceError
 
-    def _send_region(self, transport: Any, head: bytes, region: FileRegion) -> None:
-        """``head`` then the region's bytes: straight to the socket while the transport holds nothing back
-        (uvloop holds small writes until the end of the loop's turn), through the transport from the
-        first byte the socket does not take."""
+    async def _send_region(self, transport: Any, head: bytes, region: FileRegion) -> None:
+        """``head`` then the region's bytes, straight to the socket: ``os.write``, then ``os.sendfile``.
+
+        Bytes the transport still holds (uvloop keeps small writes until the
+        end of the loop's turn, and whatever the socket did not take) go
+        first, so the writer waits for the transport to empty. When the
+        socket's buffer is full it waits until the socket takes more, and
+        goes on from the same file offset, as Kafka's ``FileRecords.writeTo``
+        does: the region is never read into memory.
+        """
+        if not self.zero_copy or self._fd < 0:
+            transport.write(head + region.read(region.offset, region.size))
+            return
+        while transport.get_write_buffer_size():
+            await self._socket_writable()
+            await asyncio.sleep(0)  # the transport writes what it holds in its own callback
+            if transport.is_closing():
+                raise anyio.BrokenResourceError
         offset, left = region.offset, region.size
-        if self.zero_copy and self._fd >= 0 and transport.get_write_buffer_size() == 0:
+        while head or left:
             try:
-                written = os.write(self._fd, head) if head else 0
-                head = head[written:]
-                while not head and left:
-                    sent = os.sendfile(self._fd, region.fd, offset, left)
-                    if sent == 0:
-                        break
-                    offset += sent
-                    left -= sent
+                if head:
+                    head = head[os.write(self._fd, head):]
+                    continue
+                sent = os.sendfile(self._fd, region.fd, offset, left)
             except BlockingIOError:
-                pass  # the socket buffer is full: the transport takes the rest
-        if head:
-            transport.write(head)
-        if left:
-            transport.write(region.read(offset, left))
+                await self._socket_writable()
+                continue
+            if sent == 0:  # the file ends before the region does: fail the connection, not the broker
+                raise anyio.BrokenResourceError(f"record file ended {left} bytes before the region")
+            offset += sent
+            left -= sent
+
+    async def _socket_writable(self) -> None:
+        """Wait until the socket's send buffer has room.
+
+        The transport owns the socket's registration in the event loop, so
+        the wait is on a duplicate of its descriptor.
+        """
+        if self._poll_fd < 0:
+            self._poll_fd = os.dup(self._fd)
+        loop = asyncio.get_running_loop()
+        writable: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(self._poll_fd, lambda: writable.done() or writable.set_result(None))
+        try:
+            await writable
+        finally:
+            loop.remove_writer(self._poll_fd)
+
+    def close(self) -> None:
+        if self._poll_fd >= 0:
+            os.close(self._poll_fd)
+            self._poll_fd = -1
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
