@@ -151,17 +151,33 @@ class Connection:
                 while True:
                     frame = await self._read_frame()
                     if frame is None:
+                        writer.flush_held()
                         return
                     self._owed += 1
                     reply = await self.dispatcher.handle(self, frame)
                     if reply is None:
                         self._owed -= 1
                     elif not self._queued and isinstance(reply, list):
-                        await writer.write([reply])
+                        if not (self._next_frame_received() and writer.hold(reply)):
+                            await writer.write([reply])
                         self._answered(1)
                     else:
+                        writer.flush_held()
                         self._queued += 1
                         await send.send(reply)
+
+    def _next_frame_received(self) -> bool:
+        """Whether the next request is already here whole (pipelined behind the one just answered)."""
+        buffer, pos = self._buffer, self._pos
+        have = len(buffer) - pos
+        queued = self._wire._queued if self._wire is not None else 0
+        if have == 0 and queued:  # the next request starts in a chunk received since
+            buffer, pos = self._wire._chunks[0], 0
+            have = len(buffer)
+            queued -= have
+        if have < 4:
+            return False
+        return have - 4 + queued >= _SIZE.unpack_from(buffer, pos)[0]
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
         """Write the queued answers in request order, each once it is ready; answers ready together go out in one write."""
@@ -308,6 +324,8 @@ class _Writer:
 
     #: Whether regions may go out with ``os.sendfile`` (a TLS listener must encrypt them: it may not).
     zero_copy = True
+    #: The most bytes of answers held back to share one write.
+    HOLD_BYTES = 1 << 20
 
     def __init__(self, stream: anyio.abc.SocketStream, wire: _Wire | None) -> None:
         self._stream = stream
@@ -317,8 +335,42 @@ class _Writer:
         self._fd = sock.fileno() if sock is not None else -1
         #: A duplicate of the socket's descriptor, to wait on while a region waits for room in the socket.
         self._poll_fd = -1
+        #: Answers held to go out in one write with the next (see :meth:`hold`).
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._flush_soon = False
+
+    def hold(self, frame: Frame) -> bool:
+        """Keep a ready answer to write together with the answers of the requests pipelined behind it.
+
+        One ``send`` then carries them all (a client with many produce
+        requests in flight gets their answers in one write). What is held
+        goes out before any later write, and at the latest when the loop
+        next turns: a request that waits (a long-poll fetch) never holds
+        back the answers before it. Only answers without file regions, up
+        to ``HOLD_BYTES``; False when this one was not held.
+        """
+        if self._transport is None or self._held_bytes >= self.HOLD_BYTES \
+                or any(type(chunk) is FileRegion for chunk in frame):
+            return False
+        self._held.extend(frame)
+        self._held_bytes += sum(map(len, frame))
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self.flush_held)
+        return True
+
+    def flush_held(self) -> None:
+        """Write the held answers now."""
+        self._flush_soon = False
+        if self._held:
+            data, self._held, self._held_bytes = b"".join(self._held), [], 0
+            if not self._transport.is_closing():
+                self._transport.write(data)
 
     async def write(self, frames: list[Frame]) -> None:
+        if self._held:
+            self.flush_held()
         transport = self._transport
         if transport is None:
             await self._stream.send(b"".join(bytes(chunk) if isinstance(chunk, FileRegion) else chunk
