@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioTP
@@ -37,22 +38,17 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int, start: int 
     assert producer.flush(30) == 0
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 class PollingThread:
     """Runs one synchronous consumer's poll loop on its own thread, recording its assignment and records."""
 
     def __init__(self, poll: Callable[[], list[tuple[int, str]]], assignment: Callable[[], set[int]],
-                 close: Callable[[], None]) -> None:
-        self._poll, self._assignment, self._close = poll, assignment, close
+                 close: Callable[[], None], group: Callable[[], Any] | None = None) -> None:
+        self._poll, self._assignment, self._close, self._group = poll, assignment, close, group
         self.values: list[str] = []
         self.partitions: set[int] = set()
         self.error: BaseException | None = None
+        #: ``time.monotonic()`` when the last ``poll`` returned.
+        self.last_poll = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -62,17 +58,42 @@ class PollingThread:
             while not self._stop.is_set():
                 for _, value in self._poll():
                     self.values.append(value)
+                self.last_poll = time.monotonic()
                 self.partitions = self._assignment()
         except BaseException as exc:  # reported by the test
             self.error = exc
         finally:
             self._close()
 
+    def state(self) -> dict[str, Any]:
+        """What a failed wait reports: partitions, records, seconds since ``poll`` last returned, the client's own view."""
+        return {"partitions": sorted(self.partitions), "records": len(self.values),
+                "last_poll_s_ago": round(time.monotonic() - self.last_poll, 1), "error": repr(self.error),
+                "group": repr(self._group()) if self._group is not None else None}
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
+        assert not self._thread.is_alive(), f"the poll loop did not end: {self.state()}"
         if self.error is not None:
             raise self.error
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = DEADLINE_S,
+               members: Sequence[PollingThread] = ()) -> None:
+    """Wait for ``condition``; a member whose poll loop failed ends the wait at once, with its error.
+
+    On a timeout the message shows each member's state: its partitions, how
+    many records it got, and how long ago its last ``poll`` returned (a poll
+    loop that hangs is told apart from one that runs with a stale assignment).
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        for i, member in enumerate(members):
+            if member.error is not None:
+                raise AssertionError(f"member {i} failed while waiting for {what}: {member.error!r}") from member.error
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {[m.state() for m in members]}"
+        time.sleep(0.05)
 
 
 def kafka_python_member(bootstrap: str, group: str, topic: str) -> PollingThread:
@@ -87,7 +108,9 @@ def kafka_python_member(bootstrap: str, group: str, topic: str) -> PollingThread
             consumer.commit()
         return got
 
-    return PollingThread(poll, lambda: {tp.partition for tp in consumer.assignment()}, consumer.close)
+    # group_metadata(): the generation, member id and MemberState the client believes in.
+    return PollingThread(poll, lambda: {tp.partition for tp in consumer.assignment()}, consumer.close,
+                         consumer.group_metadata)
 
 
 def confluent_member(bootstrap: str, group: str, topic: str) -> PollingThread:
@@ -131,8 +154,8 @@ def test_kafka_python_group_subscribes_and_commits(broker_factory):
     produce(bootstrap, "kp-group", 4, 200)
     members = [kafka_python_member(bootstrap, "kp", "kp-group") for _ in range(2)]
     try:
-        wait_until(split_evenly(members, 4), "two partitions each")
-        wait_until(lambda: len({v for m in members for v in m.values}) == 200, "every record")
+        wait_until(split_evenly(members, 4), "two partitions each", members=members)
+        wait_until(lambda: len({v for m in members for v in m.values}) == 200, "every record", members=members)
     finally:
         for member in members:
             member.stop()
@@ -186,9 +209,9 @@ def test_mixed_group_of_kafka_python_and_confluent_kafka(broker_factory):
     members = [kafka_python_member(bootstrap, "mixed-group", "mixed"),
                confluent_member(bootstrap, "mixed-group", "mixed")]
     try:
-        wait_until(split_evenly(members, 4), "two partitions for each client")
+        wait_until(split_evenly(members, 4), "two partitions for each client", members=members)
         produce(bootstrap, "mixed", 4, 400)
-        wait_until(lambda: len({v for m in members for v in m.values}) == 400, "every record")
+        wait_until(lambda: len({v for m in members for v in m.values}) == 400, "every record", members=members)
         by_client = [{int(v[1:]) % 4 for v in m.values} for m in members]
         assert by_client[0] and by_client[1] and not by_client[0] & by_client[1]
     finally:
