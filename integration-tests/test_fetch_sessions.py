@@ -8,7 +8,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
-from josef.testing import eventually
+from josef.testing import eventually, free_ports
 
 PARTITIONS = 200
 RECORDS = 2000
@@ -92,3 +92,54 @@ def test_followers_replicate_when_one_session_slot_leaves_the_other_follower_ses
 
     eventually(full_isr, timeout=30, what="every partition's ISR holding all three brokers")
     assert read_with_librdkafka(cluster.bootstrap_servers, "replicated") == sent
+
+
+def test_kafka_python_starts_a_new_session_when_a_restarted_broker_has_forgotten_its_own(broker_factory, monkeypatch):
+    """A restart loses every session: kafka-python's next fetch fails (FETCH_SESSION_ID_NOT_FOUND, or its connection
+    broke under a fetch) and it must start a new session that reads on from where it was, nothing lost or repeated."""
+    from kafka.consumer.fetcher import FetchSessionHandler
+
+    failures: list[str] = []
+    real_response, real_error = FetchSessionHandler.handle_response, FetchSessionHandler.handle_error
+
+    def handle_response(self, response):
+        if response.error_code:
+            failures.append(f"error {response.error_code}")
+        return real_response(self, response)
+
+    def handle_error(self, exception):
+        failures.append(f"exception {exception!r}")
+        return real_error(self, exception)
+
+    monkeypatch.setattr(FetchSessionHandler, "handle_response", handle_response)
+    monkeypatch.setattr(FetchSessionHandler, "handle_error", handle_error)
+    port = free_ports(1)[0]
+    broker = broker_factory(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    create(broker.bootstrap_servers, "restarted")
+    sent = produce_spread(broker.bootstrap_servers, "restarted", RECORDS // 2)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=30_000, reconnect_backoff_max_ms=200)
+    consumer.assign([KafkaTopicPartition("restarted", p) for p in range(PARTITIONS)])
+    got: dict[int, list[bytes]] = {}
+    try:
+        for message in consumer:
+            got.setdefault(message.partition, []).append(message.value)
+            if sum(map(len, got.values())) == RECORDS // 2:
+                break
+        (handler,) = consumer._fetcher._session_handlers.values()
+        before = handler.next_metadata.session_id
+        assert before > 0
+        broker.restart()
+        more = produce_spread(broker.bootstrap_servers, "restarted", RECORDS // 2)
+        for partition, values in more.items():
+            sent.setdefault(partition, []).extend(values)
+        for message in consumer:
+            got.setdefault(message.partition, []).append(message.value)
+            if sum(map(len, got.values())) == RECORDS:
+                break
+        (handler,) = consumer._fetcher._session_handlers.values()
+        assert failures, "kafka-python never noticed that its session was gone"
+        assert handler.next_metadata.session_id not in (0, before)  # a new session, on the restarted broker
+    finally:
+        consumer.close()
+    assert got == sent
