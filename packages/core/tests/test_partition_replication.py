@@ -219,3 +219,17 @@ def test_with_eligible_leader_replicas_the_high_watermark_waits_for_min_insync_r
     p.update_state(PartitionImage((ME, OTHER, THIRD), (ME, OTHER), ME, 0, 1))
     p.follower_fetched(OTHER, 3, at_ms=1001)
     assert p.high_watermark == 3
+
+
+def test_a_writable_request_buffer_is_stamped_where_it_lies_and_a_read_only_one_is_copied(make):
+    """The network joins a large produce request into a bytearray: its batches get their offsets there, no copy."""
+    p = make()
+    first = batch(2)
+    p.append_as_leader(first, 1)  # bytes: copied, left as sent
+    assert first == batch(2)
+    frame = bytearray(b"header" + batch(3) + b"tail")
+    records = memoryview(frame)[6:-4]
+    info, _ = p.append_as_leader(records, 1)
+    assert (info.first_offset, info.last_offset) == (2, 4)
+    assert bytes(records) == leader_batches(2, 0, 3)  # stamped in the request's own buffer
+    assert frame.startswith(b"header") and frame.endswith(b"tail")

@@ -296,7 +296,7 @@ class Partition:
         guard = self._verifying[producer_id] = object()
         return guard
 
-    def append_as_leader(self, records: bytes, required_acks: int, origin: str = CLIENT,
+    def append_as_leader(self, records: bytes | bytearray | memoryview, required_acks: int, origin: str = CLIENT,
                          verification: object | None = None) -> tuple[AppendInfo, int]:
         """Validate, stamp and append a produce request's batches; returns the info and the log append time (-1 for CreateTime).
 
@@ -313,7 +313,12 @@ class Partition:
             self._check_min_isr()
         append_time = int(time.time() * 1000) if self.topic_config.get("message.timestamp.type") == "LogAppendTime" else None
         codec = self.topic_config.get("compression.type", "producer")
-        buf = bytearray(records) if codec == "producer" else recompress(records, Compression.from_name(codec))
+        if codec != "producer":
+            buf = recompress(records, Compression.from_name(codec))
+        elif isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
+            buf = records  # the request's own bytes (network joins a large request into a bytearray): no copy
+        else:
+            buf = bytearray(records)
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,
                                    self.topic_config.get("max.message.bytes", 1048588), append_time)
         if self.log.config.compact:

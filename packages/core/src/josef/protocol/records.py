@@ -166,7 +166,7 @@ class AppendInfo:
 
 
 def validate_and_assign(
-    buf: bytearray,
+    buf: bytearray | memoryview,
     next_offset: int,
     leader_epoch: int,
     max_batch_bytes: int,

@@ -174,7 +174,7 @@ class Dispatcher:
                 f"{api_key_map[header.api_key]} v{version} is not supported (v{api.min_version}-v{api.max_version}); client {header.client_id!r}"
             )
         if api.decode is None:
-            request = parse_body(header.api_key, version, frame, header.body_offset)
+            request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
         else:
             request = api.decode(version, frame, header.body_offset)
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
@@ -200,7 +200,7 @@ class Dispatcher:
         """UNKNOWN_SERVER_ERROR for a request whose handler raised (called in its ``except`` block)."""
         version = header.api_version
         if self.apis[header.api_key].decode is not None:
-            request = parse_body(header.api_key, version, frame, header.body_offset)
+            request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
         response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
                                   UNKNOWN_SERVER_ERROR_MESSAGE)
         name = api_key_map[header.api_key]
@@ -230,4 +230,8 @@ class Dispatcher:
         }
 
 
-
+def _read_only(frame: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """kio reads only read-only buffers; a frame joined from several socket reads is a bytearray (see network)."""
+    if isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly):
+        return frame
+    return memoryview(frame).toreadonly()

@@ -94,8 +94,10 @@ class Connection:
         """``n`` bytes from the connection; None when it closes first.
 
         Chunks are collected and joined once, so a large produce request is
-        copied once here rather than once per chunk received; pipelined small
-        requests are sliced off the buffer without moving what follows.
+        copied once here rather than once per chunk received, into a
+        bytearray that the produce handler then writes offsets into instead
+        of copying it again; pipelined small requests are sliced off the
+        buffer without moving what follows.
         """
         buffer, pos = self._buffer, self._pos
         if len(buffer) - pos >= n:
@@ -111,7 +113,7 @@ class Connection:
                 return None
             parts.append(chunk)
             have += len(chunk)
-        data = b"".join(parts)
+        data = bytearray().join(parts)  # writable: a produce request's batches get their offsets where they lie
         self._buffer, self._pos = data, n
         return memoryview(data)[:n] if have > n else data
 
