@@ -1,9 +1,10 @@
-"""How the client side of a connection cuts response frames out of what the socket delivers.
+"""How both ends of a connection cut size-prefixed frames out of what the socket delivers.
 
 Socket reads end anywhere: in a size prefix, in the middle of a frame, or
-after several frames. Large frames (fetch responses with records) are read
-into a buffer of their own; the bytes handed on must be the frame's, whatever
-the read boundaries were.
+after several frames. Large frames (fetch responses with records on the
+client side, produce requests on the broker's) are read into a buffer of
+their own; the bytes handed on must be the frame's, whatever the read
+boundaries were.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import struct
 import pytest
 
 from josef.protocol.connection import _FrameProtocol
+from josef.server.network import FrameTooLargeError, _Wire
 
 
 class Recorder:
@@ -31,7 +33,7 @@ class Recorder:
         self.failures.append(error)
 
 
-def feed(protocol: _FrameProtocol, data: bytes, cuts: list[int]) -> None:
+def feed(protocol: _FrameProtocol | _Wire, data: bytes, cuts: list[int]) -> None:
     """Deliver ``data`` as the socket would, ending reads at ``cuts`` (and wherever a buffer is full)."""
     position = 0
     for end in [*cuts, len(data)]:
@@ -109,3 +111,77 @@ async def _over_a_real_socket(size: int) -> None:
     transport.close()
     server.close()
     assert recorder.frames == payloads
+
+
+# The broker's side: requests cut by josef.server.network._Wire ----------------------------------
+
+
+class Transport:
+    """What _Wire asks of its transport while reading: pausing and resuming."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def wire(max_frame: int = 100 << 20) -> _Wire:
+    return _Wire(Transport(), max_frame, "test")  # type: ignore[arg-type]
+
+
+def requests_of(w: _Wire) -> list[bytes]:
+    async def drain() -> list[bytes]:
+        w.eof_received()
+        out = []
+        while (frame := await w.read_frame()) is not None:
+            out.append(bytes(frame))
+        return out
+    return asyncio.run(drain())
+
+
+def test_requests_come_out_whole_wherever_the_reads_end() -> None:
+    rng = random.Random(11)
+    payloads = [rng.randbytes(size) for size in (1, 3, 100, 262_140, 262_141, 300_000, 5, 1_500_000, 9, 40_000)]
+    data = framed(*payloads)
+    for _ in range(10):
+        w = wire()
+        feed(w, data, sorted(rng.sample(range(1, len(data)), 40)))
+        assert requests_of(w) == payloads
+
+
+def test_a_large_request_is_read_into_a_writable_buffer_of_its_own() -> None:
+    """The produce handler stamps offsets into it: it must be a bytearray, not a copy made later."""
+    w = wire()
+    feed(w, framed(b"p" * 1_000_000, b"small"), [100])
+    large, small = w._frames
+    assert isinstance(large, bytearray) and len(large) == 1_000_000
+    assert small == b"small"
+
+
+def test_a_request_over_the_limit_fails_the_connection_after_the_ones_before_it() -> None:
+    w = wire(max_frame=1000)
+    feed(w, framed(b"ok") + struct.pack(">i", 5000) + b"x" * 100, [])
+    assert w.transport.paused
+
+    async def read() -> None:
+        assert await w.read_frame() == b"ok"
+        with pytest.raises(FrameTooLargeError):
+            await w.read_frame()
+    asyncio.run(read())
+
+
+def test_reading_pauses_while_too_much_waits_unread() -> None:
+    w = wire()
+    w.READ_BUFFER_BYTES = 1000
+    feed(w, framed(*[b"r" * 400] * 4), [])
+    assert w.transport.paused
+
+    async def read() -> None:
+        for _ in range(3):
+            await w.read_frame()
+    asyncio.run(read())
+    assert not w.transport.paused

@@ -74,31 +74,29 @@ class Connection:
         #: Answers handed to the writer task and not written yet.
         self._queued = 0
         self._writer: _Writer | None = None
-        self._wire = _Wire.attach(stream)
+        self._wire = _Wire.attach(stream, max_frame, self.peer)
 
-    async def _receive(self) -> bytes | None:
-        wire = self._wire
-        if wire is not None:
-            chunk = await wire.receive()
-            if chunk is None:
-                return None
+    async def _read_frame(self) -> bytes | bytearray | memoryview | None:
+        """The next request, without its size prefix; None when the connection closes first."""
+        if self._wire is not None:
+            frame = await self._wire.read_frame()
         else:
-            try:
-                chunk = await self.stream.receive(_RECEIVE_CHUNK)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
-                return None
-        self._last_active = time.monotonic()
-        return chunk
+            frame = await self._read_stream_frame()
+        if frame is not None:
+            self._last_active = time.monotonic()
+        return frame
 
-    async def _read_exactly(self, n: int) -> bytes | memoryview | None:
-        """``n`` bytes from the connection; None when it closes first.
+    async def _read_stream_frame(self) -> bytes | bytearray | memoryview | None:
+        """:meth:`_read_frame` for a stream that is not anyio's asyncio socket stream (no :class:`_Wire`)."""
+        size_bytes = await self._read_exactly(4)
+        if size_bytes is None:
+            return None
+        (size,) = _SIZE.unpack(size_bytes)
+        if size < 0 or size > self.max_frame:
+            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+        return await self._read_exactly(size)
 
-        Chunks are collected and joined once, so a large produce request is
-        copied once here rather than once per chunk received, into a
-        bytearray that the produce handler then writes offsets into instead
-        of copying it again; pipelined small requests are sliced off the
-        buffer without moving what follows.
-        """
+    async def _read_exactly(self, n: int) -> bytes | bytearray | memoryview | None:
         buffer, pos = self._buffer, self._pos
         if len(buffer) - pos >= n:
             self._pos = pos + n
@@ -106,8 +104,9 @@ class Connection:
         parts = [buffer[pos:]]
         have = len(parts[0])
         while have < n:
-            chunk = await self._receive()
-            if chunk is None:
+            try:
+                chunk = await self.stream.receive(_RECEIVE_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
                 if have:
                     log.info("connection %s closed in the middle of a request", self.peer)
                 return None
@@ -116,15 +115,6 @@ class Connection:
         data = bytearray().join(parts)  # writable: a produce request's batches get their offsets where they lie
         self._buffer, self._pos = data, n
         return memoryview(data)[:n] if have > n else data
-
-    async def _read_frame(self) -> bytes | memoryview | None:
-        size_bytes = await self._read_exactly(4)
-        if size_bytes is None:
-            return None
-        (size,) = _SIZE.unpack(size_bytes)
-        if size < 0 or size > self.max_frame:
-            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
-        return await self._read_exactly(size)
 
     async def serve(self) -> None:
         try:
@@ -170,16 +160,10 @@ class Connection:
 
     def _next_frame_received(self) -> bool:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""
+        if self._wire is not None:
+            return self._wire.has_frame()
         buffer, pos = self._buffer, self._pos
-        have = len(buffer) - pos
-        queued = self._wire._queued if self._wire is not None else 0
-        if have == 0 and queued:  # the next request starts in a chunk received since
-            buffer, pos = self._wire._chunks[0], 0
-            have = len(buffer)
-            queued -= have
-        if have < 4:
-            return False
-        return have - 4 + queued >= _SIZE.unpack_from(buffer, pos)[0]
+        return len(buffer) - pos >= 4 and len(buffer) - pos - 4 >= _SIZE.unpack_from(buffer, pos)[0]
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
         """Write the queued answers in request order, each once it is ready; answers ready together go out in one write."""
@@ -219,75 +203,154 @@ class Connection:
             await anyio.sleep(max(idle_until - now, max_idle / 10, 0.001))
 
 
-class _Wire(asyncio.Protocol):
-    """The connection's asyncio protocol, put in place of anyio's on its transport.
+class _Wire(asyncio.BufferedProtocol):
+    """The connection's asyncio protocol, put in place of anyio's on its transport: it cuts requests out of the stream.
 
     anyio's ``SocketStream.receive`` stops and restarts reading around every
     wait (two ``epoll_ctl`` calls per request under uvloop) and yields to the
-    event loop once more when data is already there. Here reading stays on;
-    received chunks queue until the connection takes them, and reading
-    pauses only while more than ``READ_BUFFER_BYTES`` wait unread (a
-    client sending faster than requests are handled). ``write_event`` is
-    clear while the transport's buffer is over its limit, as anyio's is.
+    event loop once more when data is already there. Here reading stays on,
+    and the socket is read straight into buffers this protocol owns: small
+    requests are cut out of one receive buffer; a request larger than that
+    buffer gets one of its own, a bytearray the kernel fills directly, so a
+    large produce request is copied once, out of the socket, and its
+    batches get their offsets where they lie. Whole requests queue until the
+    connection takes them, and reading pauses while more than
+    ``READ_BUFFER_BYTES`` wait (a client sending faster than requests are
+    handled). ``write_event`` is clear while the transport's buffer is over
+    its limit, as anyio's is.
     """
 
     READ_BUFFER_BYTES = 16 << 20
+    #: The receive buffer small requests are cut from (and the first bytes of a large one).
+    BUFFER_SIZE = 256 << 10
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, max_frame: int, peer: str) -> None:
         self.transport = transport
         self.write_event = asyncio.Event()
         self.write_event.set()
-        self._chunks: deque[bytes] = deque()
+        self.max_frame = max_frame
+        self.peer = peer
+        self._buffer = bytearray(self.BUFFER_SIZE)
+        self._start = self._end = 0
+        #: A large request being read into its own buffer, and how much of it has arrived.
+        self._large: bytearray | None = None
+        self._filled = 0
+        self._frames: deque[bytes | bytearray] = deque()
         self._queued = 0
+        self._error: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._paused = False
 
     @classmethod
-    def attach(cls, stream: anyio.abc.SocketStream) -> _Wire | None:
+    def attach(cls, stream: anyio.abc.SocketStream, max_frame: int, peer: str) -> _Wire | None:
         """Take over ``stream``'s transport, with what anyio already received; None for a stream that is not anyio's asyncio one."""
         transport = getattr(stream, "_transport", None)
         previous = getattr(stream, "_protocol", None)
         if not hasattr(transport, "set_protocol") or not hasattr(previous, "read_queue"):
-            return None  # (uvloop's transports are not asyncio.Transport subclasses)
-        wire = cls(transport)
+            return None
+        wire = cls(transport, max_frame, peer)
         for chunk in previous.read_queue:
-            wire._chunks.append(chunk)
-            wire._queued += len(chunk)
+            wire._feed(chunk)
         previous.read_queue.clear()
         wire._ended = bool(previous.is_at_eof or previous.exception is not None or transport.is_closing())
         transport.set_protocol(wire)
-        transport.resume_reading()
+        if wire._error is None:
+            transport.resume_reading()
         return wire
 
-    async def receive(self) -> bytes | None:
-        """The next chunk received; None once the peer closed (or the connection broke) and all was read."""
-        while not self._chunks:
+    def has_frame(self) -> bool:
+        """Whether a whole request is waiting to be read."""
+        return bool(self._frames)
+
+    async def read_frame(self) -> bytes | bytearray | None:
+        """The next request, without its size; None once the peer closed (or the connection broke) and all was read."""
+        while not self._frames:
+            if self._error is not None:
+                raise self._error
             if self._ended:
+                if self._end > self._start or self._large is not None:
+                    log.info("connection %s closed in the middle of a request", self.peer)
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        chunk = self._chunks.popleft()
-        self._queued -= len(chunk)
-        if self._paused and self._queued < self.READ_BUFFER_BYTES // 2:
+        frame = self._frames.popleft()
+        self._queued -= len(frame)
+        if self._paused and self._queued < self.READ_BUFFER_BYTES // 2 and self._error is None:
             self._paused = False
             self.transport.resume_reading()
-        return chunk
+        return frame
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._filled:]
+        if self._end == len(self._buffer):  # keep the unread start of a request, at the front
+            pending = self._end - self._start
+            self._buffer[:pending] = self._buffer[self._start:self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._buffer)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._filled += nbytes
+            if self._filled == len(self._large):
+                self._queue(self._large)
+                self._large = None
+                self._wake()
+            return
+        self._end += nbytes
+        self._cut()
+
+    def _feed(self, data: bytes) -> None:
+        """Bytes received before this protocol took over, as if read now."""
+        view = memoryview(data)
+        while view and self._error is None:
+            buffer = self.get_buffer(len(view))
+            n = min(len(buffer), len(view))
+            buffer[:n] = view[:n]
+            self.buffer_updated(n)
+            view = view[n:]
+
+    def _cut(self) -> None:
+        """Queue every whole request in the receive buffer; start a large one's own buffer."""
+        buffer, start, end = self._buffer, self._start, self._end
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < 0 or size > self.max_frame:
+                self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+                self.transport.pause_reading()
+                start = end
+                break
+            if end - start - 4 >= size:
+                start += 4 + size
+                self._queue(bytes(memoryview(buffer)[start - size:start]))
+            elif size > len(buffer) - 4:
+                have = end - start - 4
+                self._large = bytearray(size)
+                self._large[:have] = memoryview(buffer)[start + 4:end]
+                self._filled = have
+                start = end
+                break
+            else:
+                break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        self._wake()
+
+    def _queue(self, frame: bytes | bytearray) -> None:
+        self._frames.append(frame)
+        self._queued += len(frame)
+        if self._queued > self.READ_BUFFER_BYTES and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-    def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._queued += len(data)
-        if self._queued > self.READ_BUFFER_BYTES and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
-        self._wake()
 
     def eof_received(self) -> bool:
         self._ended = True
