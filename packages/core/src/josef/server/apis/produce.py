@@ -9,9 +9,12 @@ answers NOT_LEADER_OR_FOLLOWER: the new leader may not have the batch.
 
 Requests are read and answered by :mod:`josef.protocol.produce_codec`, not
 kio: each partition's records arrive as a view of the request frame (reading
-the request copies nothing), and the handler copies them once, into the
-buffer the offsets are stamped into. The connection still joins a request
-that came in several socket reads into one frame.
+the request copies nothing). A large request was read by the kernel straight
+into a writable buffer of its own (:class:`josef.server.network._Wire`), so
+the leader stamps offsets into the batches where they lie and the bytes are
+copied once more only into the file; a small one, cut out of the
+connection's receive buffer, is copied once into the buffer the offsets are
+stamped into.
 """
 
 from __future__ import annotations
