@@ -17,7 +17,6 @@ import asyncio
 import collections
 import logging
 import socket
-import struct
 from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -26,12 +25,10 @@ from kio.schema.index import api_key_map, schema_name_map
 from josef import __version__
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.frames import FrameReader
 from josef.protocol.messages import decode_response, encode_request
 
 log = logging.getLogger(__name__)
-
-_SIZE = struct.Struct(">i")
-
 
 class Connection:
     def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int,
@@ -168,67 +165,26 @@ class Connection:
         if self._protocol is not None:
             await self._protocol.closed()
 
-class _FrameProtocol(asyncio.BufferedProtocol):
-    """Reads size-prefixed response frames with the fewest copies.
-
-    Small frames are cut out of one reused receive buffer. A frame larger
-    than that buffer (a fetch response with records) gets a buffer of its own
-    that the socket reads straight into, so its bytes are copied once, out of
-    the kernel, before they are decoded.
-    """
+class _FrameProtocol(FrameReader):
+    """The client side of a connection: each response frame answers the oldest request (see :class:`FrameReader`)."""
 
     BUFFER_SIZE = 1 << 16
 
     def __init__(self, conn: Connection) -> None:
+        super().__init__(0x7FFFFFFF, self.BUFFER_SIZE)
         self.conn = conn
-        self._buffer = bytearray(self.BUFFER_SIZE)
-        self._start = self._end = 0
-        self._frame: bytearray | None = None
-        self._filled = 0
         self._writable: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._closed = asyncio.get_running_loop().create_future()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._buffer):  # keep the unread start of a frame, at the front
-            pending = self._end - self._start
-            self._buffer[:pending] = self._buffer[self._start:self._end]
-            self._start, self._end = 0, pending
-        return memoryview(self._buffer)[self._end:]
+    def frame_received(self, frame: bytes | bytearray) -> None:
+        # kio reads only read-only buffers
+        self.conn._received(frame if isinstance(frame, bytes) else memoryview(frame).toreadonly())
 
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled == len(self._frame):
-                frame, self._frame = self._frame, None
-                self.conn._received(memoryview(frame).toreadonly())
-            return
-        self._end += nbytes
-        buffer, start, end = self._buffer, self._start, self._end
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buffer, start)
-            if size < 0:
-                self.conn._fail(KafkaConnectionError(f"negative frame size from {self.conn.host}:{self.conn.port}"))
-                return
-            if end - start - 4 >= size:
-                start += 4 + size
-                self.conn._received(bytes(buffer[start - size:start]))
-            elif size > len(buffer) - 4:  # too big to cut out of the buffer: read the rest into its own
-                have = end - start - 4
-                self._frame = bytearray(size)
-                self._frame[:have] = buffer[start + 4:end]
-                self._filled = have
-                start = end = 0
-                break
-            else:
-                break
-        if start == end:
-            start = end = 0
-        self._start, self._end = start, end
+    def frame_refused(self, size: int) -> None:
+        self.conn._fail(KafkaConnectionError(f"frame size {size} from {self.conn.host}:{self.conn.port}"))
 
     def eof_received(self) -> bool:
         return False

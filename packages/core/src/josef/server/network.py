@@ -32,6 +32,7 @@ import anyio.abc
 from anyio.streams.stapled import MultiListener
 
 from josef.log import FileRegion
+from josef.protocol.frames import FrameReader
 from josef.protocol.messages import MalformedRequestError
 from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
 
@@ -203,16 +204,14 @@ class Connection:
             await anyio.sleep(max(idle_until - now, max_idle / 10, 0.001))
 
 
-class _Wire(asyncio.BufferedProtocol):
+class _Wire(FrameReader):
     """The connection's asyncio protocol, put in place of anyio's on its transport: it cuts requests out of the stream.
 
     anyio's ``SocketStream.receive`` stops and restarts reading around every
     wait (two ``epoll_ctl`` calls per request under uvloop) and yields to the
     event loop once more when data is already there. Here reading stays on,
-    and the socket is read straight into buffers this protocol owns: small
-    requests are cut out of one receive buffer; a request larger than that
-    buffer gets one of its own, a bytearray the kernel fills directly, so a
-    large produce request is copied once, out of the socket, and its
+    straight into the :class:`josef.protocol.frames.FrameReader`'s buffers,
+    so a large produce request is copied once, out of the socket, and its
     batches get their offsets where they lie. Whole requests queue until the
     connection takes them, and reading pauses while more than
     ``READ_BUFFER_BYTES`` wait (a client sending faster than requests are
@@ -225,16 +224,11 @@ class _Wire(asyncio.BufferedProtocol):
     BUFFER_SIZE = 256 << 10
 
     def __init__(self, transport: asyncio.Transport, max_frame: int, peer: str) -> None:
+        super().__init__(max_frame, self.BUFFER_SIZE)
         self.transport = transport
         self.write_event = asyncio.Event()
         self.write_event.set()
-        self.max_frame = max_frame
         self.peer = peer
-        self._buffer = bytearray(self.BUFFER_SIZE)
-        self._start = self._end = 0
-        #: A large request being read into its own buffer, and how much of it has arrived.
-        self._large: bytearray | None = None
-        self._filled = 0
         self._frames: deque[bytes | bytearray] = deque()
         self._queued = 0
         self._error: Exception | None = None
@@ -251,7 +245,7 @@ class _Wire(asyncio.BufferedProtocol):
             return None
         wire = cls(transport, max_frame, peer)
         for chunk in previous.read_queue:
-            wire._feed(chunk)
+            wire.feed(chunk)
         previous.read_queue.clear()
         wire._ended = bool(previous.is_at_eof or previous.exception is not None or transport.is_closing())
         transport.set_protocol(wire)
@@ -269,7 +263,7 @@ class _Wire(asyncio.BufferedProtocol):
             if self._error is not None:
                 raise self._error
             if self._ended:
-                if self._end > self._start or self._large is not None:
+                if self.partial():
                     log.info("connection %s closed in the middle of a request", self.peer)
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
@@ -284,69 +278,18 @@ class _Wire(asyncio.BufferedProtocol):
             self.transport.resume_reading()
         return frame
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large is not None:
-            return memoryview(self._large)[self._filled:]
-        if self._end == len(self._buffer):  # keep the unread start of a request, at the front
-            pending = self._end - self._start
-            self._buffer[:pending] = self._buffer[self._start:self._end]
-            self._start, self._end = 0, pending
-        return memoryview(self._buffer)[self._end:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._large is not None:
-            self._filled += nbytes
-            if self._filled == len(self._large):
-                self._queue(self._large)
-                self._large = None
-                self._wake()
-            return
-        self._end += nbytes
-        self._cut()
-
-    def _feed(self, data: bytes) -> None:
-        """Bytes received before this protocol took over, as if read now."""
-        view = memoryview(data)
-        while view and self._error is None:
-            buffer = self.get_buffer(len(view))
-            n = min(len(buffer), len(view))
-            buffer[:n] = view[:n]
-            self.buffer_updated(n)
-            view = view[n:]
-
-    def _cut(self) -> None:
-        """Queue every whole request in the receive buffer; start a large one's own buffer."""
-        buffer, start, end = self._buffer, self._start, self._end
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buffer, start)
-            if size < 0 or size > self.max_frame:
-                self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
-                self.transport.pause_reading()
-                start = end
-                break
-            if end - start - 4 >= size:
-                start += 4 + size
-                self._queue(bytes(memoryview(buffer)[start - size:start]))
-            elif size > len(buffer) - 4:
-                have = end - start - 4
-                self._large = bytearray(size)
-                self._large[:have] = memoryview(buffer)[start + 4:end]
-                self._filled = have
-                start = end
-                break
-            else:
-                break
-        if start == end:
-            start = end = 0
-        self._start, self._end = start, end
-        self._wake()
-
-    def _queue(self, frame: bytes | bytearray) -> None:
+    def frame_received(self, frame: bytes | bytearray) -> None:
         self._frames.append(frame)
         self._queued += len(frame)
         if self._queued > self.READ_BUFFER_BYTES and not self._paused:
             self._paused = True
             self.transport.pause_reading()
+        self._wake()
+
+    def frame_refused(self, size: int) -> None:
+        self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+        self.transport.pause_reading()
+        self._wake()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
