@@ -25,7 +25,6 @@ CPU-seconds per GB, and each configuration's throughput over the one-core figure
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -36,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from broker import MB, Broker, cpu_seconds_of, create_topic, machine, machine_busy_seconds, progress  # noqa: E402
-from kcat_read import children_cpu_seconds, records_file, run_all  # noqa: E402
+from kcat_read import children_cpu_seconds, records_file, run_all, write_json  # noqa: E402
 
 RECORD_SIZE = 1024
 #: kcat processes of every phase, each with its own topic and half the records, in every configuration.
@@ -132,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run['name']:<16} {p['mb_per_s']:>13.0f} {p['mb_per_s'] / base['produce']['mb_per_s']:>5.2f}x "
               f"{p['broker_cpu_s_per_gb']:>9.2f} {c['mb_per_s']:>13.0f} "
               f"{c['mb_per_s'] / base['consume']['mb_per_s']:>5.2f}x {c['broker_cpu_s_per_gb']:>9.2f}")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": info, "parameters": vars(a), "runs": runs}, f, indent=2)
+    write_json(a, info, runs)
     return 0
 
 

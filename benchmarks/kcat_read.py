@@ -95,6 +95,13 @@ def measure(size: int, a: argparse.Namespace, scratch: str) -> dict[str, Any]:
             "kcat_cpu_util": statistics.median(r["kcat_cpu_util"] for r in reads)}
 
 
+def write_json(a: argparse.Namespace, info: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """With ``--json FILE``: the machine, the parameters and the runs, into FILE."""
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump({"machine": info, "parameters": vars(a), "runs": runs}, f, indent=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record-size", type=int, action="append",
@@ -124,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = run["mb_per_s"] / run["loopback"]["mb_per_s"]
         print(f"{run['record_size']:>12,} {run['mb_per_s']:>10.0f} {run['loopback']['mb_per_s']:>14.0f} "
               f"{ratio:>5.2f}x {run['broker_cpu_util']:>10.0%} {run['kcat_cpu_util']:>8.0%}")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": info, "parameters": vars(a), "runs": runs}, f, indent=2)
+    write_json(a, info, runs)
     return 0
 
 

@@ -29,6 +29,14 @@ def produce_spread(bootstrap: str, topic: str, count: int, *, acks: str = "1") -
     return sent
 
 
+def read_into(consumer: KafkaConsumer, got: dict[int, list[bytes]], total: int) -> None:
+    """Read from kafka-python's ``consumer`` into ``got`` (values by partition) until it holds ``total`` records."""
+    for message in consumer:
+        got.setdefault(message.partition, []).append(message.value)
+        if sum(map(len, got.values())) == total:
+            return
+
+
 def read_with_librdkafka(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     """Every partition's records from the start (librdkafka fetches without sessions), ``RECORDS`` in all."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
@@ -59,18 +67,11 @@ def test_kafka_python_reads_200_partitions_through_an_incremental_session_and_li
     consumer.assign([KafkaTopicPartition("sessions", p) for p in range(PARTITIONS)])
     got: dict[int, list[bytes]] = {}
     try:
-        for message in consumer:
-            got.setdefault(message.partition, []).append(message.value)
-            if sum(map(len, got.values())) == RECORDS // 2:
-                break
+        read_into(consumer, got, RECORDS // 2)
         # More records while the session is open: the incremental fetches must bring exactly these.
-        more = produce_spread(broker.bootstrap_servers, "sessions", RECORDS // 2)
-        for partition, values in more.items():
+        for partition, values in produce_spread(broker.bootstrap_servers, "sessions", RECORDS // 2).items():
             sent.setdefault(partition, []).extend(values)
-        for message in consumer:
-            got.setdefault(message.partition, []).append(message.value)
-            if sum(map(len, got.values())) == RECORDS:
-                break
+        read_into(consumer, got, RECORDS)
         handlers = consumer._fetcher._session_handlers  # kafka-python's own record of its sessions
         assert handlers and all(h.next_metadata.session_id > 0 and h.next_metadata.epoch > 1 for h in handlers.values()), handlers
     finally:
@@ -122,21 +123,14 @@ def test_kafka_python_starts_a_new_session_when_a_restarted_broker_has_forgotten
     consumer.assign([KafkaTopicPartition("restarted", p) for p in range(PARTITIONS)])
     got: dict[int, list[bytes]] = {}
     try:
-        for message in consumer:
-            got.setdefault(message.partition, []).append(message.value)
-            if sum(map(len, got.values())) == RECORDS // 2:
-                break
+        read_into(consumer, got, RECORDS // 2)
         (handler,) = consumer._fetcher._session_handlers.values()
         before = handler.next_metadata.session_id
         assert before > 0
         broker.restart()
-        more = produce_spread(broker.bootstrap_servers, "restarted", RECORDS // 2)
-        for partition, values in more.items():
+        for partition, values in produce_spread(broker.bootstrap_servers, "restarted", RECORDS // 2).items():
             sent.setdefault(partition, []).extend(values)
-        for message in consumer:
-            got.setdefault(message.partition, []).append(message.value)
-            if sum(map(len, got.values())) == RECORDS:
-                break
+        read_into(consumer, got, RECORDS)
         (handler,) = consumer._fetcher._session_handlers.values()
         assert failures, "kafka-python never noticed that its session was gone"
         assert handler.next_metadata.session_id not in (0, before)  # a new session, on the restarted broker

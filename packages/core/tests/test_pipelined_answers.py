@@ -36,17 +36,8 @@ def produce_body(partition: int) -> dict:
 
 
 def read_answer(sock: socket.socket, api_key: int, version: int) -> tuple[int, object]:
-    size = struct.unpack(">i", receive(sock, 4))[0]
-    return decode_response(api_key, version, receive(sock, size))
-
-
-def receive(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return bytes(data)
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return decode_response(api_key, version, sock.recv(size, socket.MSG_WAITALL))
 
 
 def test_pipelined_produce_answers_come_in_order_and_share_writes(josef_broker, monkeypatch):
