@@ -330,12 +330,17 @@ class ReplicaFetchers:
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            for fetcher in self._fetchers.values():
-                tg.start_soon(fetcher.run)
-            task_status.started()
-            await anyio.sleep_forever()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                for fetcher in self._fetchers.values():
+                    tg.start_soon(fetcher.run)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            # Stopped (the broker is shutting down): a partition followed from now on, as logs still being
+            # opened are installed, is only recorded, like one followed before the fetchers started.
+            self._tg = None
 
     def follow(self, partition: Partition) -> None:
         """Fetch ``partition`` from its leader from now on, starting with truncation (a new leader or epoch)."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
@@ -252,6 +253,8 @@ class ReplicaManager:
             batch = self._storage_ops[:STORAGE_OPS_PER_CALL]
             del self._storage_ops[:STORAGE_OPS_PER_CALL]
             opened = await anyio.to_thread.run_sync(self._run_storage_ops, batch)
+            # Stopping meanwhile: the fetchers and coordinators are gone, so nothing is installed (storage closes the logs).
+            await anyio.lowlevel.checkpoint_if_cancelled()
             self._install_opened(opened)
 
     def _run_storage_ops(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
