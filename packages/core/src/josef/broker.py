@@ -214,6 +214,11 @@ class Broker:
         if self._coordinating:
             self.coordinators.on_metadata(delta, self.image)
 
+    def partitions_installed(self) -> None:
+        """The replica manager hosts partitions whose logs finished opening: coordinators may now lead some."""
+        if self._coordinating:
+            self.coordinators.on_metadata(MetadataDelta(), self.image)
+
     async def _start_broker(self, tg: anyio.abc.TaskGroup) -> None:
         """Register with the active controller, then serve partitions once unfenced, as Kafka's BrokerServer does.
 

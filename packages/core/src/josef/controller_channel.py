@@ -93,10 +93,9 @@ class ControllerChannel:
         when the answer comes, as before, rather than answered
         NOT_LEADER_OR_FOLLOWER for a moment.
         """
-        replicas = getattr(self._node, "replicas", None)
-        if replicas is not None:
+        if self._node.is_broker:
             with anyio.move_on_after(self._timeout_s):
-                await replicas.storage_settled()
+                await self._node.replicas.storage_settled()
 
     async def _send(self, api_key: int, ctx: RequestContext | None, request: Any,
                     timeout_s: float | None = None) -> Any:

@@ -37,6 +37,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
+import attrs
 from kio.schema.errors import ErrorCode
 
 from josef import meta_properties
@@ -76,6 +77,32 @@ LOG_END = "log-end"
 STORAGE_OPS_PER_CALL = 100
 
 
+@attrs.frozen
+class OpenLog:
+    """Open (or create) a partition's log; ``token`` tells whether it is still wanted when it is done."""
+
+    tp: TopicPartition
+    token: object
+    topic_id: str
+    config: dict[str, Any]
+
+
+@attrs.frozen
+class DeleteLog:
+    """Delete a partition's log; ``known``: it was hosted or being opened (else only if the storage holds it)."""
+
+    tp: TopicPartition
+    known: bool
+
+
+@attrs.frozen
+class OpenedLog:
+    """An :class:`OpenLog` done: its Partition, or the error that took its directory offline."""
+
+    request: OpenLog
+    partition: Partition | LogDirError
+
+
 class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -105,7 +132,7 @@ class ReplicaManager:
         #: Partitions whose logs a worker thread is opening, with the token of that opening (see :meth:`apply_delta`).
         self._opening: dict[TopicPartition, object] = {}
         #: Log openings and deletions for the worker thread, in the order the metadata asked for them.
-        self._storage_ops: list[tuple[Any, ...]] = []
+        self._storage_ops: list[OpenLog | DeleteLog] = []
         self._storage_wake = anyio.Event()
         self._storage_settled = anyio.Event()
         self._storage_settled.set()
@@ -186,7 +213,7 @@ class ReplicaManager:
                     configs[name] = self.topic_config(image, name)
                 if self._tg is not None:
                     token = self._opening[tp] = object()
-                    self._queue_storage(("open", tp, token, topic.topic_id, configs[name]))
+                    self._queue_storage(OpenLog(tp, token, topic.topic_id, configs[name]))
                     continue
                 try:
                     partition = self._new_partition(tp, topic.topic_id, configs[name])
@@ -232,7 +259,7 @@ class ReplicaManager:
 
     # Opening and deleting logs in a worker thread ---------------------------------
 
-    def _queue_storage(self, op: tuple[Any, ...]) -> None:
+    def _queue_storage(self, op: OpenLog | DeleteLog) -> None:
         self._storage_ops.append(op)
         self._storage_wake.set()
         if self._storage_settled.is_set():
@@ -257,35 +284,33 @@ class ReplicaManager:
             await anyio.lowlevel.checkpoint_if_cancelled()
             self._install_opened(opened)
 
-    def _run_storage_ops(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _run_storage_ops(self, batch: list[OpenLog | DeleteLog]) -> list[OpenedLog]:
         """In a worker thread: each operation in turn; the openings' Partitions (or LogDirErrors)."""
-        opened: list[tuple[Any, ...]] = []
-        stored: set[TopicPartition] | None = None
+        opened: list[OpenedLog] = []
+        stored: set[TopicPartition] | None = None  # what the storage holds, read once if a deletion asks
         for op in batch:
-            if op[0] == "open":
-                _, tp, token, topic_id, config = op
+            if isinstance(op, OpenLog):
                 try:
-                    opened.append((tp, token, config, self._new_partition(tp, topic_id, config)))
+                    opened.append(OpenedLog(op, self._new_partition(op.tp, op.topic_id, op.config)))
                 except LogDirError as exc:
-                    opened.append((tp, token, config, exc))
+                    opened.append(OpenedLog(op, exc))
                 if stored is not None:
-                    stored.add(tp)
+                    stored.add(op.tp)
                 continue
-            _, tp, known = op
-            if not known:  # not hosted here: delete only a log the storage holds (of an offline partition, say)
+            if not op.known:  # not hosted here: delete only a log the storage holds (of an offline partition, say)
                 if stored is None:
                     stored = set(self.storage.stored())
-                if tp not in stored:
+                if op.tp not in stored:
                     continue
             if stored is not None:
-                stored.discard(tp)
+                stored.discard(op.tp)
             try:
-                self.storage.delete(tp)
+                self.storage.delete(op.tp)
             except LogDirError as exc:  # its directory is offline now: check_log_dirs tells the controller
-                log.error("deleting the log of %s failed: %s", tp, exc)
+                log.error("deleting the log of %s failed: %s", op.tp, exc)
         return opened
 
-    def _install_opened(self, opened: list[tuple[Any, ...]]) -> None:
+    def _install_opened(self, opened: list[OpenedLog]) -> None:
         """On the event loop: host the partitions whose logs opened, in the image's state of now.
 
         An opening whose partition was removed meanwhile (its token is gone)
@@ -295,8 +320,9 @@ class ReplicaManager:
         strict = image.features.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
         configs: dict[str, dict[str, Any]] = {}
         installed = False
-        for tp, token, config, partition in opened:
-            if self._opening.get(tp) is not token:
+        for done in opened:
+            tp, partition, config = done.request.tp, done.partition, done.request.config
+            if self._opening.get(tp) is not done.request.token:
                 continue
             del self._opening[tp]
             if isinstance(partition, LogDirError):
@@ -313,8 +339,8 @@ class ReplicaManager:
                 partition.update_config(configs[tp.topic])
             self._install(partition, state, strict)
             installed = True
-        if installed and getattr(self.broker, "_coordinating", False):
-            self.broker.coordinators.on_metadata(MetadataDelta(), image)  # internal partitions it may now lead
+        if installed:
+            self.broker.partitions_installed()
 
     def _apply_throttled_replicas(self, topic: str, topic_config: dict[str, Any]) -> None:
         """A topic's throttled replicas, kept for every topic: a move may throttle a partition before we host it."""
@@ -345,7 +371,7 @@ class ReplicaManager:
         self._unassigned.pop(tp, None)
         known = (self.partitions.pop(tp, None) is not None) | (self._opening.pop(tp, None) is not None)
         if self._tg is not None:
-            self._queue_storage(("delete", tp, known))
+            self._queue_storage(DeleteLog(tp, known))
             if known:
                 self._wake_all(tp)
         elif known or tp in self.storage.stored():
