@@ -40,6 +40,7 @@ from josef.protocol.records import (
     validate_and_assign,
 )
 from josef.protocol.topic_partition import TopicPartition
+from josef.protocol.wire import writable
 
 
 #: What a read may see (Fetch and ListOffsets ``isolation_level``; a follower sees the whole log).
@@ -315,8 +316,8 @@ class Partition:
         codec = self.topic_config.get("compression.type", "producer")
         if codec != "producer":
             buf = recompress(records, Compression.from_name(codec))
-        elif isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
-            buf = records  # the request's own bytes (network joins a large request into a bytearray): no copy
+        elif writable(records):
+            buf = records  # a large request's own buffer (josef.protocol.frames): stamped where it lies, no copy
         else:
             buf = bytearray(records)
         info = validate_and_assign(buf, self.log.log_end_offset, self.leader_epoch,

@@ -166,3 +166,8 @@ def write_node_endpoints(endpoints: Sequence[tuple[int, str, int, str | None]]) 
     return write_uvarint(len(endpoints) + 1) + b"".join(
         I32.pack(node_id) + write_string(host, True) + I32.pack(port) + write_string(rack, True) + b"\x00"
         for node_id, host, port, rack in endpoints)
+
+
+def writable(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether ``buf`` can be written into: a large request's own buffer (see :mod:`josef.protocol.frames`)."""
+    return isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly)

@@ -54,6 +54,7 @@ from josef.protocol.messages import (
     request_type,
     response_type,
 )
+from josef.protocol.wire import writable
 
 if TYPE_CHECKING:
     from josef.broker import Broker
@@ -231,7 +232,5 @@ class Dispatcher:
 
 
 def _read_only(frame: bytes | bytearray | memoryview) -> bytes | memoryview:
-    """kio reads only read-only buffers; a frame joined from several socket reads is a bytearray (see network)."""
-    if isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly):
-        return frame
-    return memoryview(frame).toreadonly()
+    """kio reads only read-only buffers; a large request is a bytearray of its own (see josef.protocol.frames)."""
+    return memoryview(frame).toreadonly() if writable(frame) else frame

@@ -11,7 +11,7 @@ that connection with a log line; it never reaches the rest of the broker. A
 request whose handler fails is answered with an error by the dispatcher and
 the connection goes on, unless no error response can answer it.
 
-A connection idle for ``connections.max.idle.ms`` (no bytes received, no
+A connection idle for ``connections.max.idle.ms`` (no request received, no
 answer sent, nothing owed) is closed, as Kafka's Selector does; a request
 still being answered (a long-poll fetch) keeps it open.
 """
@@ -161,10 +161,7 @@ class Connection:
 
     def _next_frame_received(self) -> bool:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""
-        if self._wire is not None:
-            return self._wire.has_frame()
-        buffer, pos = self._buffer, self._pos
-        return len(buffer) - pos >= 4 and len(buffer) - pos - 4 >= _SIZE.unpack_from(buffer, pos)[0]
+        return self._wire is not None and self._wire.has_frame()  # (without a _Wire nothing is held anyway)
 
     async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
         """Write the queued answers in request order, each once it is ready; answers ready together go out in one write."""
