@@ -158,7 +158,7 @@ class KRaftQuorum:
         self._snapshotting = False
         self._snapshot_done = anyio.Event()
         self._snapshot_done.set()
-        #: Records this node appended and decoded ahead of time, by (epoch, last offset) of their batch.
+        #: Records of this node's big appends, delivered as they are when committed, by (epoch, last offset) of their batch.
         self._decoded: dict[tuple[int, int], list[MetadataRecord]] = {}
         #: Committed events not delivered yet (:meth:`_deliver`), and whether the first is being decoded.
         self._undelivered: collections.deque[Any] = collections.deque()
@@ -216,8 +216,8 @@ class KRaftQuorum:
         if len(records) >= ENCODE_IN_THREAD:
             # A topic of thousands of partitions: encoding its records took tens of ms of the event loop.
             # The controller appends one operation at a time, so nothing overtakes this append meanwhile.
-            # Decoded there too, as the commit delivers them (the same bytes, decoded ahead of time).
-            payloads, decoded = await anyio.to_thread.run_sync(_encode_and_decode, records)
+            # The commit delivers these same (immutable) records instead of decoding the batch again.
+            payloads, decoded = await anyio.to_thread.run_sync(_encode_all, records), list(records)
             node = self._node
             if node is None or self._leader_id != self._node_id:
                 raise NotControllerError(f"node {self._node_id} lost the leadership while encoding records")
@@ -469,7 +469,3 @@ class KRaftQuorum:
 def _encode_all(records: Sequence[MetadataRecord]) -> list[bytes]:
     return [encode(r) for r in records]
 
-
-def _encode_and_decode(records: Sequence[MetadataRecord]) -> tuple[list[bytes], list[MetadataRecord]]:
-    payloads = _encode_all(records)
-    return payloads, [decode(p) for p in payloads]
