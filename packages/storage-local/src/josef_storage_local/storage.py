@@ -44,9 +44,7 @@ class LocalLogStorage:
         interval = config["log.flush.offset.checkpoint.interval.ms"]
         self._config = config
         self._clock = clock
-        self._lock = threading.Lock()  # open() runs on the event loop, delete() in worker threads
-        #: Log directories whose checkpoints still list deleted logs (see :meth:`_settle_later`).
-        self._unsettled: set[LogDir] = set()
+        self._lock = threading.Lock()  # open() and delete() run in a worker thread, lookups on the event loop
         self._logs: dict[TopicPartition, LocalLog] = {}
         self._move_lock = threading.Lock()  # one move at a time: a crash then leaves at most one future dir
         #: Flushes, checkpoints and delayed deletions, in a thread from :meth:`startup` on.
@@ -340,23 +338,17 @@ class LocalLogStorage:
         renamed directory back under its old name: the next start then finds
         a log of a topic that no longer exists and deletes it as stray.
         """
-        with self._lock:
-            if log_dir in self._unsettled:
-                return
-            self._unsettled.add(log_dir)
+        self.scheduler.add_to_batch("settle-deletions", log_dir, self._settle)
 
-        def settle() -> None:
-            with self._lock:
-                self._unsettled.discard(log_dir)
+    def _settle(self, log_dirs: list[LogDir]) -> None:
+        for log_dir in dict.fromkeys(log_dirs):  # each directory once, however many of its logs went
             if log_dir.error is not None:
-                return
+                continue
             try:
                 log_dir.checkpoint()
                 fsync_dir(log_dir.path)
             except OSError as exc:
                 self._failed(log_dir, exc, "checkpointing after deleting logs in", log_dir.path)
-
-        self.scheduler.schedule(settle, run_at_close=True)
 
     @staticmethod
     def _abandon(tp: TopicPartition, target: LogDir, future: Path) -> None:
