@@ -23,6 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from josef.testing import eventually
+
 DEADLINE_S = 60
 
 
@@ -87,13 +89,16 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = DEAD
     many records it got, and how long ago its last ``poll`` returned (a poll
     loop that hangs is told apart from one that runs with a stale assignment).
     """
-    deadline = time.monotonic() + timeout_s
-    while not condition():
+    def check() -> bool:
         for i, member in enumerate(members):
             if member.error is not None:
-                raise AssertionError(f"member {i} failed while waiting for {what}: {member.error!r}") from member.error
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {[m.state() for m in members]}"
-        time.sleep(0.05)
+                raise RuntimeError(f"member {i} failed while waiting for {what}: {member.error!r}") from member.error
+        return condition()
+
+    try:
+        eventually(check, timeout_s, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[m.state() for m in members]}") from None
 
 
 def kafka_python_member(bootstrap: str, group: str, topic: str) -> PollingThread:
