@@ -12,7 +12,7 @@ loop are divided by the requests answered. Scenarios:
 
 * **fetch N**: a Fetch v11 naming N partitions of one topic, every one caught up (fetch offset
   = high watermark, ``max_wait`` 0): the cost of a consumer's poll when nothing changed, per
-  partition named;
+  partition named (``--isolation 1`` asks as librdkafka's consumers do, read_committed);
 * **produce N**: a Produce v9, acks=1, of one 1 KB batch to each of N partitions.
 
 The client is a plain socket in this process, cheap next to the broker; figures are still
@@ -66,9 +66,9 @@ def loop(bootstrap: str, pids: list[int], frame: bytes, count: int, depth: int) 
     return {"requests_per_s": count / elapsed, "broker_us_per_request": cpu / count * 1e6}
 
 
-def fetch_frame(topic: str, partitions: int) -> bytes:
+def fetch_frame(topic: str, partitions: int, isolation: int) -> bytes:
     return encode_request(ApiKey.FETCH, 11, 1, b"request-cost", {
-        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": isolation,
         "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
         "topics": [{"topic": topic, "partitions": [
             {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
@@ -89,6 +89,8 @@ def main() -> int:
     parser.add_argument("--depth", default="1,8", help="requests in flight (comma-separated)")
     parser.add_argument("--partition-visits", type=int, default=200_000,
                         help="requests per scenario are this divided by the partitions named (at least 200)")
+    parser.add_argument("--isolation", type=int, choices=(0, 1), default=0,
+                        help="fetch isolation level: 0 read_uncommitted, 1 read_committed (librdkafka's default)")
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="a running broker instead of a fresh one")
     parser.add_argument("--broker-pid", type=int, action="append", default=[], help="with --bootstrap: its PID(s)")
     parser.add_argument("--json", metavar="FILE", help="write machine, parameters and figures as JSON")
@@ -104,7 +106,7 @@ def main() -> int:
             create_topic(bootstrap, topic, n, 60)
             requests = max(args.partition_visits // n, 200)
             for scenario in scenarios:
-                frame = fetch_frame(topic, n) if scenario == "fetch" else produce_frame(topic, n)
+                frame = fetch_frame(topic, n, args.isolation) if scenario == "fetch" else produce_frame(topic, n)
                 for depth in depths if scenario == "produce" else [1]:
                     figures = loop(bootstrap, pids, frame, requests, depth)
                     row = {"scenario": scenario, "partitions": n, "depth": depth, "requests": requests, **figures,

@@ -197,6 +197,40 @@ def test_abort_and_a_v2_epoch_bump(client):
     assert end(client, (producer[0], 1), False, version=4).error_code == E.none  # V1: a retried abort
 
 
+def fetch_partition(client: RawClient, offset: int, isolation: int) -> Any:
+    answer = client.call(K.FETCH, 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": isolation,
+        "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+        "topics": [{"topic": "orders", "partitions": [{
+            "partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+            "last_fetched_epoch": -1, "log_start_offset": -1}]}]})
+    [partition] = answer.responses[0].partitions
+    assert partition.error_code == E.none
+    return partition
+
+
+def test_read_committed_fetches_stop_at_the_last_stable_offset(client):
+    answer = init(client)
+    producer = (answer.producer_id, answer.producer_epoch)
+    assert set(add(client, producer, {"orders": [0]}).values()) == {E.none}
+    produce(client, producer, 0, b"a")
+    # A read_committed consumer at the last stable offset (librdkafka's default, on every poll) has nothing
+    # to read while the transaction is open; a read_uncommitted one reads the record.
+    waiting = fetch_partition(client, 0, isolation=1)
+    assert (waiting.high_watermark, waiting.last_stable_offset, waiting.records, waiting.aborted_transactions) == (1, 0, b"", ())
+    assert fetch_partition(client, 0, isolation=0).records
+    assert end(client, producer, False).error_code == E.none
+    eventually(lambda: state_of(client) == "CompleteAbort", 10, "the abort to complete")
+    aborted = fetch_partition(client, 0, isolation=1)
+    assert (aborted.last_stable_offset, [(a.producer_id, a.first_offset) for a in aborted.aborted_transactions]) == (
+        2, [(producer[0], 0)])
+    assert aborted.records
+    caught_up = fetch_partition(client, 2, isolation=1)
+    assert (caught_up.high_watermark, caught_up.last_stable_offset, caught_up.records,
+            caught_up.aborted_transactions) == (2, 2, b"", ())
+    assert fetch_partition(client, 2, isolation=0).aborted_transactions is None
+
+
 def test_end_txn_errors(client):
     assert end(client, (1, 0), True, transactional_id="").error_code == E.invalid_request
     assert end(client, (1, 0), True, transactional_id="unknown").error_code == E.invalid_producer_id_mapping

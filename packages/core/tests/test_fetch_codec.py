@@ -100,6 +100,9 @@ def random_response(rng: random.Random, version: int) -> dict:
                 "aborted_transactions": rng.choice([None, [], [(rng.randrange(2**40), rng.randrange(2**40))
                                                                for _ in range(rng.randrange(1, 3))]]),
                 "records": records, "diverging_epoch": pair(), "current_leader": pair(), "snapshot_id": pair()})
+            if rng.random() < 0.3:  # the shape most partitions of a consumer's fetch have: caught up, nothing to say
+                partitions[-1].update(error_code=0, preferred_read_replica=-1, records=b"", diverging_epoch=None,
+                                      current_leader=None, snapshot_id=None, aborted_transactions=rng.choice([None, []]))
         topics.append({"topic": f"t{rng.randrange(100)}", "topic_id": uuid.UUID(int=rng.getrandbits(128)),
                        "partitions": partitions})
     endpoints = [(rng.randrange(5), "localhost", rng.randrange(65536), rng.choice([None, "r1"]))

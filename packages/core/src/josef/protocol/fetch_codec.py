@@ -221,6 +221,12 @@ class ResponseEncoder:
         self._preferred = version >= 11
         self._empty_aborted = write_length(-1, self.flexible)
         self._empty_records = write_length(0, self.flexible)
+        # Everything after the fixed fields of an entry with no records, no error and no tagged field,
+        # the answer for most partitions a consumer names: for aborted None (read_uncommitted) or [].
+        preferred = I32.pack(-1) if self._preferred else b""
+        tail = self._empty_records + (_NO_TAGS if self.flexible else b"")
+        self._caught_up = {None: self._empty_aborted + preferred + tail,
+                           0: write_length(0, self.flexible) + preferred + tail}
 
     def partition(self, out: list[Any], index: int, error_code: int, high_watermark: int, last_stable_offset: int,
                   log_start_offset: int, records: Any, aborted: Sequence[tuple[int, int]] | None = None,
@@ -229,6 +235,11 @@ class ResponseEncoder:
         """Append one partition's entry to ``out``; ``records`` (bytes-like, or any object with ``len`` the
         connection knows how to send) is appended as it is. A tuple given for a tagged field equal to its
         default (-1, -1) is left out, as kio leaves it out."""
+        if (not error_code and not len(records) and not aborted and preferred_read_replica == -1
+                and diverging_epoch is None and current_leader is None and snapshot_id is None and self.version >= 5):
+            out.append(self._head.pack(index, 0, high_watermark, last_stable_offset, log_start_offset)
+                       + self._caught_up[None if aborted is None else 0])
+            return
         flexible = self.flexible
         if self.version >= 5:
             head = self._head.pack(index, error_code, high_watermark, last_stable_offset, log_start_offset)

@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.partition import FOLLOWER, READ_COMMITTED, READ_UNCOMMITTED, Partition
+from josef.partition import FOLLOWER, READ_COMMITTED, Partition
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import (
@@ -101,7 +101,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     hosted = replicas.partitions
     broker_id = ctx.broker.node_id
     # A consumer's partition with nothing new is answered from its state alone: no storage call.
-    quick = replica_id < 0 and isolation == READ_UNCOMMITTED and not rack
+    quick = replica_id < 0 and not rack
+    committed = isolation == READ_COMMITTED
     any_replica = ctx.api_version >= FOLLOWER_FETCH_VERSION
     while True:
         failed = False
@@ -114,14 +115,18 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
             if quick and name is not None:
                 tp = TopicPartition(name, part.partition)
                 partition = hosted.get(tp)
-                if (partition is not None and part.fetch_offset == partition.high_watermark
-                        and (any_replica or partition.leader_id == broker_id)
-                        and part.current_leader_epoch in (-1, partition.leader_epoch)
-                        and not (offline and tp in offline)):
-                    result = results[i] = _Result(partition.high_watermark, partition.last_stable_offset,
-                                                  partition.log.log_start_offset)
-                    result.tp = tp
-                    continue
+                if partition is not None:
+                    high_watermark = partition.high_watermark
+                    stable = partition.last_stable_offset
+                    if (part.fetch_offset == (stable if committed else high_watermark)
+                            and (any_replica or partition.leader_id == broker_id)
+                            and part.current_leader_epoch in (-1, partition.leader_epoch)
+                            and not (offline and tp in offline)):
+                        result = results[i] = _Result(high_watermark, stable, partition.log.log_start_offset)
+                        result.tp = tp
+                        if committed:
+                            result.aborted = []
+                        continue
             result = results[i] = _read(ctx, name, part, max(max_bytes - total, 0), total == 0, replica_id, rack, isolation)
             total += len(result.records)
             failed = failed or result.error_code != _NONE
