@@ -26,7 +26,7 @@ from pathlib import Path
 
 import attrs
 
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.log import LogConfig
 from josef.protocol.codecs import Compression

@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from josef.cluster import JosefCluster
+from josef.node.cluster import JosefCluster
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.messages import encode_request
 from josef.testing import RawClient

@@ -28,12 +28,12 @@ import anyio
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from josef.meta_properties import check
+from josef.metadata.meta_properties import check
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import PartitionRecord, TopicRecord
 from josef.plugins import collect, get_plugin_manager
 from josef.protocol.api_keys import ApiKey
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef.testing import JosefCluster, RawClient
 from josef_metadata_kraft.kraft_quorum import METADATA_LOG_CONFIG, METADATA_PARTITION, KRaftQuorum
 from josef_metadata_kraft.metadata_log import MetadataLog

@@ -4,7 +4,7 @@
     cd /work/main && uv run python benchmarks/replication.py --json /tmp/replication.json
     cd /work/main && uv run python benchmarks/replication.py --rf 1        # no followers (the pipeline alone)
 
-Three phases, each on fresh node processes started by ``josef.cluster.JosefCluster``
+Three phases, each on fresh node processes started by ``josef.node.cluster.JosefCluster``
 (combined broker+controller nodes, free ports of 127.0.0.1), with the confluent-kafka
 producer tuned as benchmarks/broker.py tunes it:
 
@@ -55,7 +55,7 @@ from broker import (  # noqa: E402  (the sibling benchmark's client tuning and h
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from josef.cluster import JosefCluster  # noqa: E402
+from josef.node.cluster import JosefCluster  # noqa: E402
 from josef.protocol.api_keys import ApiKey  # noqa: E402
 from josef.testing import RawClient  # noqa: E402
 

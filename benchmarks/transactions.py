@@ -3,7 +3,7 @@
     cd /work/main && uv run python benchmarks/transactions.py --records 200000      # about a minute
     cd /work/main && uv run python benchmarks/transactions.py --json /tmp/txn.json --per-transaction 100
 
-One single-node josef process (``josef.cluster.JosefCluster``, free ports of 127.0.0.1),
+One single-node josef process (``josef.node.cluster.JosefCluster``, free ports of 127.0.0.1),
 two topics of ``--partitions`` partitions, and confluent-kafka producers tuned as
 benchmarks/broker.py tunes them (acks=all, as idempotence and transactions require):
 
@@ -36,7 +36,7 @@ from broker import MB, BenchmarkError, consumer_config, machine, producer_config
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from josef.cluster import JosefCluster  # noqa: E402
+from josef.node.cluster import JosefCluster  # noqa: E402
 
 
 def create(bootstrap: str, names: list[str], partitions: int) -> None:

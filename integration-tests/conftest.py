@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from josef.cluster import JosefCluster
+from josef.node.cluster import JosefCluster
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
 

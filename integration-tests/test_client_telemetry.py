@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from josef import hookimpl
 from josef.plugins import get_plugin_manager
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import broker_overrides
 
 

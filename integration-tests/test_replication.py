@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from josef.broker_config import RACK_AWARE_SELECTOR
+from josef.node.broker_config import RACK_AWARE_SELECTOR
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually

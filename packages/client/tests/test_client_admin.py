@@ -11,7 +11,7 @@ from josef.config import ConfigError, ConfigKey, ConfigType
 from josef.plugins import get_plugin_manager
 from josef.protocol.errors import KafkaConnectionError, KafkaError
 from josef.protocol.topic_partition import TopicPartition
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import broker_overrides
 from josef_client.admin import (
     Admin,

@@ -29,7 +29,7 @@ from josef.protocol.records import (
     build_batch,
 )
 from josef.protocol.topic_partition import TopicPartition
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import broker_overrides
 from josef_client.cluster import MAX_VERSIONS
 from josef_client.config import ConfigError

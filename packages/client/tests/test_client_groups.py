@@ -18,7 +18,7 @@ import pytest
 from josef import hookimpl
 from josef.plugins import get_plugin_manager
 from josef.protocol.topic_partition import TopicPartition
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef_client.admin import Admin, NewTopic
 from josef_client.consumer import (
     AsyncConsumer,

@@ -16,7 +16,7 @@ import pytest
 
 from josef.protocol.records import iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import broker_overrides
 from josef_client.producer import AsyncProducer
 

@@ -88,7 +88,7 @@ def test_server_assignors_come_from_the_brokers_plugin_manager(tmp_path):
     """A plugin registered only with this broker's plugin manager (not an installed entry point) is found."""
     from josef import hookimpl
     from josef.plugins import get_plugin_manager
-    from josef.runner import BrokerThread
+    from josef.node.runner import BrokerThread
     from josef.testing import broker_overrides
 
     class Plugin:

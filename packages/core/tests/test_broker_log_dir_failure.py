@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef import meta_properties
+from josef.metadata import meta_properties
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import RawClient, broker_overrides, eventually
 
 E = ErrorCode

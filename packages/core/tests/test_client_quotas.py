@@ -5,7 +5,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.metadata.client_quotas import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
 from josef.protocol.api_keys import ApiKey
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import RawClient, broker_overrides
 
 ALTER, DESCRIBE = ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_CLIENT_QUOTAS

@@ -16,10 +16,10 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from josef.config import read_properties
-from josef.meta_properties import read as read_meta_properties
+from josef.metadata.meta_properties import read as read_meta_properties
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch, iter_batches, iter_records
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef.testing import JosefCluster, NodeProcess, RawClient, free_ports
 
 pytest_plugins = ["pytester"]

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import LogConfig
 from josef.metadata.image import PartitionImage
-from josef.partition import Partition
+from josef.replication.partition import Partition
 from josef.protocol.codecs import Compression
 from josef.protocol.record_scan import records_without_key
 from josef.protocol.records import RecordErrors, build_batch, build_marker

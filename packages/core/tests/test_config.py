@@ -4,7 +4,7 @@ import pytest
 
 from josef.config import Config, ConfigError, ConfigSource, parse_overrides, read_properties
 from josef.plugins import get_plugin_manager
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from josef.metadata.partition_changes import Election
 from josef.metadata.placement import assign_replicas
 from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, Endpoint, decode, encode, random_uuid
 from josef.plugins import get_plugin_manager
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 
 
 class MemoryQuorum:
@@ -538,7 +538,7 @@ def register_again(controller, quorum, broker, clean):
 
 
 def test_the_eligible_leader_replicas_feature_is_declared_off_by_default():
-    from josef.builtins import register_features
+    from josef.node.builtins import register_features
     declared = {}
     register_features(lambda name, feature: declared.setdefault(name, feature))
     feature = declared["eligible.leader.replicas.version"]

@@ -8,7 +8,7 @@ from josef.metadata.image import UNASSIGNED_DIR, MetadataImage
 from josef.metadata.partition_changes import Election
 from josef.metadata.records import Endpoint, decode, encode, random_uuid
 from josef.plugins import get_plugin_manager
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 
 #: Broker 1's directories: a healthy one and one that will fail; 2 and 3 have one each.
 HEALTHY, FAILING = random_uuid(), random_uuid()

@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 from josef import hookimpl
 from josef.coordinator.hashing import java_string_hashcode, partition_for
 from josef.plugins import get_plugin_manager
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import RawClient, broker_overrides
 
 TOY_KEY_TYPE = 2

@@ -14,7 +14,7 @@ from josef.metadata.features import (
     release_level,
 )
 from josef.protocol.api_keys import ApiKey
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef.testing import RawClient
 
 MV = "metadata.version"

@@ -5,12 +5,12 @@ import sys
 
 import pytest
 
-from josef.broker_config import check_listeners
+from josef.node.broker_config import check_listeners
 from josef.config import ConfigError
 from josef.plugins import get_plugin_manager
 from josef.protocol.api_keys import ApiKey
-from josef.runner import BrokerThread
-from josef.server_properties import load_config
+from josef.node.runner import BrokerThread
+from josef.node.server_properties import load_config
 from josef.testing import RawClient, broker_overrides
 
 

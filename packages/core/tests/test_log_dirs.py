@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch, iter_batches
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.testing import RawClient, broker_overrides
 
 E = ErrorCode

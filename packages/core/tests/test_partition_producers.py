@@ -3,7 +3,7 @@
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.partition import PartitionError
+from josef.replication.partition import PartitionError
 from josef.protocol.records import CorruptRecordError, build_batch
 from josef.protocol.topic_partition import TopicPartition
 

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import LogConfig
 from josef.metadata.image import RECOVERING, PartitionImage
-from josef.partition import FollowerState, Partition, PartitionError
+from josef.replication.partition import FollowerState, Partition, PartitionError
 from josef.protocol.records import CorruptRecordError, InvalidRecordError, build_batch, validate_and_assign
 from josef.protocol.topic_partition import TopicPartition
 

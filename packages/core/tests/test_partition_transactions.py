@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import AbortedTxn, LogConfig
 from josef.metadata.image import PartitionImage
-from josef.partition import COORDINATOR, READ_COMMITTED, READ_UNCOMMITTED, Partition, PartitionError
+from josef.replication.partition import COORDINATOR, READ_COMMITTED, READ_UNCOMMITTED, Partition, PartitionError
 from josef.protocol.records import (
     ABORT_MARKER,
     COMMIT_MARKER,

@@ -118,7 +118,7 @@ def test_installed_plugins_load_through_entry_points():
 def test_autoload_can_be_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("JOSEF_DISABLE_PLUGIN_AUTOLOAD", "1")
     names = {name for name, _ in get_plugin_manager().list_name_plugin()}
-    assert names == {"josef.builtins"}
+    assert names == {"josef.node.builtins"}
 
 
 def test_plugin_that_fails_to_import_names_its_distribution(monkeypatch):

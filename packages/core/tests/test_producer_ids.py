@@ -8,8 +8,8 @@ from josef.metadata.controller import PRODUCER_ID_BLOCK_SIZE, Controller, Contro
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import ProducerIdsRecord, decode, encode
 from josef.plugins import get_plugin_manager
-from josef.producer_ids import ProducerIdManager
-from josef.server_properties import load_config
+from josef.producer.producer_ids import ProducerIdManager
+from josef.node.server_properties import load_config
 
 
 class MemoryQuorum:

@@ -3,7 +3,7 @@
 import pytest
 from kio.schema.errors import ErrorCode
 
-from josef.producer_state import (
+from josef.producer.producer_state import (
     MAX_CACHED_BATCHES,
     BatchMetadata,
     ProducerEntry,

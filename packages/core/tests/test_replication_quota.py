@@ -16,8 +16,8 @@ from josef.plugins import get_plugin_manager
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.protocol.topic_partition import TopicPartition
-from josef.replica_fetcher import ReplicaFetcher, ReplicaFetchers
-from josef.replication_quota import Rate, ReplicationQuota
+from josef.replication.replica_fetcher import ReplicaFetcher, ReplicaFetchers
+from josef.replication.replication_quota import Rate, ReplicationQuota
 from josef.testing import RawClient, eventually
 
 MOVING, STEADY = TopicPartition("moving", 0), TopicPartition("steady", 0)

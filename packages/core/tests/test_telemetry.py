@@ -11,7 +11,7 @@ from josef import hookimpl
 from josef.plugins import get_plugin_manager
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.codecs import Compression
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 from josef.telemetry import DEFAULT_PUSH_INTERVAL_MS, ClientTelemetry, TelemetryError
 from josef.testing import RawClient, broker_overrides
 

@@ -3,7 +3,7 @@
 from click.testing import CliRunner
 
 from josef.cli import build_cli
-from josef.meta_properties import read
+from josef.metadata.meta_properties import read
 from josef.metadata.records import random_uuid, uuid_from_text
 from josef_metadata_kraft.raft.voters import VoterSetHistory
 

@@ -4,11 +4,11 @@ from click.testing import CliRunner
 
 from josef.cli import build_cli
 from josef.config import ConfigError
-from josef.meta_properties import NotFormattedError, check, read
+from josef.metadata.meta_properties import NotFormattedError, check, read
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import ConfigRecord, TopicRecord, random_uuid, uuid_from_text
 from josef.plugins import collect, get_plugin_manager
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef_metadata_kraft.kraft_quorum import KRaftQuorum
 
 

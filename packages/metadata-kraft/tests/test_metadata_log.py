@@ -11,7 +11,7 @@ from josef.metadata.records import FeatureLevelRecord, PartitionRecord, TopicRec
 from josef.plugins import collect, get_plugin_manager
 from josef.protocol.records import build_batch
 from josef.protocol.topic_partition import TopicPartition
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef_metadata_kraft.metadata_log import MetadataLog, snapshot_name
 from josef_metadata_kraft.raft import OffsetAndEpoch, RaftLogError
 from josef_metadata_kraft.raft.messages import leader_change_batch

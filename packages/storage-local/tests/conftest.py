@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.log import LogConfig
 from josef.protocol.topic_partition import TopicPartition

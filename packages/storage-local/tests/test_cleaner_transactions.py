@@ -8,7 +8,7 @@ import pytest
 from cleaning import append_keyed, append_raw, read_all
 
 from josef.log import AbortedTxn, LogConfig
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef.protocol.records import TRANSACTIONAL_BIT, build_marker, iter_batches
 from josef.testing import ManualClock
 from josef_storage_local.compaction import DELETE_HORIZON_BIT

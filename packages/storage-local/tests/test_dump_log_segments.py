@@ -7,7 +7,7 @@ import struct
 from click.testing import CliRunner
 
 from josef.log import AbortedTxn
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef.protocol.codecs import Compression
 from josef.protocol.records import (
     TRANSACTIONAL_BIT,

@@ -6,7 +6,7 @@ import errno
 import os
 
 import pytest
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.log import LogConfig, LogDirError
 from josef.protocol.records import build_batch, validate_and_assign

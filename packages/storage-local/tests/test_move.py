@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from josef.log import LogDirError, LogDirNotFoundError
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef_storage_local import move, snapshots
 from josef_storage_local.checkpoints import write_offsets
 from josef_storage_local.logdir import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE

@@ -9,7 +9,7 @@ import zlib
 import attrs
 import pytest
 from josef.log import LogDirError
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef.protocol.records import build_batch, validate_and_assign
 from josef_storage_local import snapshots
 

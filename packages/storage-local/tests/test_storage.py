@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.log import Log, LogConfig, LogStorage
 from josef.plugins import collect, get_plugin_manager

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.config import Config, ConfigDef
 from josef.testing.storage import LogStorageContract
 from josef_storage_local.log import LocalLog

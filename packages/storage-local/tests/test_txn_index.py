@@ -14,7 +14,7 @@ import struct
 import attrs
 import pytest
 from josef.log import AbortedTxn
-from josef.producer_state import ProducerEntry
+from josef.producer.producer_state import ProducerEntry
 from josef_storage_local import snapshots
 from josef_storage_local.txn_index import ENTRY, decode
 

@@ -25,7 +25,7 @@ Before the write the offsets partition is verified with the transaction
 coordinator (KIP-890, ``transaction.partition.verification.enable``): was
 it added to the producer's transaction (AddOffsetsToTxn)? From v5
 (Transactions V2) the producer sends no AddOffsetsToTxn and the
-coordinator adds the partition itself (:mod:`josef.txn_verification`).
+coordinator adds the partition itself (:mod:`josef.producer.txn_verification`).
 """
 
 from __future__ import annotations

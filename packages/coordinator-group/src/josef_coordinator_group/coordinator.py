@@ -19,7 +19,7 @@ from josef_coordinator_group.server_assignors import SERVER_PREFIX
 from josef_coordinator_group.shard import GroupShard
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
     from josef.server.dispatch import Handler
 
 OFFSETS_TOPIC = "__consumer_offsets"

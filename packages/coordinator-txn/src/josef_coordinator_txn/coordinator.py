@@ -17,7 +17,7 @@ from josef_coordinator_txn.shard import TransactionShard
 from josef_coordinator_txn.transactions import write_completion
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
     from josef.server.dispatch import Handler
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"

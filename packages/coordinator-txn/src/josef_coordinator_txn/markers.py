@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from josef.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
     from josef_coordinator_txn.metadata import TransactionMetadata, TxnTransit
     from josef_coordinator_txn.shard import TransactionShard
 

@@ -37,8 +37,8 @@ def start(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     KRaft controller, storing in log.dir, listening on localhost:9092, and
     formatting its storage on first start.
     """
-    from josef.runner import run_forever
-    from josef.server_properties import load_config
+    from josef.node.runner import run_forever
+    from josef.node.server_properties import load_config
 
     logging.basicConfig(level=log_level, format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
     pm = get_plugin_manager()
@@ -81,7 +81,7 @@ def cluster_start(nodes: int, controllers: int, directory: Path | None, host: st
     """
     import tempfile
 
-    from josef.cluster import JosefCluster, run_in_foreground
+    from josef.node.cluster import JosefCluster, run_in_foreground
     from josef.config import parse_overrides
 
     try:

@@ -2,7 +2,7 @@
 
 A :class:`LogStorage` owns the partition logs of one broker. A :class:`Log`
 is one partition's append-only sequence of record batches, stored exactly as
-they travel on the wire. The broker (through :mod:`josef.partition`)
+they travel on the wire. The broker (through :mod:`josef.replication.partition`)
 validates batches and assigns offsets before calling :meth:`Log.append`, so a
 backend never parses records; it keeps the offset and time indexes, the
 leader-epoch cache, the log start offset and snapshots of the broker's
@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime
 import attrs
 
 from josef.config import Config
-from josef.producer_state import ProducerEntry, ProducerSnapshot
+from josef.producer.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader
 from josef.protocol.topic_partition import TopicPartition
 
@@ -284,13 +284,13 @@ class Log(Protocol):
         """Drop everything at and after ``offset`` (a follower diverging from its leader).
 
         Producer snapshots above the new log end go too; the broker then
-        reloads its producer state (:meth:`josef.partition.Partition.truncate_to`).
+        reloads its producer state (:meth:`josef.replication.partition.Partition.truncate_to`).
         """
 
     # Producer state -----------------------------------------------------------
     #
     # The broker owns the idempotent-producer state machine
-    # (:mod:`josef.producer_state`); the log stores its snapshots beside the
+    # (:mod:`josef.producer.producer_state`); the log stores its snapshots beside the
     # segments, as Kafka's ``<offset>.snapshot`` files, so a restart does not
     # replay the whole log. A snapshot at offset N holds the state after every
     # batch below N. The backend chooses the file format.
@@ -306,7 +306,7 @@ class Log(Protocol):
         :meth:`close`, and by cleaner threads, which keep the last batch of
         every producer it names: ``source()`` must be safe to call from
         another thread (a copy of the state, taken without yielding, as
-        :meth:`josef.producer_state.ProducerStateManager.snapshot` is). A log
+        :meth:`josef.producer.producer_state.ProducerStateManager.snapshot` is). A log
         without a source (the metadata log) writes no snapshots.
         """
 

@@ -20,7 +20,7 @@ DISABLE_AUTOLOAD_ENV = "JOSEF_DISABLE_PLUGIN_AUTOLOAD"
 BLOCK_ENV = "JOSEF_BLOCK_PLUGINS"
 
 #: Modules of the core that implement hooks, registered before any entry point.
-BUILTIN_PLUGINS = ("josef.builtins",)
+BUILTIN_PLUGINS = ("josef.node.builtins",)
 
 T = TypeVar("T")
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import click
 
 from josef.config import ConfigError
-from josef.meta_properties import format_dirs, log_dirs, read
+from josef.metadata.meta_properties import format_dirs, log_dirs, read
 from josef.metadata import bootstrap
 from josef.metadata.features import METADATA_VERSION, FeatureError, release_level
 from josef.plugins import collect, get_plugin_manager
 from josef.metadata import records
 from josef.metadata.records import random_uuid, uuid_from_text
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 from josef_metadata_kraft import dynamic_quorum
 
 

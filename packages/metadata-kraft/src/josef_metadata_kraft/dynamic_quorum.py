@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from josef.config import Config, ConfigError
-from josef.meta_properties import log_dirs
+from josef.metadata.meta_properties import log_dirs
 from josef.metadata.records import random_uuid, uuid_from_text
 from josef_metadata_kraft.raft import OffsetAndEpoch
 from josef_metadata_kraft.raft.messages import snapshot_bytes

@@ -36,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.config import Config, ConfigError
 from josef.log import LogConfig, LogStorage
-from josef.meta_properties import log_dirs, read
+from josef.metadata.meta_properties import log_dirs, read
 from josef.metadata.quorum import MetadataListener, NotControllerError
 from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode, uuid_from_text
 from josef.protocol.api_keys import ApiKey

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from josef.log import AbortedTxn, CleanerStats, EpochEntry, FileRegion, LogConfig, LogDirError, OffsetOutOfRangeError
-from josef.producer_state import ProducerEntry, ProducerSnapshot
+from josef.producer.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo, CorruptRecordError
 from josef.protocol.topic_partition import TopicPartition
 from josef_storage_local import cleaner_checkpoint, snapshots, swap

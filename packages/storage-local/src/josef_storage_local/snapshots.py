@@ -45,7 +45,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 
 from josef_storage_local.files import fsync_dir
 

@@ -37,13 +37,13 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.hashing import partition_for
 from josef.metadata.image import MetadataDelta, MetadataImage
-from josef.partition import COORDINATOR, Partition, PartitionError
+from josef.replication.partition import COORDINATOR, Partition, PartitionError
 from josef.protocol.records import COMMIT_MARKER, TRANSACTIONAL_BIT, build_batch, control_type, iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
-from josef.txn_verification import verify
+from josef.producer.txn_verification import verify
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
     from josef.server.dispatch import Handler
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class ShardContext:
         ``replay_transactional``; a producer the partition's producer state
         refuses (an older epoch...) gets that error, not a retriable one.
         With its ``transactional_id`` the partition is first verified with
-        the transaction coordinator (KIP-890, :mod:`josef.txn_verification`),
+        the transaction coordinator (KIP-890, :mod:`josef.producer.txn_verification`),
         or added to the transaction when ``add_partition`` (TxnOffsetCommit
         v5+). Call with :attr:`lock` held, so the next request sees this
         one's effects.

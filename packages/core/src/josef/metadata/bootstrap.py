@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from josef.config import Config, ConfigError
-from josef.meta_properties import log_dirs
+from josef.metadata.meta_properties import log_dirs
 from josef.metadata.features import SupportedFeature
 from josef.metadata.records import FeatureLevelRecord, UnknownRecordError, decode, encode
 from josef.protocol.records import CorruptRecordError, batch_is_valid, build_batch, iter_batches, iter_records

@@ -128,7 +128,7 @@ class BatchInfo:
 class ProducerBatch:
     """The idempotence fields of one appended batch (producerId >= 0), read from its header.
 
-    :mod:`josef.producer_state` checks and records these per batch; the
+    :mod:`josef.producer.producer_state` checks and records these per batch; the
     last sequence is derived, never read from records.
     """
 

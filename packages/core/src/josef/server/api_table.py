@@ -63,7 +63,7 @@ def readme_table(readme: str) -> str:
 
 def installed_apis() -> tuple[Mapping[int, Api], Mapping[int, Api]]:
     """What a default node with the installed plugins registers on client and controller listeners (started briefly)."""
-    from josef.runner import BrokerThread
+    from josef.node.runner import BrokerThread
 
     with tempfile.TemporaryDirectory() as scratch:
         overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(Path(scratch) / "logs")}

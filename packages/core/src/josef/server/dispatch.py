@@ -57,7 +57,7 @@ from josef.protocol.messages import (
 from josef.protocol.wire import writable
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
     from josef.server.network import Connection
 
 log = logging.getLogger(__name__)

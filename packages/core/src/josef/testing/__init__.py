@@ -14,7 +14,7 @@ Kafka: ``**{"num.partitions": "3"}``) to change the broker's configuration.
 Clusters of real processes
 --------------------------
 
-The ``josef_cluster`` fixture starts :class:`josef.cluster.JosefCluster` s:
+The ``josef_cluster`` fixture starts :class:`josef.node.cluster.JosefCluster` s:
 N josef nodes as separate ``python -m josef server start`` processes on free
 ports of 127.0.0.1, combined or in dedicated roles, formatted with one cluster
 id. Everything it started is stopped by PID after the test, and a failing
@@ -27,8 +27,8 @@ test's report carries the tail of every node's log::
         cluster.node(4).kill()          # kill -9 broker 4 by its PID
         cluster.node(4).restart()       # same ports, same log directory
 
-:class:`~josef.cluster.JosefCluster`, :class:`~josef.cluster.NodeProcess` and
-:func:`~josef.cluster.free_ports` are importable from here too.
+:class:`~josef.node.cluster.JosefCluster`, :class:`~josef.node.cluster.NodeProcess` and
+:func:`~josef.node.cluster.free_ports` are importable from here too.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from josef.cluster import JosefCluster, NodeProcess, free_ports
+from josef.node.cluster import JosefCluster, NodeProcess, free_ports
 from josef.protocol.messages import decode_response, encode_request
-from josef.runner import BrokerThread
+from josef.node.runner import BrokerThread
 
 __all__ = ["JosefCluster", "NodeProcess", "RawClient", "broker_overrides", "eventually", "free_ports", "josef_broker",
            "josef_cluster"]

@@ -44,7 +44,7 @@ from josef.log import (
     LogStorage,
     OffsetOutOfRangeError,
 )
-from josef.producer_state import BatchMetadata, ProducerEntry
+from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef.protocol.records import (
     TRANSACTIONAL_BIT,
     AppendInfo,

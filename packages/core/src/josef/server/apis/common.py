@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import LogDirError, OffsetOutOfRangeError
 from josef.metadata.records import uuid_to_text
-from josef.partition import Partition, PartitionError
+from josef.replication.partition import Partition, PartitionError
 from josef.protocol.records import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import RequestContext

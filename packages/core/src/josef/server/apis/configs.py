@@ -12,7 +12,7 @@ from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from josef.server.dispatch import RequestContext
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 
 def _entry(key: ConfigKey, name: str, value: Any, source: ConfigSource, read_only: bool,

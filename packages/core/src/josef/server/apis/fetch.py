@@ -8,7 +8,7 @@ end the same way is answered with ``diverging_epoch`` instead of records,
 so the follower cuts its log (KIP-320). A follower outside the ISR gets no
 records of a partition in ``leader.replication.throttled.replicas`` while
 the leader throttle is exceeded, and what throttled partitions send counts
-towards it (KIP-73, :mod:`josef.replication_quota`).
+towards it (KIP-73, :mod:`josef.replication.replication_quota`).
 
 A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER
 with the leader it knows and its endpoint (KIP-951), so clients go there
@@ -27,7 +27,7 @@ The request is read and the response written by
 poll of every consumer and follower, over every partition they read, so
 its per-partition work is kept to a few dictionary lookups and one
 ``struct`` pack. A waiting fetch is woken only by a partition it reads
-gaining something it may see (:meth:`josef.replica_manager.ReplicaManager.wait_for_data`),
+gaining something it may see (:meth:`josef.replication.replica_manager.ReplicaManager.wait_for_data`),
 and then reads only the partitions that woke it again.
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.partition import FOLLOWER, READ_COMMITTED, Partition
+from josef.replication.partition import FOLLOWER, READ_COMMITTED, Partition
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import (

@@ -17,7 +17,7 @@ import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
 from josef.log import LogDirError, LogDirInfo, LogDirNotFoundError, LogStorage
-from josef.partition import Partition
+from josef.replication.partition import Partition
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import RequestContext
 

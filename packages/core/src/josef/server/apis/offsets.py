@@ -8,7 +8,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from josef.log import OffsetOutOfRangeError
-from josef.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition
+from josef.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition
 from josef.server.apis.common import error_of, partition_for
 from josef.server.dispatch import RequestContext
 

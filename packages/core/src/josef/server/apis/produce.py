@@ -26,11 +26,11 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.partition import Partition, PartitionError
+from josef.replication.partition import Partition, PartitionError
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.protocol.produce_codec import ProduceRequest, response_encoder
 from josef.protocol.records import HEADER_SIZE, BatchHeader, RecordErrors
-from josef.txn_verification import Verdict, verify
+from josef.producer.txn_verification import Verdict, verify
 from josef.server.dispatch import Encoded, Later, RequestContext
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.partition import PartitionError
-from josef.producer_state import ProducerEntry
+from josef.replication.partition import PartitionError
+from josef.producer.producer_state import ProducerEntry
 from josef.server.apis.common import partition_for
 from josef.server.dispatch import RequestContext
 

@@ -4,7 +4,7 @@ Every broker answers it, with or without the transaction plugin: the
 coordinator of a transaction sends it to the leader of each partition the
 transaction wrote to, which appends a COMMIT or ABORT marker (a control
 batch) as leader, checked against the producer's state
-(:meth:`josef.partition.Partition.append_marker`), and answers once the ISR
+(:meth:`josef.replication.partition.Partition.append_marker`), and answers once the ISR
 has it, as Kafka appends markers with acks=all. A marker in a coordinator's
 internal partition (``__consumer_offsets``: offsets committed in a
 transaction) is then applied to the coordinator's state through the

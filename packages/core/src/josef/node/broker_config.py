@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, between, one_of
-from josef.replication_quota import check_throttled_replicas
+from josef.replication.replication_quota import check_throttled_replicas
 
 B, S, I, L, D, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST
 
@@ -145,7 +145,7 @@ CORE_KEYS = (
               "Where consumers that name their rack (client.rack) should fetch from (KIP-392): "
               f"{RACK_AWARE_SELECTOR} sends them to an in-sync replica in their rack; unset, always the leader.",
               one_of(RACK_AWARE_SELECTOR)),
-    # Replication throttles (KIP-73, josef.replication_quota)
+    # Replication throttles (KIP-73, josef.replication.replication_quota)
     ConfigKey("leader.replication.throttled.rate", L, INT64_MAX,
               "The upper bound (bytes/s) on what this broker serves, as leader, to the followers enumerated in each "
               "topic's leader.replication.throttled.replicas while they are not in sync.", at_least(0), dynamic=True),

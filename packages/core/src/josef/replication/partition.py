@@ -6,7 +6,7 @@ data set by the controller, and every batch a leader appends is stamped with
 its leader epoch, which the log's epoch cache remembers.
 
 Each partition also keeps the idempotent producers' state
-(:mod:`josef.producer_state`): loaded from the log's latest producer snapshot
+(:mod:`josef.producer.producer_state`): loaded from the log's latest producer snapshot
 plus the batch headers after it, checked on every leader append, and handed
 to the log, which snapshots it when a segment rolls and when it closes.
 The open transactions in that state give the last stable offset; every
@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import AbortedTxn, FileRegion, Log, LogConfig
 from josef.metadata.image import RECOVERING, PartitionImage
-from josef.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
+from josef.producer.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
 from josef.protocol.record_scan import records_without_key
 from josef.protocol.records import (

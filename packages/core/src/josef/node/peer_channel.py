@@ -23,7 +23,7 @@ from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef import meta_properties
+from josef.metadata import meta_properties
 from josef.config import ConfigError
-from josef.controller_channel import ControllerChannel, ControllerUnavailableError
+from josef.node.controller_channel import ControllerChannel, ControllerUnavailableError
 from josef.metadata.records import SECURITY_PROTOCOLS, random_uuid, uuid_from_text
 from josef.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

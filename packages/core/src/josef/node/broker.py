@@ -9,7 +9,7 @@ Listeners named in ``controller.listener.names`` serve the controller's
 APIs (and the quorum's own, such as Raft's); the others serve clients.
 Every node holds the metadata image the quorum's committed records build.
 The broker part reaches the active controller only through its
-:class:`josef.controller_channel.ControllerChannel` (registration,
+:class:`josef.node.controller_channel.ControllerChannel` (registration,
 heartbeats, producer ids, forwarded admin requests); the controller part
 decides while its quorum names this node the active controller.
 """
@@ -28,14 +28,14 @@ import attrs
 import pluggy
 from kio.schema.errors import ErrorCode
 
-from josef import meta_properties
+from josef.metadata import meta_properties
 from josef.authorizer import Authorizer
-from josef.broker_lifecycle import BrokerLifecycle
-from josef.controller_channel import ControllerChannel
-from josef.broker_config import check_listeners
+from josef.node.broker_lifecycle import BrokerLifecycle
+from josef.node.controller_channel import ControllerChannel
+from josef.node.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
-from josef.peer_channel import PeerChannel
+from josef.node.peer_channel import PeerChannel
 from josef.log import LogStorage
 from josef.metadata import bootstrap
 from josef.metadata.controller import Controller, ControllerError, ProducerIdBlock
@@ -44,9 +44,9 @@ from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord
 from josef.plugins import collect, get_plugin_manager
-from josef.producer_ids import ProducerIdManager
+from josef.producer.producer_ids import ProducerIdManager
 from josef.protocol.api_keys import ApiKey
-from josef.replica_manager import ReplicaManager
+from josef.replication.replica_manager import ReplicaManager
 from josef.server import network
 from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, register_controller_apis
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS

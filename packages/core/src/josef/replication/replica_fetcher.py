@@ -39,14 +39,14 @@ from kio.schema.errors import ErrorCode
 from josef.config import Config
 from josef.log import LogDirError
 from josef.metadata.records import uuid_to_text
-from josef.partition import Partition
+from josef.replication.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.fetch_session_handler import FetchSessionHandler
 from josef.protocol.records import CorruptRecordError, InvalidRecordError
 from josef.protocol.topic_partition import TopicPartition
-from josef.replication_quota import ReplicationQuota
+from josef.replication.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import anyio
 import anyio.from_thread
 import pluggy
 
-from josef.broker import Broker
+from josef.node.broker import Broker
 from josef.config import Config
-from josef.server_properties import load_config
+from josef.node.server_properties import load_config
 
 log = logging.getLogger(__name__)
 

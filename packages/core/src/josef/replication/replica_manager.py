@@ -1,18 +1,18 @@
 """The partitions this broker hosts, kept in step with the metadata image.
 
 The replica manager is the only place that creates, updates and removes
-:class:`josef.partition.Partition` objects: it reacts to metadata deltas
+:class:`josef.replication.partition.Partition` objects: it reacts to metadata deltas
 (become leader, become follower, update ISR, delete a topic, new topic
 configs) and offers the produce and fetch operations the API handlers call,
 with their waiting (acks=all, long-poll fetch) done through the purgatory.
 
 It also runs what replication needs on this broker: the replica fetchers of
-the partitions it follows (:mod:`josef.replica_fetcher`), the ISR changes of
+the partitions it follows (:mod:`josef.replication.replica_fetcher`), the ISR changes of
 the partitions it leads (AlterPartition to the controller, KIP-497: shrink
 when a follower lags past ``replica.lag.time.max.ms``, expand when one
 catches up), and the high-watermark checkpoint every
 ``replica.high.watermark.checkpoint.interval.ms``. It keeps the replication
-throttles (:mod:`josef.replication_quota`) in step with the broker's rates
+throttles (:mod:`josef.replication.replication_quota`) in step with the broker's rates
 and the topics' throttled replicas.
 
 It tells the controller which log directory holds each of its replicas
@@ -40,7 +40,7 @@ import anyio.to_thread
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef import meta_properties
+from josef.metadata import meta_properties
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogStorage
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
@@ -54,15 +54,15 @@ from josef.metadata.image import (
     PartitionImage,
 )
 from josef.metadata.records import TOPIC_RESOURCE, uuid_from_text, uuid_to_text
-from josef.partition import FollowerState, Partition
+from josef.replication.partition import FollowerState, Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
-from josef.purgatory import Purgatory
-from josef.replica_fetcher import ReplicaFetchers
-from josef.replication_quota import ReplicationQuota
+from josef.replication.purgatory import Purgatory
+from josef.replication.replica_fetcher import ReplicaFetchers
+from josef.replication.replication_quota import ReplicationQuota
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

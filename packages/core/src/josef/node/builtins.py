@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from josef.authorizer import AllowAll
-from josef.broker_config import CORE_KEYS
+from josef.node.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
 from josef.metadata.features import (
     ELIGIBLE_LEADER_REPLICAS_VERSION,

@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Hashable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from josef.partition import Partition
+from josef.replication.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

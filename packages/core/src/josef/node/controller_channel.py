@@ -33,7 +33,7 @@ from josef.server.apis.envelope import address_bytes, principal_bytes
 from josef.server.dispatch import RequestContext
 
 if TYPE_CHECKING:
-    from josef.broker import Broker
+    from josef.node.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ControllerChannel:
         """Wait (a bounded time) until this broker opened and deleted the logs of the metadata it applied so far.
 
         Logs are opened and deleted in a worker thread after the metadata
-        changes (:meth:`josef.replica_manager.ReplicaManager.apply_delta`); a
+        changes (:meth:`josef.replication.replica_manager.ReplicaManager.apply_delta`); a
         client that created a topic through this broker finds it served here
         when the answer comes, as before, rather than answered
         NOT_LEADER_OR_FOLLOWER for a moment.
