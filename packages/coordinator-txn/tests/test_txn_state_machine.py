@@ -80,7 +80,7 @@ async def test_init_during_an_ongoing_transaction_aborts_it_first(h):
     assert h.state().state == S.COMPLETE_ABORT
     assert await h.init() == (1000, 2)
     assert states(h) == ["Empty", "Ongoing", "PrepareAbort", "CompleteAbort", "Empty"]
-    marker = h.broker.peers.requests[0][1]["markers"][0]
+    marker = h.services.peers.requests[0][1]["markers"][0]
     assert (marker["producer_epoch"], marker["transaction_result"]) == (1, False)
     assert await error_of(h.end(old)) == E.producer_fenced
 
@@ -155,7 +155,7 @@ async def test_commit_writes_markers_per_broker_then_completes(h):
     assert states(h) == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
     done = h.state()
     assert done.state == S.COMPLETE_COMMIT and done.partitions == set() and done.producer_epoch == 0
-    sent = {node: body["markers"] for node, body in h.broker.peers.requests}
+    sent = {node: body["markers"] for node, body in h.services.peers.requests}
     assert set(sent) == {1, 2, 3}
     assert sent[2] == [{"producer_id": 1000, "producer_epoch": 0, "transaction_result": True,
                         "topics": [{"name": "orders", "partition_indexes": [1]}], "coordinator_epoch": 7,
@@ -170,7 +170,7 @@ async def test_markers_of_several_transactions_share_a_request(h):
     await h.end(two, commit=False, transactional_id="two")
     await h.settle("one")
     await h.settle("two")
-    [(node, body)] = h.broker.peers.requests
+    [(node, body)] = h.services.peers.requests
     assert node == 1 and [(m["producer_id"], m["transaction_result"]) for m in body["markers"]] == [
         (one[0], True), (two[0], False)]
 
@@ -178,13 +178,13 @@ async def test_markers_of_several_transactions_share_a_request(h):
 async def test_requests_while_markers_are_written(h):
     producer = await h.init()
     await h.add(producer)
-    h.broker.peers.gate = anyio.Event()
+    h.services.peers.gate = anyio.Event()
     await h.end(producer)
-    await h.broker.peers.sent.wait()
+    await h.services.peers.sent.wait()
     assert await error_of(h.init()) == E.concurrent_transactions
     assert await error_of(h.add(producer)) == E.concurrent_transactions
     assert await error_of(h.end(producer)) == E.concurrent_transactions
-    h.broker.peers.gate.set()
+    h.services.peers.gate.set()
     await h.settle()
     assert await h.end(producer) == (-1, -1)  # a retry of the commit after it completed
     assert await error_of(h.end(producer, commit=False)) == E.invalid_txn_state
@@ -202,62 +202,62 @@ async def test_end_errors_v1(h):
 async def test_a_marker_retried_on_a_new_leader(h):
     producer = await h.init()
     await h.add(producer, ("orders", 1))
-    h.broker.peers.errors[("orders", 1)] = [E.not_leader_or_follower]
-    h.broker.peers.gate = anyio.Event()
+    h.services.peers.errors[("orders", 1)] = [E.not_leader_or_follower]
+    h.services.peers.gate = anyio.Event()
     await h.end(producer)
-    await h.broker.peers.sent.wait()
-    h.broker.add_topic("orders", {0: 1, 1: 3, 2: 3})  # the leader moved while the marker was on its way
-    h.broker.peers.gate.set()
+    await h.services.peers.sent.wait()
+    h.services.add_topic("orders", {0: 1, 1: 3, 2: 3})  # the leader moved while the marker was on its way
+    h.services.peers.gate.set()
     await h.settle()
-    assert [node for node, _ in h.broker.peers.requests] == [2, 3]
+    assert [node for node, _ in h.services.peers.requests] == [2, 3]
     assert h.state().state == S.COMPLETE_COMMIT
 
 
 async def test_markers_wait_for_an_unknown_leader_and_an_unreachable_broker(h):
     producer = await h.init()
     await h.add(producer, ("orders", 0), ("orders", 1))
-    h.broker.add_topic("orders", {0: -1, 1: 2})
-    h.broker.peers.unreachable = {2}
+    h.services.add_topic("orders", {0: -1, 1: 2})
+    h.services.peers.unreachable = {2}
     await h.end(producer)
-    await h.broker.peers.sent.wait()
+    await h.services.peers.sent.wait()
     assert h.state().state == S.PREPARE_COMMIT
-    h.broker.add_topic("orders", {0: 1, 1: 2})
-    h.broker.peers.unreachable = set()
+    h.services.add_topic("orders", {0: 1, 1: 2})
+    h.services.peers.unreachable = set()
     await h.settle()
     assert h.state().state == S.COMPLETE_COMMIT
-    assert {node for node, _ in h.broker.peers.requests} == {1, 2}
+    assert {node for node, _ in h.services.peers.requests} == {1, 2}
 
 
 async def test_partitions_of_a_deleted_topic_need_no_marker(h):
-    h.broker.add_topic("gone", {0: 1})
+    h.services.add_topic("gone", {0: 1})
     producer = await h.init()
     await h.add(producer, ("gone", 0))
-    del h.broker.image.topics["gone"]
+    del h.services.image.topics["gone"]
     await h.end(producer, commit=False)
     await h.settle()
-    assert h.state().state == S.COMPLETE_ABORT and h.broker.peers.requests == []
+    assert h.state().state == S.COMPLETE_ABORT and h.services.peers.requests == []
 
 
 async def test_a_fenced_coordinator_stops_sending(h):
     producer = await h.init()
     await h.add(producer)
-    h.broker.peers.errors[("orders", 0)] = [E.transaction_coordinator_fenced]
+    h.services.peers.errors[("orders", 0)] = [E.transaction_coordinator_fenced]
     await h.end(producer)
-    await h.broker.peers.sent.wait()
+    await h.services.peers.sent.wait()
     await anyio.wait_all_tasks_blocked()
-    assert h.state().state == S.PREPARE_COMMIT and len(h.broker.peers.requests) == 1
+    assert h.state().state == S.PREPARE_COMMIT and len(h.services.peers.requests) == 1
     assert states(h)[-1] == "PrepareCommit"
 
 
 async def test_a_new_coordinator_resumes_prepared_transactions(h):
     producer = await h.init()
     await h.add(producer, ("orders", 2))
-    h.broker.peers.gate = anyio.Event()
+    h.services.peers.gate = anyio.Event()
     await h.end(producer)
-    await h.broker.peers.sent.wait()
+    await h.services.peers.sent.wait()
     shard = h.new_shard()  # leadership moved here: the state is loaded from the partition
     assert shard.transactions["tx"].state == S.PREPARE_COMMIT
-    h.broker.peers.gate.set()
+    h.services.peers.gate.set()
     await h.settle()
     assert h.state().state == S.COMPLETE_COMMIT
     assert states(h) == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]  # the old shard wrote nothing more
@@ -272,7 +272,7 @@ async def test_v2_end_bumps_the_epoch(h):
     assert await h.end(producer, version=2) == (1000, 1)
     assert h.state().producer_epoch == 1 and h.state().last_producer_epoch == 0
     await h.settle()
-    marker = h.broker.peers.requests[0][1]["markers"][0]
+    marker = h.services.peers.requests[0][1]["markers"][0]
     assert (marker["producer_epoch"], marker["transaction_version"]) == (1, 2)
     assert await h.end(producer, version=2) == (1000, 1)  # a retry, told apart by the previous epoch
     assert await error_of(h.end(producer, commit=False, version=2)) == E.invalid_txn_state
@@ -284,7 +284,7 @@ async def test_v2_abort_with_nothing_added(h):
     producer = await h.init()
     assert await h.end(producer, commit=False, version=2) == (1000, 1)
     await h.settle()
-    assert h.state().state == S.COMPLETE_ABORT and h.broker.peers.requests == []
+    assert h.state().state == S.COMPLETE_ABORT and h.services.peers.requests == []
     assert await error_of(h.end((1000, 1), version=2)) == E.invalid_txn_state  # nothing to commit
 
 

@@ -102,8 +102,8 @@ class FakeRuntime:
         self.tg.start_soon(function)
 
 
-class FakeBroker:
-    """The parts of a Broker the coordinator uses: image (topics, leaders, features), producer ids, peers, spawn."""
+class FakeServices:
+    """The broker services the coordinator uses: image (topics, leaders, features), producer ids, peers, spawn."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, transaction_version: int = 2) -> None:
         self.image = SimpleNamespace(topics={}, brokers={1: object(), 2: object(), 3: object()},
@@ -111,11 +111,13 @@ class FakeBroker:
         self.next_producer_id = 1000
         self.peers = FakePeers()
         self.coordinators = FakeRuntime(tg)
-        self.producer_ids = self
 
-    async def generate(self) -> int:
+    async def new_producer_id(self) -> int:
         self.next_producer_id += 1
         return self.next_producer_id - 1
+
+    async def call_peer(self, node_id: int, api_key: int, body: dict[str, Any], *, version: int | None = None) -> Any:
+        return await self.peers.call(node_id, api_key, body, version=version)
 
     def add_topic(self, name: str, leaders: dict[int, int]) -> None:
         self.image.topics[name] = SimpleNamespace(partitions={p: SimpleNamespace(leader=leader)
@@ -123,10 +125,10 @@ class FakeBroker:
 
 
 class FakeCoordinator:
-    def __init__(self, broker: FakeBroker, settings: TxnSettings) -> None:
-        self.broker = broker
+    def __init__(self, services: FakeServices, settings: TxnSettings) -> None:
+        self.services = services
         self._settings = settings
-        self.markers = MarkerChannel(broker, self._completed)  # type: ignore[arg-type]
+        self.markers = MarkerChannel(services, self._completed)  # type: ignore[arg-type]
         #: Set (and replaced) each time a transaction's completion has been attempted.
         self.completed = anyio.Event()
 
@@ -145,10 +147,10 @@ class Harness:
     def __init__(self, tg: anyio.abc.TaskGroup, monkeypatch, *, transaction_version: int = 2, **settings: Any) -> None:
         self.clock = ManualClock()
         monkeypatch.setattr(clock, "now_ms", self.clock)
-        self.broker = FakeBroker(tg, transaction_version)
-        self.broker.add_topic("orders", {0: 1, 1: 2, 2: 3})
+        self.services = FakeServices(tg, transaction_version)
+        self.services.add_topic("orders", {0: 1, 1: 2, 2: 3})
         self.settings = TxnSettings(**settings)
-        self.coordinator = FakeCoordinator(self.broker, self.settings)
+        self.coordinator = FakeCoordinator(self.services, self.settings)
         self.context = FakeContext()
         self.shard = self.new_shard()
 

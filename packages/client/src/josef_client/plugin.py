@@ -19,6 +19,9 @@ from josef_client.assignors import (
 )
 from josef_client.partitioner import Murmur2Partitioner, RoundRobinPartitioner
 
+#: The plugin API versions this plugin works with (checked when the plugin manager loads it).
+JOSEF_PLUGIN_API = ">=1.0,<2"
+
 
 @hookimpl
 def register_partitioners(register: Register) -> None:

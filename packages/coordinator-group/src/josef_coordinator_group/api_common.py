@@ -64,7 +64,7 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
 
 def group_operations(ctx: RequestContext, group_id: str) -> int:
     """The ``authorized_operations`` bit field of a group, as DescribeGroups and ConsumerGroupDescribe report it."""
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     bits = 0
     for name, code in GROUP_OPERATIONS.items():
         if authorizer.authorize(ANONYMOUS, ctx.client_host, Action(name, "GROUP", group_id)):

@@ -63,7 +63,7 @@ class ConsumerGroupApis:
             client_host=client_host(ctx),
             api_version=ctx.api_version,
         )
-        topics: Topics = cluster_topics(ctx.broker.image)
+        topics: Topics = cluster_topics(ctx.services.image)
 
         async def operation(shard: GroupShard) -> HeartbeatResult:
             return await shard.consumer_membership.heartbeat(hb, topics)
@@ -85,7 +85,7 @@ class ConsumerGroupApis:
         }
 
     async def describe(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        image = ctx.broker.image
+        image = ctx.services.image
         names = {_topic_id(topic.topic_id): name for name, topic in image.topics.items()}
 
         def assignment(value: Partitions) -> dict[str, Any]:

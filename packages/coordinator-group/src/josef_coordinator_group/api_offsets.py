@@ -184,7 +184,7 @@ class OffsetApis:
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
-        names = [topic_name(ctx.broker.image, t, version) for t in request.topics]
+        names = [topic_name(ctx.services.image, t, version) for t in request.topics]
         commit = CommitRequest(
             group_id=request.group_id,
             generation_id=getattr(request, "generation_id_or_member_epoch", -1),
@@ -200,7 +200,7 @@ class OffsetApis:
             return _commit_response(request, names, None, ErrorCode.invalid_group_id)
 
         async def operation(shard: GroupShard) -> PartitionErrors:
-            return await commit_offsets(shard, ctx.broker.image, commit)
+            return await commit_offsets(shard, ctx.services.image, commit)
 
         try:
             errors = await with_shard(self.coordinator, commit.group_id, operation)
@@ -248,7 +248,7 @@ class OffsetApis:
 
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version
-        image = ctx.broker.image
+        image = ctx.services.image
         require_stable = bool(getattr(request, "require_stable", False))
         if version >= 8:
             groups = []
@@ -261,7 +261,7 @@ class OffsetApis:
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         group_id = request.group_id
-        image = ctx.broker.image
+        image = ctx.services.image
         requested = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
 
         async def operation(shard: GroupShard) -> PartitionErrors:

@@ -106,7 +106,7 @@ class TxnOffsetApis:
         self.coordinator = coordinator
 
     async def txn_offset_commit(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        topics = ctx.broker.image.topics
+        topics = ctx.services.image.topics
         errors: PartitionErrors = {(t.name, p.partition_index): ErrorCode.unknown_topic_or_partition
                                    for t in request.topics if t.name not in topics for p in t.partitions}
         commit = TxnCommitRequest(

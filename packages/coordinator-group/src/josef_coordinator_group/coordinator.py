@@ -19,7 +19,7 @@ from josef_coordinator_group.server_assignors import SERVER_PREFIX
 from josef_coordinator_group.shard import GroupShard
 
 if TYPE_CHECKING:
-    from josef.node.broker import Broker
+    from josef.services import BrokerServices
     from josef.server.dispatch import Handler
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -33,8 +33,8 @@ class GroupCoordinator:
     key_type = GROUP_KEY_TYPE
     internal_topic = OFFSETS_TOPIC
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
         self._membership = MembershipApis(self)
         self._offsets = OffsetApis(self)
         self._txn_offsets = TxnOffsetApis(self)
@@ -43,12 +43,12 @@ class GroupCoordinator:
         self._assignors: dict[str, object] | None = None
 
     def settings(self) -> GroupSettings:
-        return GroupSettings.from_config(self.broker.config)
+        return GroupSettings.from_config(self.services.config)
 
     def topic_settings(self) -> tuple[int, int, Mapping[str, str]]:
         """Partitions (the existing topic's count once it exists: it decides where groups live), RF, configs."""
         settings = self.settings()
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self.services.image.topics.get(OFFSETS_TOPIC)
         partitions = len(topic.partitions) if topic is not None and topic.partitions else settings.num_partitions
         return partitions, settings.replication_factor, {
             "cleanup.policy": "compact",
@@ -89,19 +89,19 @@ class GroupCoordinator:
     def server_assignors(self) -> dict[str, object]:
         """The server-side assignors (``server:NAME`` in the ``register_assignors`` hook), by NAME."""
         if self._assignors is None:
-            registry = collect(self.broker.pm, "register_assignors", "assignor")
+            registry = collect(self.services.plugins, "register_assignors", "assignor")
             self._assignors = {name[len(SERVER_PREFIX):]: factory() for name, factory in registry.items()
                                if name.startswith(SERVER_PREFIX)}
         return self._assignors
 
     async def shard_for(self, group_id: str) -> tuple[ShardContext, GroupShard]:
         """The loaded shard coordinating ``group_id``; CoordinatorError (NOT_COORDINATOR...) otherwise."""
-        context = await self.broker.coordinators.shard_for(self, group_id)
+        context = await self.services.coordinators.shard_for(self, group_id)
         shard = context.shard
         if not context.active or not isinstance(shard, GroupShard):
             raise CoordinatorError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")
         return context, shard
 
     def shards(self) -> list[GroupShard]:
-        return [c.shard for c in self.broker.coordinators.shards(self) if isinstance(c.shard, GroupShard)]
+        return [c.shard for c in self.services.coordinators.shards(self) if isinstance(c.shard, GroupShard)]
 

@@ -20,7 +20,7 @@ TRANSACTION_KEY_TYPE = 1
 
 
 def coordinator_of(ctx: RequestContext) -> TransactionCoordinator:
-    return ctx.broker.coordinators.by_key_type(TRANSACTION_KEY_TYPE)  # type: ignore[return-value]
+    return ctx.services.coordinators.by_key_type(TRANSACTION_KEY_TYPE)  # type: ignore[return-value]
 
 
 def ms(value: Any) -> int:

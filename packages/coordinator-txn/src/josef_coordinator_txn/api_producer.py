@@ -1,7 +1,7 @@
 """InitProducerId (v0-v5), taken over from the core: transactional producers here, idempotent ones by the core.
 
 Without a transactional id the request is the core's
-(:func:`josef.server.apis.producer.init_producer_id`: a new producer id at
+(``services.core_handler(INIT_PRODUCER_ID)``: a new producer id at
 epoch 0). With one it goes to the id's coordinator, which bumps the epoch
 of the id (fencing the previous producer), or gives it a new producer id on
 first use or once its epochs are used up. v3+ carry the producer's current
@@ -17,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.server.apis import producer
+from josef.protocol.api_keys import ApiKey
 from josef.server.dispatch import RequestContext
 from josef_coordinator_txn import transactions
 from josef_coordinator_txn.api_common import coordinator_of, ms, older_fenced, on_shard
@@ -36,7 +36,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
         return _answer(ErrorCode.invalid_request)
     transactional_id = request.transactional_id
     if transactional_id is None:
-        return await producer.init_producer_id(ctx, request)
+        return await ctx.services.core_handler(ApiKey.INIT_PRODUCER_ID)(ctx, request)
     if transactional_id == "":
         return _answer(ErrorCode.invalid_request)
     timeout_ms = ms(request.transaction_timeout)

@@ -65,7 +65,7 @@ def _partitions(topics: Iterable[Any]) -> frozenset[tuple[str, int]]:
 async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int,
                partitions: frozenset[tuple[str, int]], *, verify_only: bool, client_transaction_version: int
                ) -> PartitionErrors:
-    image = ctx.broker.image
+    image = ctx.services.image
     refused: PartitionErrors = {}
     for tp in partitions:
         if ctx.api_version < BROKER_VERSION and tp[0] in INTERNAL_TOPICS:
@@ -110,11 +110,11 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, 
 
 def offsets_partition(ctx: RequestContext, group_id: str) -> int:
     """The ``__consumer_offsets`` partition of ``group_id``: the topic's own count once it exists, else the setting."""
-    topic = ctx.broker.image.topics.get(OFFSETS_TOPIC)
+    topic = ctx.services.image.topics.get(OFFSETS_TOPIC)
     if topic is not None and topic.partitions:
         count = len(topic.partitions)
-    elif "offsets.topic.num.partitions" in ctx.broker.config.definition:
-        count = ctx.broker.config["offsets.topic.num.partitions"]
+    elif "offsets.topic.num.partitions" in ctx.services.config.definition:
+        count = ctx.services.config["offsets.topic.num.partitions"]
     else:
         count = DEFAULT_OFFSETS_PARTITIONS
     return partition_for(group_id, count)

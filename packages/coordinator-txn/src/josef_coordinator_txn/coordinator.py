@@ -8,7 +8,6 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.topic_partition import TopicPartition
 from josef_coordinator_txn import api_admin, api_producer, api_transactions
 from josef_coordinator_txn.api_common import TRANSACTION_KEY_TYPE
 from josef_coordinator_txn.configs import TxnSettings
@@ -17,7 +16,7 @@ from josef_coordinator_txn.shard import TransactionShard
 from josef_coordinator_txn.transactions import write_completion
 
 if TYPE_CHECKING:
-    from josef.node.broker import Broker
+    from josef.services import BrokerServices
     from josef.server.dispatch import Handler
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -29,12 +28,12 @@ class TransactionCoordinator:
     key_type = TRANSACTION_KEY_TYPE
     internal_topic = TRANSACTION_STATE_TOPIC
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.markers = MarkerChannel(broker, write_completion)
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
+        self.markers = MarkerChannel(services, write_completion)
 
     def settings(self) -> TxnSettings:
-        return TxnSettings.from_config(self.broker.config)
+        return TxnSettings.from_config(self.services.config)
 
     def topic_settings(self) -> tuple[int, int, Mapping[str, str]]:
         """Partitions (the existing topic's count once it exists: it decides where ids live), RF, configs.
@@ -42,7 +41,7 @@ class TransactionCoordinator:
         The configs are those Kafka gives ``__transaction_state``.
         """
         settings = self.settings()
-        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
+        topic = self.services.image.topics.get(TRANSACTION_STATE_TOPIC)
         partitions = len(topic.partitions) if topic is not None and topic.partitions else settings.num_partitions
         return partitions, settings.replication_factor, {
             "cleanup.policy": "compact",
@@ -74,24 +73,16 @@ class TransactionCoordinator:
 
     async def shard_for(self, transactional_id: str) -> TransactionShard:
         """The loaded shard coordinating ``transactional_id``; CoordinatorError (NOT_COORDINATOR...) otherwise."""
-        context = await self.broker.coordinators.shard_for(self, transactional_id)
+        context = await self.services.coordinators.shard_for(self, transactional_id)
         shard = context.shard
         if not context.active or not isinstance(shard, TransactionShard):
             raise CoordinatorError(ErrorCode.not_coordinator, f"{transactional_id!r} is not coordinated here")
         return shard
 
     def shards(self) -> list[TransactionShard]:
-        return [c.shard for c in self.broker.coordinators.shards(self) if isinstance(c.shard, TransactionShard)]
+        return [c.shard for c in self.services.coordinators.shards(self) if isinstance(c.shard, TransactionShard)]
 
     def loading(self) -> bool:
         """Whether a partition this broker leads is still being loaded (ListTransactions cannot answer for it)."""
-        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            return False
-        loaded = {s.context.tp.partition for s in self.shards()}
-        for index in topic.partitions:
-            partition = self.broker.replicas.get(TopicPartition(TRANSACTION_STATE_TOPIC, index))
-            if partition is not None and partition.is_leader and index not in loaded:
-                return True
-        return False
+        return self.services.coordinators.loading(self)
 

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from josef.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
-    from josef.node.broker import Broker
+    from josef.services import BrokerServices
     from josef_coordinator_txn.metadata import TransactionMetadata, TxnTransit
     from josef_coordinator_txn.shard import TransactionShard
 
@@ -94,8 +94,8 @@ class _Marker:
 class MarkerChannel:
     """The queues of markers per destination broker, and one sender per broker while its queue is not empty."""
 
-    def __init__(self, broker: Broker, on_written: Callable[[PendingCompletion], Awaitable[None]]) -> None:
-        self._broker = broker
+    def __init__(self, services: BrokerServices, on_written: Callable[[PendingCompletion], Awaitable[None]]) -> None:
+        self._services = services
         self._on_written = on_written
         self._queues: dict[int, list[_Marker]] = {}
         self._sending: set[int] = set()
@@ -107,7 +107,7 @@ class MarkerChannel:
     def _route(self, completion: PendingCompletion, partitions: frozenset[TopicPartitionKey]) -> None:
         if not completion.current:
             return
-        image = self._broker.image
+        image = self._services.image
         by_leader: dict[int, set[TopicPartitionKey]] = defaultdict(set)
         unknown: set[TopicPartitionKey] = set()
         for tp in partitions & completion.metadata.partitions:
@@ -140,7 +140,7 @@ class MarkerChannel:
 
     async def _send(self, broker_id: int, batch: list[_Marker]) -> None:
         try:
-            response = await self._broker.peers.call(broker_id, ApiKey.WRITE_TXN_MARKERS,
+            response = await self._services.call_peer(broker_id, ApiKey.WRITE_TXN_MARKERS,
                                                      {"markers": [m.body() for m in batch]})
         except Exception as exc:  # unreachable broker, timeout, or a broker that cannot answer: all retried
             log.info("WriteTxnMarkers to broker %d failed (%s: %s); retrying", broker_id, type(exc).__name__, exc)
@@ -202,4 +202,4 @@ class MarkerChannel:
             except Exception:
                 log.exception("transaction markers: %s failed", getattr(function, "__name__", function))
 
-        self._broker.coordinators.spawn(logged)
+        self._services.coordinators.spawn(logged)

@@ -27,8 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
 from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
-from josef.metadata.controller import ControllerError
-from josef.metadata.quorum import NotControllerError
+from josef.services import ProducerIdUnavailable
 from josef_coordinator_txn import transactions
 from josef_coordinator_txn.configs import TxnSettings
 from josef_coordinator_txn.metadata import TransactionMetadata, TransactionState, TxnError, TxnTransit
@@ -113,16 +112,14 @@ class TransactionShard:
 
     def server_transaction_version(self) -> int:
         """The finalized ``transaction.version``: what the coordinator's own aborts use, and the record version."""
-        return int(self.coordinator.broker.image.features.get("transaction.version", 0))
+        return int(self.coordinator.services.image.features.get("transaction.version", 0))
 
     async def generate_producer_id(self) -> int:
         """A new producer id from the broker's block; its failures are answered as Kafka's ProducerIdManager's."""
         try:
-            return await self.coordinator.broker.producer_ids.generate()
-        except ControllerError as exc:
+            return await self.coordinator.services.new_producer_id()
+        except ProducerIdUnavailable as exc:
             raise TxnError(exc.code, exc.message) from exc
-        except NotControllerError as exc:
-            raise TxnError(ErrorCode.coordinator_load_in_progress, str(exc)) from exc
 
     # Writes --------------------------------------------------------------------------------------------
 

@@ -62,7 +62,9 @@ def register_coordinators(register: Register) -> None:
     """Offer coordinators (group, transaction, share) that own a set of API keys.
 
     Called when a broker is assembled. Call ``register(name, factory)``;
-    ``factory(broker)`` returns a :class:`josef.coordinator.runtime.Coordinator`:
+    ``factory(services)`` receives the broker's
+    :class:`josef.services.BrokerServices` (never the broker itself) and
+    returns a :class:`josef.coordinator.runtime.Coordinator`:
     its ``apis()`` lists ``(api key, handler, lowest, highest version)`` of
     the requests it answers (registered with the broker's dispatcher) and
     ``new_shard(context)`` builds the state machine of one partition of its

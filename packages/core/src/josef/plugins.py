@@ -14,6 +14,7 @@ from typing import Any, Generic, Iterable, TypeVar
 import pluggy
 
 from josef import hookspecs
+from josef.plugin_api import DEPRECATED_HOOKS, IncompatiblePlugin, check_compatible, warn_deprecated
 
 ENTRY_POINT_GROUP = "josef"
 DISABLE_AUTOLOAD_ENV = "JOSEF_DISABLE_PLUGIN_AUTOLOAD"
@@ -54,7 +55,16 @@ def get_plugin_manager(
     for plugin in plugins:
         pm.register(plugin)
     pm.check_pending()
+    _warn_deprecated_hooks(pm)
     return pm
+
+
+def _warn_deprecated_hooks(pm: pluggy.PluginManager) -> None:
+    """One warning per plugin that implements a hook on its way out (see :data:`josef.plugin_api.DEPRECATED_HOOKS`)."""
+    for name, (instead, removed_in) in DEPRECATED_HOOKS.items():
+        for impl in getattr(pm.hook, name).get_hookimpls():
+            owner = pm.get_name(impl.plugin) or repr(impl.plugin)
+            warn_deprecated(f"hook {name} (implemented by plugin {owner})", instead, removed_in)
 
 
 def _load_entry_points(pm: pluggy.PluginManager, blocked: set[str]) -> None:
@@ -68,6 +78,10 @@ def _load_entry_points(pm: pluggy.PluginManager, blocked: set[str]) -> None:
             raise PluginError(
                 f"plugin {ep.name!r} from distribution {dist!r} failed to import: {exc}"
             ) from exc
+        try:
+            check_compatible(f"{dist} {ep.dist.version}" if ep.dist else dist, plugin)
+        except IncompatiblePlugin as exc:
+            raise PluginError(str(exc)) from None
         pm.register(plugin, name=ep.name)
 
 

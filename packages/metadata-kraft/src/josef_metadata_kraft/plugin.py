@@ -10,6 +10,9 @@ from josef.hookspecs import Register
 from josef_metadata_kraft.commands import storage
 from josef_metadata_kraft.kraft_quorum import KRaftQuorum
 
+#: The plugin API versions this plugin works with (checked when the plugin manager loads it).
+JOSEF_PLUGIN_API = ">=1.0,<2"
+
 
 @hookimpl
 def register_metadata_quorum(register: Register) -> None:

@@ -12,6 +12,9 @@ from josef_storage_local.storage import LocalLogStorage
 if TYPE_CHECKING:
     import click
 
+#: The plugin API versions this plugin works with (checked when the plugin manager loads it).
+JOSEF_PLUGIN_API = ">=1.0,<2"
+
 
 @josef.hookimpl
 def register_log_storage(register: Register) -> None:

@@ -38,12 +38,14 @@ from kio.schema.errors import ErrorCode
 from josef.coordinator.hashing import partition_for
 from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.replication.partition import COORDINATOR, Partition, PartitionError
+from josef.plugin_api import deprecated_property
 from josef.protocol.records import COMMIT_MARKER, TRANSACTIONAL_BIT, build_batch, control_type, iter_batches, iter_records
 from josef.protocol.topic_partition import TopicPartition
 from josef.producer.txn_verification import verify
 
 if TYPE_CHECKING:
     from josef.node.broker import Broker
+    from josef.services import BrokerServices
     from josef.server.dispatch import Handler
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ class CoordinatorShard(Protocol):
 
 
 class Coordinator(Protocol):
-    """What a coordinator plugin registers (``register_coordinators``): ``factory(broker) -> Coordinator``."""
+    """What a coordinator plugin registers (``register_coordinators``): ``factory(services) -> Coordinator``,
+    given the broker's :class:`josef.services.BrokerServices`."""
 
     #: FindCoordinator key type: 0 group, 1 transaction, 2 share.
     key_type: int
@@ -126,8 +129,13 @@ class ShardContext:
         self._timers: dict[Any, anyio.CancelScope] = {}
 
     @property
-    def broker(self) -> Broker:
-        return self.runtime.broker
+    def services(self) -> BrokerServices:
+        """The broker's services (:class:`josef.services.BrokerServices`), for a shard that needs more than its partition."""
+        return self.runtime.broker.services
+
+    @deprecated_property("ShardContext.services", "2.0")
+    def broker(self) -> BrokerServices:
+        return self.runtime.broker.services
 
     async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
                     transactional_id: str | None = None, add_partition: bool = False) -> int:
@@ -152,7 +160,7 @@ class ShardContext:
         transactional = producer_id >= 0
         guard = None
         if transactional and transactional_id is not None:
-            guard = (await verify(self.broker, transactional_id, producer_id, producer_epoch,
+            guard = (await verify(self.runtime.broker, transactional_id, producer_id, producer_epoch,
                                   {self.tp: self.partition}, add_partition)).get(self.tp)
             if isinstance(guard, ErrorCode):
                 raise CoordinatorError(guard, f"{self.tp} is not in transaction {transactional_id!r}")
@@ -357,6 +365,19 @@ class CoordinatorRuntime:
     def shards(self, coordinator: Coordinator) -> list[ShardContext]:
         """Every shard of ``coordinator`` loaded on this broker (ListGroups asks them all)."""
         return [c for tp, c in self._shards.items() if tp.topic == coordinator.internal_topic]
+
+    def loading(self, coordinator: Coordinator) -> bool:
+        """Whether a partition of ``coordinator``'s topic that this broker leads is not loaded yet (a listing
+        of every shard cannot be complete until it is)."""
+        topic = self.broker.image.topics.get(coordinator.internal_topic)
+        if topic is None:
+            return False
+        for index in topic.partitions:
+            tp = TopicPartition(coordinator.internal_topic, index)
+            partition = self.broker.replicas.get(tp)
+            if partition is not None and partition.is_leader and tp not in self._shards:
+                return True
+        return False
 
     def close(self) -> None:
         for context in self._shards.values():

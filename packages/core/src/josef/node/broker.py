@@ -35,6 +35,7 @@ from josef.node.controller_channel import ControllerChannel
 from josef.node.broker_config import check_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
+from josef.services import BrokerServices
 from josef.node.peer_channel import PeerChannel
 from josef.log import LogStorage
 from josef.metadata import bootstrap
@@ -110,7 +111,8 @@ class Broker:
         if self.is_controller:
             register_controller_apis(self.controller_dispatcher)
         factories = collect(self.pm, "register_coordinators", "coordinator") if self.is_broker else {}
-        self.coordinators = CoordinatorRuntime(self, {name: factory(self) for name, factory in factories.items()})
+        self.services = BrokerServices(self)
+        self.coordinators = CoordinatorRuntime(self, {name: factory(self.services) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
             for key, handler, low, high in coordinator.apis():
                 self.dispatcher.register(key, handler, low, high, replace=key in TAKEOVER_APIS)

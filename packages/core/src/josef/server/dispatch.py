@@ -58,6 +58,7 @@ from josef.protocol.wire import writable
 
 if TYPE_CHECKING:
     from josef.node.broker import Broker
+    from josef.services import BrokerServices
     from josef.server.network import Connection
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class UnanswerableRequestError(Exception):
 
 @attrs.frozen
 class RequestContext:
+    """One request's origin, as its handler sees it. Plugins use :attr:`services`; ``broker`` is the core's."""
+
     broker: Broker
     api_key: int
     api_version: int
@@ -109,6 +112,10 @@ class RequestContext:
     client_id: str | None
     client_host: str
     listener_name: str
+
+    @property
+    def services(self) -> BrokerServices:
+        return self.broker.services
 
 
 @attrs.frozen

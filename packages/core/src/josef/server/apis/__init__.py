@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from josef.protocol import fetch_codec, produce_codec
 from josef.protocol.api_keys import ApiKey
@@ -28,7 +29,7 @@ from josef.server.apis import (
     topic_partitions,
     txn_markers,
 )
-from josef.server.dispatch import Dispatcher, RequestContext
+from josef.server.dispatch import Dispatcher, Handler, RequestContext
 
 #: (API key, handler, lowest version, highest version) the controller answers: Kafka's ControllerApis.
 CONTROLLER_APIS = (
@@ -80,7 +81,9 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
 
 #: Core APIs a coordinator plugin may answer instead (``Coordinator.apis``): the transaction
 #: coordinator takes InitProducerId over, answering transactional ids as well as idempotent producers.
-TAKEOVER_APIS = frozenset({ApiKey.INIT_PRODUCER_ID})
+#: Each maps to the core's own handler, which the plugin may hand the requests it leaves to the core
+#: (:meth:`josef.services.BrokerServices.core_handler`).
+TAKEOVER_APIS: Mapping[int, Handler] = MappingProxyType({ApiKey.INIT_PRODUCER_ID: producer.init_producer_id})
 
 #: Client telemetry (KIP-714): advertised, as Kafka does, only when a receiver is installed, so
 #: clients of a broker that would discard their metrics never collect or push them.

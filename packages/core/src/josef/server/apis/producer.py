@@ -21,9 +21,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.metadata.controller import ControllerError
-from josef.metadata.quorum import NotControllerError
 from josef.server.dispatch import RequestContext
+from josef.services import ProducerIdUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +38,9 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     "COORDINATOR_NOT_AVAILABLE", request.transactional_id, ctx.client_id)
         return _answer(ErrorCode.coordinator_not_available)
     try:
-        producer_id = await ctx.broker.producer_ids.generate()
-    except ControllerError as exc:
-        log.error("no producer id for client %r: %s", ctx.client_id, exc.message)
+        producer_id = await ctx.services.new_producer_id()
+    except ProducerIdUnavailable as exc:
+        log.warning("no producer id for client %r: %s", ctx.client_id, exc.message)
         return _answer(exc.code)
-    except NotControllerError as exc:
-        # Kafka's answer while a broker waits for its next block: retriable.
-        log.warning("no producer id for client %r: %s", ctx.client_id, exc)
-        return _answer(ErrorCode.coordinator_load_in_progress)
     log.debug("producer id %d (epoch 0) for client %r", producer_id, ctx.client_id)
     return _answer(ErrorCode.none, producer_id, 0)
