@@ -59,6 +59,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.coordinator.hashing": "*",
     "josef.metadata": "*",
     "josef.metadata.quorum": "*",
+    "josef.metadata.bootstrap": "*",
     "josef.metadata.image": "*",
     "josef.metadata.records": "*",
     "josef.metadata.features": "*",

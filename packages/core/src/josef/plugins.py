@@ -13,8 +13,8 @@ from typing import Any, Generic, Iterable, TypeVar
 
 import pluggy
 
-from josef import hookspecs
-from josef.plugin_api import DEPRECATED_HOOKS, IncompatiblePlugin, check_compatible, warn_deprecated
+from josef import hookspecs, plugin_api
+from josef.plugin_api import IncompatiblePlugin, check_compatible, warn_deprecated
 
 ENTRY_POINT_GROUP = "josef"
 DISABLE_AUTOLOAD_ENV = "JOSEF_DISABLE_PLUGIN_AUTOLOAD"
@@ -61,7 +61,7 @@ def get_plugin_manager(
 
 def _warn_deprecated_hooks(pm: pluggy.PluginManager) -> None:
     """One warning per plugin that implements a hook on its way out (see :data:`josef.plugin_api.DEPRECATED_HOOKS`)."""
-    for name, (instead, removed_in) in DEPRECATED_HOOKS.items():
+    for name, (instead, removed_in) in plugin_api.DEPRECATED_HOOKS.items():
         for impl in getattr(pm.hook, name).get_hookimpls():
             owner = pm.get_name(impl.plugin) or repr(impl.plugin)
             warn_deprecated(f"hook {name} (implemented by plugin {owner})", instead, removed_in)
