@@ -51,6 +51,60 @@ def start(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
         raise click.ClickException(f"cannot start: {exc}") from None
 
 
+@cli.command("plugins")
+@click.argument("properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Set a configuration key, over the file (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
+def plugins(properties: Path | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """List installed plugins, what each registers, and what PROPERTIES selects.
+
+    Without PROPERTIES the selection is that of ``josef server start``'s
+    embedded default. Client-side registrations (assignors, partitioners,
+    interceptors) are chosen by each client's own configuration.
+    """
+    import json
+    import shutil
+    import textwrap
+
+    import attrs
+
+    from josef.node.server_properties import load_config
+    from josef.plugin_api import PLUGIN_API_VERSION
+    from josef.plugin_inventory import SELECTED_BY, inventory
+
+    pm = get_plugin_manager()
+    try:
+        config = load_config(properties, overrides, pm)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    listed = inventory(pm, config)
+    for kind, key in SELECTED_BY.items():
+        if key in config.definition and not any(config[key] in p.registers.get(kind, ()) for p in listed):
+            installed = sorted(n for p in listed for n in p.registers.get(kind, ()))
+            raise click.ClickException(f"{key}={config[key]}: no {kind} of that name is installed; "
+                                       f"installed: {', '.join(installed) or 'none'}")
+    if as_json:
+        click.echo(json.dumps({"josef": __version__, "plugin_api": PLUGIN_API_VERSION,
+                               "plugins": [attrs.asdict(p) for p in listed]}, indent=2))
+        return
+    width = min(shutil.get_terminal_size().columns, 120)
+    click.echo(f"josef {__version__}, plugin API {PLUGIN_API_VERSION}")
+    for plugin in listed:
+        origin = f"{plugin.distribution} {plugin.version}" if plugin.distribution else "registered in process"
+        api = f", plugin API {plugin.plugin_api}" if plugin.plugin_api else ""
+        click.echo(f"\n{plugin.name} ({origin}{api})")
+        for kind, names in plugin.registers.items():
+            chosen = set(plugin.selected.get(kind, ()))
+            shown = ", ".join(f"{n} [selected]" if n in chosen else n for n in names)
+            if kind == "configs":
+                shown = f"{len(names)} keys (--json names them)"
+            click.echo(textwrap.fill(f"{kind}: {shown}", width, initial_indent="  ", subsequent_indent="      "))
+            for coordinator, apis in plugin.apis.items() if kind == "coordinators" else ():
+                click.echo(textwrap.fill(f"{coordinator} answers: {', '.join(apis)}", width,
+                                         initial_indent="    ", subsequent_indent="      "))
+
+
 @cli.group("cluster")
 def cluster_group() -> None:
     """Run a local cluster of josef processes, for development."""

@@ -5,9 +5,11 @@ existing job switches by changing the format name, and batch writes also by
 ``.mode("append")`` (Spark refuses its default save mode for Python data sources).
 """
 
+import importlib.metadata
+
 from josef_spark.options import OptionError
 from josef_spark.planning import DataLossError
 from josef_spark.source import JosefDataSource
 
 __all__ = ["DataLossError", "JosefDataSource", "OptionError"]
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("josef-spark")
