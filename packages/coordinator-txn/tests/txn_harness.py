@@ -33,7 +33,7 @@ class FakeContext:
     def __init__(self, leader_epoch: int = 7) -> None:
         self.active = True
         self.tp = SimpleNamespace(topic="__transaction_state", partition=0)
-        self.partition = SimpleNamespace(leader_epoch=leader_epoch)
+        self.leader_epoch = leader_epoch
         self.shard: TransactionShard | None = None
         self.written: list[tuple[bytes, bytes | None]] = []
         self.timers: dict[Any, tuple[float, Any]] = {}

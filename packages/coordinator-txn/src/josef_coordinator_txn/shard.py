@@ -50,7 +50,7 @@ class TransactionShard:
         self.coordinator = coordinator
         self.transactions: dict[str, TransactionMetadata] = {}
         self.loading = True
-        self.coordinator_epoch: int = context.partition.leader_epoch
+        self.coordinator_epoch: int = context.leader_epoch
 
     @property
     def active(self) -> bool:

@@ -129,6 +129,11 @@ class ShardContext:
         self._timers: dict[Any, anyio.CancelScope] = {}
 
     @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch this shard was loaded under: Kafka's coordinator epoch."""
+        return self.partition.leader_epoch
+
+    @property
     def services(self) -> BrokerServices:
         """The broker's services (:class:`josef.services.BrokerServices`), for a shard that needs more than its partition."""
         return self.runtime.broker.services

@@ -8,7 +8,8 @@
 :data:`josef.plugin_api.PUBLIC_API` lists what a plugin may import; this
 reads a plugin's sources (without importing them) and names every import of
 anything else under ``josef``, and every reach from a request or shard
-context into the node behind it (``ctx.broker``, ``context.runtime``: plugins
+context into the node behind it (``ctx.broker``, ``context.runtime``,
+``context.partition``: plugins
 get :class:`josef.services.BrokerServices` through ``ctx.services``).
 """
 
@@ -22,7 +23,7 @@ from typing import Iterable
 from josef.plugin_api import PUBLIC_API
 
 #: Attributes of a context that reach past the services into the node itself.
-_PRIVATE_ATTRIBUTES = frozenset({"broker", "runtime"})
+_PRIVATE_ATTRIBUTES = frozenset({"broker", "runtime", "partition"})
 _CONTEXTS = frozenset({"ctx", "context", "shard_context"})
 
 
