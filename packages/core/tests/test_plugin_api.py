@@ -178,3 +178,23 @@ def josef_version() -> str:
     import josef
 
     return josef.__version__
+
+
+def test_the_guide_s_first_plugin_works_as_written(tmp_path, monkeypatch):
+    """docs/plugins.md's five-minute plugin, installed as its pyproject says, does what the guide says."""
+    import re
+
+    from josef.authorizer import Action
+    from josef.node.server_properties import load_config
+    from josef.plugins import collect
+
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    [code] = re.findall(r"```python\n# src/josef_acme/plugin.py\n(.*?)```", guide, re.S)
+    install_plugin(tmp_path, "josef-acme", "acme_guide_plugin", code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pm = get_plugin_manager(autoload=True)
+    config = load_config(None, {"authorizer.class.name": "acme", "acme.writers": "alice"}, pm)
+    authorizer = collect(pm, "register_authorizers", "authorizer").get(config["authorizer.class.name"])(config)
+    assert authorizer.authorize("alice", "10.0.0.1", Action("WRITE", "TOPIC", "orders"))
+    assert not authorizer.authorize("eve", "10.0.0.1", Action("WRITE", "TOPIC", "orders"))
+    assert authorizer.authorize("eve", "10.0.0.1", Action("READ", "TOPIC", "orders"))
