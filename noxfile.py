@@ -2,13 +2,17 @@
 
 ``uvx nox`` runs everything; ``uvx nox -s integration`` only the end-to-end
 tests; ``uvx nox -s contract`` the storage contract suite against every
-storage plugin; ``uvx nox -l`` lists the sessions.
+storage plugin; ``uvx nox -s build`` builds and checks every distribution's
+wheel and sdist; ``uvx nox -s compat`` installs plugins beside cores of other
+releases (tools/compat.py); ``uvx nox -l`` lists the sessions.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import nox
 
@@ -58,7 +62,7 @@ def contract(session: nox.Session, storage: str) -> None:
 def lint(session: nox.Session) -> None:
     """Pyflakes checks (undefined names, unused imports and variables) over all code."""
     session.install("ruff>=0.5")
-    session.run("ruff", "check", "--select", "F", "packages", "integration-tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "--select", "F", "packages", "integration-tests", "benchmarks", "tools", "noxfile.py")
 
 
 @nox.session(python=PYTHON)
@@ -66,6 +70,27 @@ def lowest(session: nox.Session) -> None:
     """Every package's tests against the lowest versions its pyproject allows."""
     session.install("--resolution=lowest-direct", *TEST_DEPS, *(f"-e./packages/{p}" for p in PACKAGES))
     session.run("pytest", *(f"packages/{p}/tests" for p in PACKAGES), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Wheel and sdist of every distribution (uv build), then their metadata checked (tools/check_dists.py)."""
+    session.install("packaging>=24.2", "trove-classifiers")
+    with tempfile.TemporaryDirectory(prefix="josef-dist-") as out:
+        for project in sorted(Path("packages").glob("*/pyproject.toml")):
+            session.run("uv", "build", "--quiet", "--no-sources", "--out-dir", out, str(project.parent), external=True)
+        session.run("python", "tools/check_dists.py", out)
+
+
+@nox.session(python=PYTHON)
+def compat(session: nox.Session) -> None:
+    """Each plugin's previous release beside the current core, and each plugin beside the oldest core its range allows.
+
+    Builds the releases from their git tags, installs each pair with uv's resolver (ranges that exclude each other
+    must make it refuse) and smoke-tests a broker with them; see tools/compat.py. Needs the release tags.
+    """
+    session.install("packaging>=24.2", "trove-classifiers")
+    session.run("python", "tools/compat.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
