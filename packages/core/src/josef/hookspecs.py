@@ -214,3 +214,28 @@ def register_record_decoders(register: Register) -> None:
     not know and :class:`ValueError` for bytes it cannot read; the tool
     prints those as Kafka's does and goes on. Returns nothing.
     """
+
+
+@hookspec
+def register_policies(register: Register) -> None:
+    """Offer topic policies: Kafka's CreateTopicPolicy and AlterConfigPolicy.
+
+    Called when a node with the controller role is assembled. Call
+    ``register(name, factory)``; ``factory(config)`` receives the node's
+    :class:`josef.config.Config` (Kafka's ``configure()``) and returns a
+    policy: a :class:`josef.policy.CreateTopicPolicy`
+    (``validate_create_topic(request)``), a
+    :class:`josef.policy.AlterConfigPolicy` (``validate_alter_config(request)``)
+    or both. Selected by name with ``create.topic.policy.class.name`` and
+    ``alter.config.policy.class.name`` (unset by default: no policy); a name
+    nobody registered stops start-up with the list of installed ones, and
+    each selected policy is built once per node, once for both keys if they
+    name the same one. The controller calls them on its event loop, so they
+    must not block: for every topic a CreateTopics request creates
+    (``validate_only`` ones, automatic and internal topics too) and every
+    resource an AlterConfigs or IncrementalAlterConfigs request changes,
+    after its own validation and before anything is written. Raising
+    :class:`josef.policy.PolicyViolation` refuses that topic or resource alone
+    with POLICY_VIOLATION and the exception's message. CreatePartitions is
+    not checked, as in Kafka. Returns nothing.
+    """

@@ -50,6 +50,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     # Contracts and their data types.
     "josef.log": "*",
     "josef.authorizer": "*",
+    "josef.policy": ("PolicyViolation", "CreateTopicPolicy", "CreateTopicRequest", "AlterConfigPolicy",
+                     "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
+                     "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "TelemetrySubscription"),
     "josef.config": "*",
     "josef.coordinator": "*",

@@ -62,6 +62,14 @@ from josef.metadata.records import (
     random_uuid,
     uuid_from_text,
 )
+from josef.policy import (
+    AlterConfigPolicy,
+    AlterConfigRequest,
+    ConfigResource,
+    CreateTopicPolicy,
+    CreateTopicRequest,
+    PolicyViolation,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +174,21 @@ def _new_partition(image: MetadataImage, topic_id: uuid.UUID, partition: int, re
     return PartitionRecord(partition_id=partition, topic_id=topic_id, replicas=tuple(replicas), isr=tuple(replicas),
                            leader=replicas[0], leader_epoch=0, partition_epoch=0,
                            directories=tuple(uuid_from_text(_default_dir(image, b)) for b in replicas))
+
+
+def _check_policy(validate: Callable[[Any], None], request: CreateTopicRequest | AlterConfigRequest) -> None:
+    """Ask a policy (:mod:`josef.policy`): a violation refuses with POLICY_VIOLATION and its message.
+
+    Any other exception is the policy's bug: logged, and answered
+    UNKNOWN_SERVER_ERROR without its message (as Kafka's ApiError does).
+    """
+    try:
+        validate(request)
+    except PolicyViolation as exc:
+        raise ControllerError(ErrorCode.policy_violation, str(exc)) from None
+    except Exception:
+        log.exception("policy %r failed on %s", validate, request)
+        raise ControllerError(ErrorCode.unknown_server_error, "the policy failed; see the controller's log") from None
 
 
 def validate_topic_name(name: str) -> None:
@@ -751,7 +774,9 @@ class Controller:
         assignments: Mapping[int, Sequence[int]] | None = None,
         configs: Mapping[str, str | None] | None = None,
         validate_only: bool = False,
+        policy: CreateTopicPolicy | None = None,
     ) -> CreatedTopic:
+        """Create (or with ``validate_only`` check) a topic; ``policy`` decides after every other check."""
         validate_topic_name(name)
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
         try:
@@ -769,6 +794,11 @@ class Controller:
                                           f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide in metric names)")
             live = [b for b, info in image.brokers.items() if not info.fenced]
             replicas = self._place(live, num_partitions, replication_factor, assignments)
+            if policy is not None:
+                manual = bool(assignments)
+                _check_policy(policy.validate_create_topic, CreateTopicRequest(
+                    name, None if manual else len(replicas), None if manual else len(replicas[0]),
+                    dict(enumerate(replicas)) if manual else None, configs))
             topic_id = uuid_from_text(random_uuid())
             records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
             records += [_new_partition(image, topic_id, p, r) for p, r in enumerate(replicas)]
@@ -858,8 +888,12 @@ class Controller:
 
     async def alter_configs(self, resource_type: int, resource_name: str,
                             ops: Sequence[tuple[str, int, str | None]], validate_only: bool,
-                            incremental: bool = True) -> None:
-        """Apply ``(name, op, value)`` changes; a non-incremental call replaces every dynamic value."""
+                            incremental: bool = True, policy: AlterConfigPolicy | None = None) -> None:
+        """Apply ``(name, op, value)`` changes; a non-incremental call replaces every dynamic value.
+
+        ``policy`` decides after the new values were validated; it sees the
+        keys ``ops`` name with the values they would have (None: deleted).
+        """
         async with self._active():
             image = self._image()
             current = dict(image.config(resource_type, resource_name))
@@ -901,6 +935,9 @@ class Controller:
                         key.parse(wanted[name])
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+            if policy is not None:
+                _check_policy(policy.validate_alter_config, AlterConfigRequest(
+                    ConfigResource(resource_type, resource_name), {name: wanted.get(name) for name, _, _ in ops}))
             records = [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
                        for k, v in sorted(wanted.items()) if current.get(k) != v]
             records += [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=None)

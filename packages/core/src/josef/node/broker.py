@@ -45,6 +45,7 @@ from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord
 from josef.plugins import collect, get_plugin_manager
+from josef.policy import Policies
 from josef.producer.producer_ids import ProducerIdManager
 from josef.protocol.api_keys import ApiKey
 from josef.replication.replica_manager import ReplicaManager
@@ -136,6 +137,8 @@ class Broker:
         self.features: dict[str, SupportedFeature] = dict(collect(self.pm, "register_features", "feature").items())
         self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
             config["authorizer.class.name"])(config)
+        #: Kafka's create-topic and alter-config policies (josef.policy), which the controller part applies.
+        self.policies = Policies.from_plugins(self.pm, config) if self.is_controller else Policies()
 
     @property
     def cluster_id(self) -> str:

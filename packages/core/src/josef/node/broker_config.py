@@ -96,6 +96,12 @@ CORE_KEYS = (
     ConfigKey("metadata.quorum", S, "kraft", "Name of the metadata quorum backend (kraft, zookeeper...)."),
     ConfigKey("log.storage", S, "local", "Name of the log storage backend (local, tiered...)."),
     ConfigKey("authorizer.class.name", S, "allow-all", "Name of the authorizer that decides every request."),
+    ConfigKey("create.topic.policy.class.name", S, None,
+              "Name of the create-topic policy (registered through register_policies, josef.policy) that every topic "
+              "the controller creates must satisfy; unset, none."),
+    ConfigKey("alter.config.policy.class.name", S, None,
+              "Name of the alter-config policy (registered through register_policies, josef.policy) that every "
+              "AlterConfigs and IncrementalAlterConfigs change the controller decides must satisfy; unset, none."),
     # Network
     ConfigKey("listeners", LST, ["PLAINTEXT://localhost:9092"], "Addresses the broker listens on, NAME://HOST:PORT (port 0 picks a free one).", _listeners),
     ConfigKey("listener.security.protocol.map", LST,

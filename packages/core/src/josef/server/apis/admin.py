@@ -1,4 +1,8 @@
-"""CreateTopics, DeleteTopics and CreatePartitions: requests the controller decides."""
+"""CreateTopics, DeleteTopics and CreatePartitions: requests the controller decides.
+
+CreateTopics is checked by the node's create-topic policy (:mod:`josef.policy`);
+CreatePartitions is not, as in Kafka's KRaft controller.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
             created = await controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
                 {a.partition_index: list(a.broker_ids) for a in topic.assignments},
-                {c.name: c.value for c in topic.configs}, request.validate_only)
+                {c.name: c.value for c in topic.configs}, request.validate_only,
+                policy=ctx.broker.policies.create_topic)
         except ControllerError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
         else:

@@ -112,7 +112,8 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> dict[s
             ops = [(c.name, SET, c.value) for c in resource.configs]
         try:
             await ctx.broker.controller.alter_configs(resource.resource_type, resource.resource_name, ops,
-                                                      request.validate_only, incremental)
+                                                      request.validate_only, incremental,
+                                                      policy=ctx.broker.policies.alter_config)
         except ControllerError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
         responses.append(result)
