@@ -123,3 +123,37 @@ def spark(session: nox.Session) -> None:
     install_workspace(session)
     session.install(f"-e./{SPARK_CONNECTOR}")
     session.run("pytest", f"{SPARK_CONNECTOR}/tests", *session.posargs)
+
+
+#: The example third-party plugin: outside the uv workspace, installed from its wheel as its users would install it.
+EXAMPLE_PLUGIN = "examples/plugins/josef-topic-policy"
+#: What the example's tests need of this repository, installed from wheels built here.
+EXAMPLE_NEEDS = ["packages/core", "packages/client", "packages/storage-local", "packages/metadata-kraft"]
+#: The example must run against the installed wheels, never this repository's sources.
+INSTALLED_ONLY = """
+import sys, josef, josef_client, josef_topic_policy
+for module in (josef, josef_client, josef_topic_policy):
+    if "site-packages" not in module.__file__:
+        sys.exit(f"{module.__name__} comes from {module.__file__}, not from its installed wheel")
+"""
+
+
+@nox.session(python=PYTHON)
+def example_plugin(session: nox.Session) -> None:
+    """The example plugin (examples/plugins/josef-topic-policy) from wheels: it, the core, client, storage and metadata.
+
+    Wheels are built with uv build and installed (not editable); the tests run from a copy outside the repository,
+    so nothing of the workspace is importable, and a run that collects no test fails (pytest's exit code 5).
+    """
+    with tempfile.TemporaryDirectory(prefix="josef-example-") as tmp:
+        wheels = Path(tmp) / "wheels"
+        for project in [*EXAMPLE_NEEDS, EXAMPLE_PLUGIN]:
+            session.run("uv", "build", "--quiet", "--wheel", "--no-sources", "-o", str(wheels), project, external=True)
+        built = sorted(str(w) for w in wheels.glob("*.whl"))
+        # The venv is reused: wheels of an unchanged version must replace what an earlier run installed.
+        names = [Path(w).name.split("-")[0].replace("_", "-") for w in built]
+        session.install(*TEST_DEPS, "confluent-kafka>=2.4", *built, *(f"--reinstall-package={n}" for n in names))
+        tests = shutil.copytree(f"{EXAMPLE_PLUGIN}/tests", Path(tmp) / "tests")
+        session.chdir(tmp)
+        session.run("python", "-c", INSTALLED_ONLY)
+        session.run("pytest", "-p", "no:cacheprovider", "--timeout=300", str(tests), *session.posargs)
