@@ -151,19 +151,22 @@ def test_josef_plugins_lists_each_distribution_what_it_registers_and_what_is_sel
     install_plugin(tmp_path, "josef-acme", "acme_plugin",
                    'from josef import hookimpl\nJOSEF_PLUGIN_API = ">=1.0,<2"\n\n'
                    "@hookimpl\ndef register_authorizers(register):\n    register('acme', object)\n\n"
-                   "@hookimpl\ndef register_partitioners(register):\n    register('acme-hash', object)\n")
+                   "@hookimpl\ndef register_partitioners(register):\n    register('acme-hash', object)\n\n"
+                   "@hookimpl\ndef register_policies(register):\n    register('acme-policy', object)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     runner = CliRunner()
-    listed = runner.invoke(build_cli(), ["plugins", "--override", "authorizer.class.name=acme"])
+    listed = runner.invoke(build_cli(), ["plugins", "--override", "authorizer.class.name=acme",
+                                         "--override", "alter.config.policy.class.name=acme-policy"])
     assert listed.exit_code == 0, listed.output
     assert listed.output.startswith(f"josef {josef_version()}, plugin API {PLUGIN_API_VERSION}\n")
-    assert "\njosef-acme (josef-acme 1.0, plugin API >=1.0,<2)\n  authorizers: acme [selected]\n  partitioners: acme-hash\n" \
-        in listed.output
+    assert ("\njosef-acme (josef-acme 1.0, plugin API >=1.0,<2)\n  authorizers: acme [selected]\n"
+            "  policies: acme-policy [selected]\n  partitioners: acme-hash\n") in listed.output
     assert "  authorizers: allow-all\n" in listed.output  # the core's, not selected this time
     as_json = json.loads(runner.invoke(build_cli(), ["plugins", "--json"]).output)
     [acme] = [p for p in as_json["plugins"] if p["name"] == "josef-acme"]
     assert acme == {"name": "josef-acme", "distribution": "josef-acme", "version": "1.0", "plugin_api": ">=1.0,<2",
-                    "registers": {"authorizers": ["acme"], "partitioners": ["acme-hash"]}, "apis": {}, "selected": {}}
+                    "registers": {"authorizers": ["acme"], "policies": ["acme-policy"], "partitioners": ["acme-hash"]},
+                    "apis": {}, "selected": {}}
     [core] = [p for p in as_json["plugins"] if p["distribution"] == "josef"]
     assert core["selected"] == {"authorizers": ["allow-all"]} and "log.dirs" in core["registers"]["configs"]
     for plugin in as_json["plugins"]:  # coordinators installed in this environment name the APIs they answer
@@ -172,6 +175,8 @@ def test_josef_plugins_lists_each_distribution_what_it_registers_and_what_is_sel
     assert refused.exit_code == 1
     assert "authorizer.class.name=nobody: no authorizers of that name is installed; installed: acme, allow-all" \
         in refused.output
+    refused = runner.invoke(build_cli(), ["plugins", "--override", "create.topic.policy.class.name=nobody"])
+    assert refused.exit_code == 1 and "create.topic.policy.class.name=nobody: no policies of that name" in refused.output
 
 
 def josef_version() -> str:

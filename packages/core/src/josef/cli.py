@@ -71,7 +71,7 @@ def plugins(properties: Path | None, overrides: tuple[str, ...], as_json: bool) 
 
     from josef.node.server_properties import load_config
     from josef.plugin_api import PLUGIN_API_VERSION
-    from josef.plugin_inventory import SELECTED_BY, inventory
+    from josef.plugin_inventory import SELECTED_BY, inventory, selections
 
     pm = get_plugin_manager()
     try:
@@ -79,11 +79,12 @@ def plugins(properties: Path | None, overrides: tuple[str, ...], as_json: bool) 
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     listed = inventory(pm, config)
-    for kind, key in SELECTED_BY.items():
-        if key in config.definition and not any(config[key] in p.registers.get(kind, ()) for p in listed):
-            installed = sorted(n for p in listed for n in p.registers.get(kind, ()))
-            raise click.ClickException(f"{key}={config[key]}: no {kind} of that name is installed; "
-                                       f"installed: {', '.join(installed) or 'none'}")
+    for kind in SELECTED_BY:
+        installed = sorted(n for p in listed for n in p.registers.get(kind, ()))
+        for key, name in selections(config, kind):
+            if name not in installed:
+                raise click.ClickException(f"{key}={name}: no {kind} of that name is installed; "
+                                           f"installed: {', '.join(installed) or 'none'}")
     if as_json:
         click.echo(json.dumps({"josef": __version__, "plugin_api": PLUGIN_API_VERSION,
                                "plugins": [attrs.asdict(p) for p in listed]}, indent=2))

@@ -37,12 +37,18 @@ KINDS = {
     "register_commands": "commands",
 }
 
-#: Broker configuration keys that pick one registered implementation by name.
+#: Broker configuration keys that pick a registered implementation by name (unset: none is picked).
 SELECTED_BY = {
-    "log storage": "log.storage",
-    "metadata quorum": "metadata.quorum",
-    "authorizers": "authorizer.class.name",
+    "log storage": ("log.storage",),
+    "metadata quorum": ("metadata.quorum",),
+    "authorizers": ("authorizer.class.name",),
+    "policies": ("create.topic.policy.class.name", "alter.config.policy.class.name"),
 }
+
+
+def selections(config: Config, kind: str) -> list[tuple[str, str]]:
+    """``(key, name)`` for each key of ``kind`` that ``config`` sets."""
+    return [(key, config[key]) for key in SELECTED_BY.get(kind, ()) if key in config.definition and config[key]]
 
 
 @attrs.frozen
@@ -104,9 +110,10 @@ def inventory(pm: pluggy.PluginManager, config: Config | None) -> list[PluginInf
             if kind == "coordinators":
                 apis = {n: _apis(factory) for n, factory in found}
                 selected[kind] = [n for n, _ in found]  # every installed coordinator runs
-            key = SELECTED_BY.get(kind)
-            if key is not None and config is not None and key in config.definition and config[key] in registers[kind]:
-                selected[kind] = [config[key]]
+            if config is not None:
+                chosen = sorted({name for _, name in selections(config, kind) if name in registers[kind]})
+                if chosen:
+                    selected[kind] = chosen
         builtin = name in BUILTIN_PLUGINS
         plugins.append(PluginInfo(
             name=name,
