@@ -127,6 +127,11 @@ def spark(session: nox.Session) -> None:
 
 #: The example third-party plugin: outside the uv workspace, installed from its wheel as its users would install it.
 EXAMPLE_PLUGIN = "examples/plugins/josef-topic-policy"
+#: A plugin written for plugin API 2, which this core must refuse to start with.
+INCOMPATIBLE_PLUGIN = "examples/plugins/josef-from-the-future"
+INCOMPATIBLE_ERROR = ("Error: plugin distribution josef-from-the-future 2.0.0 supports plugin API >=2.0,<3, "
+                      "but this josef offers plugin API {version}")
+PLUGIN_API = "from josef.plugin_api import PLUGIN_API_VERSION; print(PLUGIN_API_VERSION)"
 #: What the example's tests need of this repository, installed from wheels built here.
 EXAMPLE_NEEDS = ["packages/core", "packages/client", "packages/storage-local", "packages/metadata-kraft"]
 #: The example must run against the installed wheels, never this repository's sources.
@@ -157,3 +162,18 @@ def example_plugin(session: nox.Session) -> None:
         session.chdir(tmp)
         session.run("python", "-c", INSTALLED_ONLY)
         session.run("pytest", "-p", "no:cacheprovider", "--timeout=300", str(tests), *session.posargs)
+        # A wheel declaring a plugin API range this core does not offer stops start-up with one line.
+        session.run("uv", "build", "--quiet", "--wheel", "--no-sources", "-o", str(wheels),
+                    str(Path(__file__).parent / INCOMPATIBLE_PLUGIN), external=True)
+        [future] = wheels.glob("josef_from_the_future-*.whl")
+        session.install(str(future), "--reinstall-package=josef-from-the-future")
+        try:
+            output = session.run("python", "-m", "josef", "server", "start", "--override",
+                                 "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp}/data",
+                                 success_codes=[1], silent=True)
+        finally:
+            session.run("uv", "pip", "uninstall", "--python", session.virtualenv.location, "josef-from-the-future",
+                        external=True, silent=True)
+        expected = INCOMPATIBLE_ERROR.format(version=session.run("python", "-c", PLUGIN_API, silent=True).strip())
+        if output.strip() != expected:
+            session.error(f"an incompatible plugin did not stop start-up as expected: {output.strip()!r}")
