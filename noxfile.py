@@ -1,10 +1,10 @@
-"""The whole test suite: each package's own tests, the storage contract per storage plugin, then the integration matrix.
+"""The whole test suite: each package's own tests, the core's contract suites per plugin, then the integration matrix.
 
 ``uvx nox`` runs everything; ``uvx nox -s integration`` only the end-to-end
-tests; ``uvx nox -s contract`` the storage contract suite against every
-storage plugin; ``uvx nox -s build`` builds and checks every distribution's
-wheel and sdist; ``uvx nox -s compat`` installs plugins beside cores of other
-releases (tools/compat.py); ``uvx nox -l`` lists the sessions.
+tests; ``uvx nox -s contract`` every contract suite (josef.testing) against
+the implementations here; ``uvx nox -s build`` builds and checks every
+distribution's wheel and sdist; ``uvx nox -s compat`` installs plugins beside
+cores of other releases (tools/compat.py); ``uvx nox -l`` lists the sessions.
 """
 
 from __future__ import annotations
@@ -25,9 +25,17 @@ PACKAGES = ["core", "client", "storage-local", "metadata-kraft", "coordinator-gr
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
 METADATA = ["kraft"]
 STORAGE = ["local"]
-#: Each storage plugin's package and the test module in it that runs the core's contract suite
-#: (josef.testing.storage) against the plugin; test basenames are unique across the repository.
-STORAGE_CONTRACTS = {"local": ("storage-local", "test_storage_contract.py")}
+#: Each package that runs one of the core's contract suites (josef.testing.storage, .metadata_quorum, .authorizer,
+#: .coordinator) against its implementation: the test module in its tests that does (basenames are unique across the
+#: repository), and the plugins of other kinds the suite needs to run a node (a broker needs a log storage and a
+#: metadata quorum), never another of the same kind. The core's own cell checks its allow-all authorizer.
+CONTRACTS = {
+    "storage-local": ("test_storage_contract.py", ()),
+    "metadata-kraft": ("test_quorum_contract.py", ("storage-local",)),
+    "core": ("test_authorizer_contract.py", ()),
+    "coordinator-group": ("test_group_coordinator_contract.py", ("storage-local", "metadata-kraft")),
+    "coordinator-txn": ("test_txn_coordinator_contract.py", ("storage-local", "metadata-kraft")),
+}
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
@@ -44,18 +52,18 @@ def unit(session: nox.Session, package: str) -> None:
     """One package's own tests."""
     install_workspace(session)
     # The contract sessions run those.
-    contracts = [f"--ignore=packages/{package}/tests/{module}" for owner, module in STORAGE_CONTRACTS.values()
-                 if owner == package]
+    contracts = [f"--ignore=packages/{package}/tests/{CONTRACTS[package][0]}"] if package in CONTRACTS else []
     session.run("pytest", f"packages/{package}/tests", *contracts, *session.posargs)
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("storage", STORAGE)
-def contract(session: nox.Session, storage: str) -> None:
-    """The storage contract suite against one storage plugin, installed with the core alone (all a plugin may import)."""
-    package, module = STORAGE_CONTRACTS[storage]
-    session.install(*TEST_DEPS, "-e./packages/core", f"-e./packages/{package}")
-    session.run("pytest", f"packages/{package}/tests/{module}", *session.posargs)
+@nox.parametrize("plugin", list(CONTRACTS))
+def contract(session: nox.Session, plugin: str) -> None:
+    """One contract suite against one plugin, installed with the core and only what a node needs besides it."""
+    module, needs = CONTRACTS[plugin]
+    packages = dict.fromkeys(["core", *needs, plugin])
+    session.install(*TEST_DEPS, *(f"-e./packages/{p}" for p in packages))
+    session.run("pytest", f"packages/{plugin}/tests/{module}", *session.posargs)
 
 
 @nox.session(python=PYTHON)

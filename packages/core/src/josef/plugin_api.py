@@ -85,6 +85,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.node.server_properties": ("load_config",),
     "josef.testing": "*",
     "josef.testing.storage": "*",
+    "josef.testing.metadata_quorum": "*",
+    "josef.testing.authorizer": "*",
+    "josef.testing.coordinator": "*",
 }
 
 
