@@ -259,7 +259,7 @@ def test_a_candidate_that_loses_backs_off_before_trying_again():
         now += 1
     assert sent == [] and now - 1001 <= CFG.election_backoff_max_ms + 1
     assert (node.role, node.epoch) == (Role.PROSPECTIVE, 6)
-    backoffs = {node._election_backoff_ms(retries) for retries in (1, 2, 3, 4) for _ in range(50)}
+    backoffs = {node._election._election_backoff_ms(retries) for retries in (1, 2, 3, 4) for _ in range(50)}
     assert backoffs <= set(range(0, CFG.election_backoff_max_ms + 1, 100)) and max(backoffs) == 100
 
 
@@ -285,8 +285,9 @@ def test_an_observer_never_votes_and_never_stands():
     sent = []
     for now in range(0, 10_000, 50):
         sent += [api(o.message) for o in observer.poll(now)]
-        for destination in list(observer._requests.inflight):
-            observer.handle_send_failure(destination, observer._requests.inflight[destination][0], now)
+        inflight = observer._outbox.requests.inflight
+        for destination in list(inflight):
+            observer.handle_send_failure(destination, inflight[destination][0], now)
     assert observer.role is Role.UNATTACHED and observer.epoch == 2
     assert sent and set(sent) == {1}  # only Fetch, looking for a leader
 
@@ -480,7 +481,7 @@ def test_a_new_leader_announces_itself_after_replaying_up_to_its_epoch():
     mine = [i for i, e in enumerate(events) if e == LeaderChanged(leader.node_id, leader.epoch)]
     assert mine, events
     committed = [e for e in events[:mine[0]] if isinstance(e, CommittedBatch)]
-    assert committed and committed[-1].last_offset + 1 >= leader._leader.epoch_start_offset
+    assert committed and committed[-1].last_offset + 1 >= leader._replication.epoch_start_offset
     follower = next(n for i, n in net.nodes.items() if i != leader.node_id)
     assert LeaderChanged(leader.node_id, leader.epoch) in follower.drain_events()
 

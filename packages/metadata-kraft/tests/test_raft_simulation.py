@@ -33,7 +33,9 @@ from raft_sim import MemoryQuorumStateStore, MemoryRaftLog, Net, SafetyViolation
 from josef.protocol.records import build_batch
 from josef_metadata_kraft.raft import ElectionState, RaftConfig, RaftInvariantError, RaftLogError, RaftNode, Role
 from josef_metadata_kraft.raft import messages as m
-from josef_metadata_kraft.raft import node as node_module
+from josef_metadata_kraft.raft import replication as replication_module
+from josef_metadata_kraft.raft.election import Election
+from josef_metadata_kraft.raft.replication import Replication
 
 SCALE = int(os.environ.get("JOSEF_RAFT_SIM_SEEDS", "1"))
 CHUNK = 100 * SCALE
@@ -58,14 +60,30 @@ def test_random_schedules_keep_raft_safe_and_live(voters, chunk):
 # ------------------------------------------------------------------ plausible bugs the checks must catch
 
 
-class VoteIgnoresLog(RaftNode):
+def broken(part, cls):
+    """A RaftNode whose ``part`` (``"_election"``, ``"_replication"``) is a ``cls``: a subclass with a bug.
+
+    The parts are built inside RaftNode, so the bug is swapped in once the
+    node has started, before any message reaches it.
+    """
+
+    class Broken(RaftNode):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            getattr(self, part).__class__ = cls
+
+    Broken.__name__, Broken.__doc__ = cls.__name__, cls.__doc__
+    return Broken
+
+
+class VoteIgnoresLog(Election):
     """Grants votes without comparing logs (Raft's election restriction dropped)."""
 
     def _can_grant_vote(self, candidate, up_to_date, pre_vote):
         return super()._can_grant_vote(candidate, True, pre_vote)
 
 
-class VoteTwice(RaftNode):
+class VoteTwice(Election):
     """Forgets whom it voted for: a second candidate in the same epoch gets a vote too."""
 
     def _can_grant_vote(self, candidate, up_to_date, pre_vote):
@@ -74,7 +92,7 @@ class VoteTwice(RaftNode):
         return super()._can_grant_vote(candidate, up_to_date, pre_vote)
 
 
-class HwCountsObservers(RaftNode):
+class HwCountsObservers(Replication):
     """Counts observers' fetch offsets towards the majority behind the high watermark."""
 
     def _maybe_advance_hw(self):
@@ -89,7 +107,7 @@ class HwCountsObservers(RaftNode):
         return False
 
 
-class HwOldEpoch(RaftNode):
+class HwOldEpoch(Replication):
     """Commits by counting replicas alone, even records of older epochs (Raft's figure 8)."""
 
     def _maybe_advance_hw(self):
@@ -105,33 +123,30 @@ class HwOldEpoch(RaftNode):
 class NoFlush(RaftNode):
     """Reports log ends it never flushed: a crash then loses records a majority was counted for."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        real = self.log
-
+    def __init__(self, node_id, voters, log, *args, **kwargs):
         class Unflushed:
             def __getattr__(self, name):
-                return getattr(real, name)
+                return getattr(log, name)
 
             def flush(self):
                 pass
 
-        self.log = Unflushed()
+        super().__init__(node_id, voters, Unflushed(), *args, **kwargs)
 
 
-class NaiveTruncation(RaftNode):
+class NaiveTruncation(Replication):
     """Truncates to the leader's diverging offset without consulting its own epochs."""
 
-    def _on_fetch_response(self, source, request, response, now):
-        original = node_module.truncation_offset
-        node_module.truncation_offset = lambda log, diverging: min(diverging.offset, log.end_offset)
+    def on_fetch_response(self, source, request, response, now):
+        original = replication_module.truncation_offset
+        replication_module.truncation_offset = lambda log, diverging: min(diverging.offset, log.end_offset)
         try:
-            return super()._on_fetch_response(source, request, response, now)
+            return super().on_fetch_response(source, request, response, now)
         finally:
-            node_module.truncation_offset = original
+            replication_module.truncation_offset = original
 
 
-class VoteNotPersisted(RaftNode):
+class VoteNotPersisted(Election):
     """Grants a vote without writing it to the quorum-state first."""
 
     def _durable(self, role, epoch, leader_id, voted_id):
@@ -141,7 +156,9 @@ class VoteNotPersisted(RaftNode):
             super()._durable(role, epoch, leader_id, voted_id)
 
 
-@pytest.mark.parametrize("mutant", [VoteIgnoresLog, VoteTwice, HwCountsObservers, NoFlush, NaiveTruncation])
+@pytest.mark.parametrize("mutant", [broken("_election", VoteIgnoresLog), broken("_election", VoteTwice),
+                                    broken("_replication", HwCountsObservers), NoFlush,
+                                    broken("_replication", NaiveTruncation)])
 def test_the_random_schedules_catch_a_broken_node(mutant):
     for seed in range(300):
         try:
@@ -206,7 +223,8 @@ def figure8(factory):
     net.drop = lambda src, dst, msg: (src, dst) == (1, 3) and type(msg).__api_key__ == 1 and bool(
         msg.responses and msg.responses[0].partitions[0].records[:8] == (2).to_bytes(8, "big"))
     net.isolate(2)
-    assert net.run(3000, until=lambda n: record(n) or (a.role is Role.LEADER and a._leader.voters[3].end_offset == 2))
+    assert net.run(3000, until=lambda n: record(n) or (
+        a.role is Role.LEADER and a._replication._leader.voters[3].end_offset == 2))
     assert (a.epoch, c.log.end_offset) == (3, 2)
     net.cut.clear()
     net.isolate(1)
@@ -225,7 +243,7 @@ def test_figure8_history_loses_nothing_committed():
 
 
 def test_figure8_history_catches_a_leader_committing_an_older_epochs_record():
-    committed, final = figure8(HwOldEpoch)
+    committed, final = figure8(broken("_replication", HwOldEpoch))
     assert any(final.get(offset) != data for offset, data in committed.items())
 
 
@@ -248,4 +266,4 @@ def vote_amnesia(factory):
 
 def test_a_restarted_voter_does_not_vote_twice_in_an_epoch():
     assert vote_amnesia(RaftNode) == 1
-    assert vote_amnesia(VoteNotPersisted) == 2
+    assert vote_amnesia(broken("_election", VoteNotPersisted)) == 2

@@ -7,20 +7,21 @@ moves the kio messages it emits; a metadata state machine appends to it and
 applies what :meth:`RaftNode.drain_events` delivers.
 """
 
-from .log import AppendResult, OffsetAndEpoch, RaftLog, RaftLogError, end_offset_for_epoch, epoch_cache_end_offset
-from .messages import METADATA_PARTITION, METADATA_TOPIC, METADATA_TOPIC_ID
-from .node import (
-    CommittedBatch,
-    LeaderChanged,
-    NotLeaderError,
-    Outbound,
-    RaftConfig,
-    RaftEvent,
-    RaftInvariantError,
-    RaftNode,
-    Role,
-    SnapshotLoaded,
+from .config import RaftConfig
+from .delivery import CommittedBatch, LeaderChanged, RaftEvent, SnapshotLoaded
+from .election import Role
+from .errors import NotLeaderError, RaftInvariantError
+from .log import (
+    AppendResult,
+    OffsetAndEpoch,
+    RaftLog,
+    RaftLogError,
+    end_offset_for_epoch,
+    epoch_cache_end_offset,
 )
+from .messages import METADATA_PARTITION, METADATA_TOPIC, METADATA_TOPIC_ID
+from .node import RaftNode
+from .outbox import Outbound
 from .quorum_state import ElectionState, FileQuorumStateStore, QuorumStateError, QuorumStateStore
 
 __all__ = [
