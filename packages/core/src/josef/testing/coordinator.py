@@ -115,7 +115,8 @@ Entry = Record | Marker
 
 
 def compacted(entries: Sequence[Entry], *, tombstones: bool = True) -> list[Entry]:
-    """What compaction leaves of a partition: the latest record of each key, without tombstones unless asked.
+    """What compaction leaves of a partition: the latest record of each key, its tombstone too unless
+    ``tombstones`` is False (once ``delete.retention.ms`` has passed, the cleaner drops them).
 
     Transactional records and markers stay as they are (their compaction
     waits for the transaction and its marker, which the suite does not model).
@@ -498,24 +499,14 @@ class CoordinatorContract:
                 tg.cancel_scope.cancel()
 
     @pytest.mark.anyio
+    @pytest.mark.parametrize("tombstones", [True, False], ids=["with-tombstones", "tombstones-cleaned"])
     async def test_a_shard_loaded_from_the_compacted_partition_has_the_same_state(self, coordinator_harness,
-                                                                                  factory, clock):
+                                                                                  factory, clock, tombstones):
         with anyio.fail_after(self.TIMEOUT_S):
             async with anyio.create_task_group() as tg:
                 services, live, _, state = await self._scenario(coordinator_harness, factory, tg, clock)
                 live.close()
-                loaded = services.coordinators.load(compacted(live.log))
-                assert coordinator_harness.state(loaded.shard) == state
-                tg.cancel_scope.cancel()
-
-    @pytest.mark.anyio
-    async def test_a_shard_loaded_once_the_tombstones_are_cleaned_has_the_same_state(self, coordinator_harness,
-                                                                                     factory, clock):
-        with anyio.fail_after(self.TIMEOUT_S):
-            async with anyio.create_task_group() as tg:
-                services, live, _, state = await self._scenario(coordinator_harness, factory, tg, clock)
-                live.close()
-                loaded = services.coordinators.load(compacted(live.log, tombstones=False))
+                loaded = services.coordinators.load(compacted(live.log, tombstones=tombstones))
                 assert coordinator_harness.state(loaded.shard) == state
                 tg.cancel_scope.cancel()
 
