@@ -5,7 +5,8 @@ from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.messages import decode_response, encode_request
-from josef.server.apis.envelope import ANONYMOUS, address_bytes, principal_bytes, read_principal
+from josef.security import ANONYMOUS, KafkaPrincipal
+from josef.server.apis.envelope import address_bytes, principal_bytes, read_principal
 from josef.testing import RawClient
 
 CONTROLLER_LISTENER = pytest.mark.josef_config(listeners="PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0")
@@ -17,12 +18,14 @@ def controller_port(josef_broker) -> int:
 
 def enveloped(api_key, version, body, host="10.1.2.3"):
     frame = encode_request(api_key, version, 77, b"forwarded-client", body)
-    return {"request_data": frame[4:], "request_principal": principal_bytes(), "client_host_address": address_bytes(host)}
+    return {"request_data": frame[4:], "request_principal": principal_bytes(ANONYMOUS),
+            "client_host_address": address_bytes(host)}
 
 
 def test_principals_are_serialised_as_kafka_does():
-    data = principal_bytes()
+    data = principal_bytes(ANONYMOUS)
     assert data[:2] == b"\x00\x00" and read_principal(data) == ANONYMOUS
+    assert read_principal(principal_bytes(KafkaPrincipal("User", "alice"))) == KafkaPrincipal("User", "alice")
     assert address_bytes("10.1.2.3") == bytes([10, 1, 2, 3]) and len(address_bytes("::1")) == 16
 
 

@@ -22,7 +22,6 @@ T = TypeVar("T")
 
 #: Kafka's ACL operation codes that apply to groups.
 GROUP_OPERATIONS = {"READ": 3, "DELETE": 6, "DESCRIBE": 8}
-ANONYMOUS = "User:ANONYMOUS"
 
 
 def check_active(context: ShardContext) -> None:
@@ -67,7 +66,7 @@ def group_operations(ctx: RequestContext, group_id: str) -> int:
     authorizer = ctx.services.authorizer
     bits = 0
     for name, code in GROUP_OPERATIONS.items():
-        if authorizer.authorize(ANONYMOUS, ctx.client_host, Action(name, "GROUP", group_id)):
+        if authorizer.authorize(str(ctx.principal), ctx.client_host, Action(name, "GROUP", group_id)):
             bits |= 1 << code
     return bits
 

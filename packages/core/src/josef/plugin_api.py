@@ -47,6 +47,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.plugin_api": ("PLUGIN_API_VERSION", "JosefDeprecationWarning"),
     "josef.plugins": ("PluginError", "Registry", "collect", "get_plugin_manager"),
     "josef.services": ("BrokerServices", "ProducerIdUnavailable"),
+    "josef.security": ("ANONYMOUS", "KafkaPrincipal", "Session"),
     # Contracts and their data types.
     "josef.log": "*",
     "josef.authorizer": "*",

@@ -32,7 +32,7 @@ from josef.metadata import meta_properties
 from josef.authorizer import Authorizer
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
-from josef.node.broker_config import check_listeners
+from josef.node.broker_config import check_listeners, listener_security_protocols
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.services import BrokerServices
@@ -268,7 +268,7 @@ class Broker:
         return name in self.config["controller.listener.names"]
 
     async def _listen(self, tg: anyio.abc.TaskGroup, *, controller: bool) -> None:
-        for text in self.config["listeners"]:
+        for _, text, protocol in listener_security_protocols(self.config):
             spec = parse_listener(text)
             if self._is_controller_listener(spec.name) != controller:
                 continue
@@ -281,7 +281,7 @@ class Broker:
             self._listeners.append(listener)
             self.bound.append(Listener(spec.name, spec.host, port))
             tg.start_soon(network.serve_listener, listener, dispatcher, spec.name,
-                          self.config["socket.request.max.bytes"], self.config["connections.max.idle.ms"])
+                          self.config["socket.request.max.bytes"], self.config["connections.max.idle.ms"], protocol)
 
     def dispatcher_for(self, listener_name: str) -> Dispatcher:
         """The APIs a listener serves: the controller's on controller listeners, the broker's on the others."""

@@ -55,11 +55,11 @@ from josef.protocol.messages import (
     response_type,
 )
 from josef.protocol.wire import writable
+from josef.security import KafkaPrincipal, Session
 
 if TYPE_CHECKING:
     from josef.node.broker import Broker
     from josef.services import BrokerServices
-    from josef.server.network import Connection
 
 log = logging.getLogger(__name__)
 _INT32 = struct.Struct(">i")
@@ -110,12 +110,24 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
-    client_host: str
-    listener_name: str
+    #: The connection's identity: listener, security protocol, client address and software, principal.
+    session: Session
 
     @property
     def services(self) -> BrokerServices:
         return self.broker.services
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.session.principal
+
+    @property
+    def client_host(self) -> str:
+        return self.session.client_host
+
+    @property
+    def listener_name(self) -> str:
+        return self.session.listener_name
 
 
 @attrs.frozen
@@ -155,7 +167,7 @@ class Dispatcher:
         api = self.apis[api_key]
         if ctx is None:
             ctx = RequestContext(self.broker, api_key, api.max_version if version is None else version, 0,
-                                 f"broker-{self.broker.node_id}", "", "")
+                                 f"broker-{self.broker.node_id}", Session("", "PLAINTEXT", ""))
         request = build(request_type(api_key, ctx.api_version), body)
         if api.decode is not None:
             request = api.decode(ctx.api_version, encode_body(request), 0)
@@ -167,7 +179,7 @@ class Dispatcher:
             return decode_response(api_key, ctx.api_version, memoryview(frame)[4:])[1]
         return build(response_type(api_key, ctx.api_version), answer)
 
-    async def handle(self, conn: Connection, frame: bytes | memoryview) -> Reply | None:
+    async def handle(self, session: Session, frame: bytes | memoryview) -> Reply | None:
         header = parse_header(frame, is_flexible)
         api = self.apis.get(header.api_key)
         if api is None:
@@ -185,8 +197,7 @@ class Dispatcher:
             request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
         else:
             request = api.decode(version, frame, header.body_offset)
-        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
-                             header.client_id, conn.client_host, conn.listener_name)
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id, session)
         try:
             body = await api.handler(ctx, request)
         except Exception:

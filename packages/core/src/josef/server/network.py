@@ -34,6 +34,7 @@ from anyio.streams.stapled import MultiListener
 from josef.log import FileRegion
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import MalformedRequestError
+from josef.security import Session
 from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
 
 log = logging.getLogger(__name__)
@@ -56,14 +57,15 @@ class Connection:
         listener_name: str,
         max_frame: int,
         max_idle_ms: int | None = None,
+        security_protocol: str = "PLAINTEXT",
     ) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
-        self.listener_name = listener_name
         self.max_frame = max_frame
         remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
-        self.client_host = remote[0] if isinstance(remote, tuple) else str(remote)
+        self.session = Session(listener_name, security_protocol, remote[0] if isinstance(remote, tuple) else str(remote),
+                               remote[1] if isinstance(remote, tuple) else -1)
         self._buffer = b""
         self._pos = 0
         self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
@@ -147,7 +149,7 @@ class Connection:
                         writer.flush_held()
                         return
                     self._owed += 1
-                    reply = await self.dispatcher.handle(self, frame)
+                    reply = await self.dispatcher.handle(self.session, frame)
                     if reply is None:
                         self._owed -= 1
                     elif not self._queued and isinstance(reply, list):
@@ -480,6 +482,7 @@ async def serve_listener(
     listener_name: str,
     max_frame: int,
     max_idle_ms: int | None = None,
+    security_protocol: str = "PLAINTEXT",
 ) -> None:
     """Serve every connection ``listener`` accepts; ``max_idle_ms`` is connections.max.idle.ms (None: never closed for idleness)."""
 
@@ -488,7 +491,7 @@ async def serve_listener(
         # task group would otherwise take the whole broker down with it.
         try:
             _tune(stream)
-            await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms).serve()
+            await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms, security_protocol).serve()
         except OSError as exc:
             log.debug("connection failed: %s", exc)
             await stream.aclose()

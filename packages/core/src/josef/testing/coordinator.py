@@ -73,6 +73,7 @@ from josef.protocol.records import build_batch, iter_records
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis import CONTROLLER_APIS, CORE_APIS, TAKEOVER_APIS, TELEMETRY_APIS
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
+from josef.security import Session
 from josef.server.dispatch import Encoded, Later, RequestContext
 from josef.testing import ManualClock, RawClient
 
@@ -323,7 +324,8 @@ class ContractServices:
         handlers = {key: handler for key, handler, _, _ in coordinator.apis()}
         assert api_key in handlers, f"the coordinator does not answer {api_key_map.get(api_key, api_key)}"
         handler = handlers[api_key]
-        ctx = RequestContext(_Node(self), api_key, version, 0, "contract", "127.0.0.1", "PLAINTEXT")  # type: ignore[arg-type]
+        ctx = RequestContext(_Node(self), api_key, version, 0, "contract",  # type: ignore[arg-type]
+                             Session("PLAINTEXT", "PLAINTEXT", "127.0.0.1"))
         answer = await handler(ctx, build(request_type(api_key, version), body))
         if isinstance(answer, Later):
             answer = await answer.body

@@ -5,8 +5,8 @@ an Envelope carrying the original request (header and body), the client's
 principal and address, so the controller decides, and later authorizes, as
 if the client had asked it. The controller runs the embedded request through
 the same dispatch as any other (versions, errors, handlers) and returns the
-embedded response. josef has no authentication yet: principals are
-``User:ANONYMOUS``, serialised as Kafka's DefaultKafkaPrincipalBuilder does.
+embedded response. The principal is serialised as Kafka's
+DefaultKafkaPrincipalBuilder does.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import ipaddress
 import struct
 from typing import Any
 
-import attrs
 from kio.schema.default_principal_data.v0.data import DefaultPrincipalData
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.messages import MalformedRequestError, is_flexible, parse_header
+from josef.security import ANONYMOUS, KafkaPrincipal, Session
 from josef.server.dispatch import RequestContext, UnanswerableRequestError
 
 _VERSION = struct.Struct(">h")
@@ -34,22 +34,21 @@ ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_
                        ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                        ApiKey.LIST_PARTITION_REASSIGNMENTS}
                       | QUORUM_APIS_ON_BROKERS)
-ANONYMOUS = DefaultPrincipalData(type_="User", name="ANONYMOUS", token_authenticated=False)  # type: ignore[call-arg]
-
-
-def principal_bytes(principal: DefaultPrincipalData = ANONYMOUS) -> bytes:
+def principal_bytes(principal: KafkaPrincipal) -> bytes:
     """A principal as Kafka serialises it into an Envelope: a version prefix, then DefaultPrincipalData."""
     out = io.BytesIO()
     out.write(_VERSION.pack(0))
-    entity_writer(DefaultPrincipalData)(out, principal)  # type: ignore[arg-type]
+    data = DefaultPrincipalData(type_=principal.principal_type, name=principal.name,  # type: ignore[call-arg]
+                                token_authenticated=False)
+    entity_writer(DefaultPrincipalData)(out, data)  # type: ignore[arg-type]
     return out.getvalue()
 
 
-def read_principal(data: bytes) -> DefaultPrincipalData:
+def read_principal(data: bytes) -> KafkaPrincipal:
     if _VERSION.unpack_from(data, 0)[0] != 0:
         raise ValueError("unknown principal serialisation version")
     principal, _ = entity_reader(DefaultPrincipalData)(data, _VERSION.size)  # type: ignore[arg-type]
-    return principal  # type: ignore[no-any-return]
+    return KafkaPrincipal(principal.type_, principal.name)
 
 
 def address_bytes(host: str) -> bytes:
@@ -59,26 +58,18 @@ def address_bytes(host: str) -> bytes:
         return b""
 
 
-@attrs.frozen
-class _Origin:
-    """What the dispatcher needs of a connection: here, the client the broker forwarded for."""
-
-    client_host: str
-    listener_name: str
-
-
 async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
-        if request.request_principal is not None:
-            read_principal(request.request_principal)
+        principal = ANONYMOUS if request.request_principal is None else read_principal(request.request_principal)
         host = str(ipaddress.ip_address(request.client_host_address)) if request.client_host_address else ""
     except ValueError:
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
     try:
         if parse_header(request.request_data, is_flexible).api_key not in ENVELOPED:
             return {"response_data": None, "error_code": ErrorCode.invalid_request}
-        response = await ctx.broker.controller_dispatcher.handle(_Origin(host, ctx.listener_name),
-                                                                 request.request_data)
+        # The client the broker forwarded for, as the controller's handlers see it.
+        origin = Session(ctx.listener_name, ctx.session.security_protocol, host, principal=principal)
+        response = await ctx.broker.controller_dispatcher.handle(origin, request.request_data)
     except (MalformedRequestError, UnanswerableRequestError):
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
     if response is None:

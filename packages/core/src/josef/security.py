@@ -1,0 +1,58 @@
+"""Who is on a connection: Kafka's principal and the connection-level half of its RequestContext.
+
+Every request a handler sees carries its connection's :class:`Session`
+(``ctx.session``): the listener and its security protocol, the client's
+address, the software it says it is (ApiVersions v3+, KIP-511) and the
+principal it authenticated as (``User:ANONYMOUS`` until a listener
+authenticates). Authorizers and quotas decide on these, as Kafka's do.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+#: KIP-511: what ApiVersions v3+ accepts as a client software name or version.
+SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+@attrs.frozen
+class KafkaPrincipal:
+    """A principal as Kafka names it: ``User:alice`` (type ``User``, name ``alice``)."""
+
+    principal_type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.principal_type}:{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> KafkaPrincipal:
+        """``User:alice`` -> KafkaPrincipal("User", "alice"); ValueError without a ``type:`` prefix."""
+        principal_type, sep, name = text.partition(":")
+        if not sep or not principal_type:
+            raise ValueError(f"{text!r} is not a principal (expected TYPE:NAME, e.g. User:alice)")
+        return cls(principal_type, name)
+
+
+#: The principal of an unauthenticated connection (a PLAINTEXT listener).
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
+
+
+@attrs.define
+class Session:
+    """One connection's identity; the broker fills it in as the connection goes (authentication, ApiVersions)."""
+
+    listener_name: str
+    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (``listener.security.protocol.map``).
+    security_protocol: str
+    client_host: str
+    client_port: int = -1
+    principal: KafkaPrincipal = ANONYMOUS
+    client_software_name: str = "unknown"
+    client_software_version: str = "unknown"
+
+    def __str__(self) -> str:
+        return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "
+                f"({self.security_protocol}), {self.client_software_name} {self.client_software_version}")
