@@ -31,6 +31,8 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         3: {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": True,
             "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False},
         18: {"client_software_name": "sweep", "client_software_version": "1"},
+        17: {"mechanism": "PLAIN"},
+        36: {"auth_bytes": b"\x00user\x00password"},
         19: {"topics": [{"name": "created-{v}", "num_partitions": 1, "replication_factor": 1, "assignments": [],
                          "configs": []}], "timeout": 5000, "validate_only": True},
         20: {"topic_names": ["absent"], "topics": [{"name": "absent", "topic_id": None}], "timeout": 5000},
@@ -71,6 +73,8 @@ EXPECTED_ERRORS = {
     34: ErrorCode.log_dir_not_found,  # a directory that is not one of log.dirs
     43: ErrorCode.election_not_needed,  # the only replica already leads
     45: ErrorCode.no_reassignment_in_progress,  # cancelling what is not happening
+    17: ErrorCode.illegal_sasl_state,  # SASL on a PLAINTEXT listener
+    36: ErrorCode.illegal_sasl_state,
 }
 
 

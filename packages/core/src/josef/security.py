@@ -52,6 +52,12 @@ class Session:
     principal: KafkaPrincipal = ANONYMOUS
     client_software_name: str = "unknown"
     client_software_version: str = "unknown"
+    #: False on a SASL listener until the client authenticates: only ApiVersions and the SASL APIs are answered.
+    authenticated: bool = True
+    #: The SASL mechanism the client chose with SaslHandshake (None before).
+    sasl_mechanism: str | None = None
+    #: Set by a handler whose answer must be the connection's last (failed authentication), as Kafka closes it.
+    close_after_reply: bool = False
 
     def __str__(self) -> str:
         return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "

@@ -32,7 +32,7 @@ from josef.metadata import meta_properties
 from josef.authorizer import Authorizer
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
-from josef.node.broker_config import check_listeners, listener_security_protocols
+from josef.node.broker_config import check_listeners, listener_security_protocols, sasl_listeners
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.services import BrokerServices
@@ -112,6 +112,8 @@ class Broker:
         if self.is_controller:
             register_controller_apis(self.controller_dispatcher)
         factories = collect(self.pm, "register_coordinators", "coordinator") if self.is_broker else {}
+        #: SASL mechanisms of the SASL listeners, by listener name (check_listeners has validated them).
+        self.sasl = sasl_listeners(self.config)
         self.services = BrokerServices(self)
         self.coordinators = CoordinatorRuntime(self, {name: factory(self.services) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():

@@ -10,6 +10,7 @@ from typing import Iterator
 
 from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, between, one_of
 from josef.replication.replication_quota import check_throttled_replicas
+from josef.server.sasl import ListenerSasl
 
 B, S, I, L, D, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST
 
@@ -31,7 +32,7 @@ RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 #: Kafka's security protocols, and the ones josef's listeners implement.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 
 
 def security_protocol_map(entries: list[str]) -> dict[str, str]:
@@ -78,6 +79,18 @@ def check_listeners(config: Config) -> None:
         if protocol not in SERVED_SECURITY_PROTOCOLS:
             raise ConfigError(f"listener {name} ({listener}): security protocol {protocol} is not supported yet; "
                               f"josef serves {', '.join(SERVED_SECURITY_PROTOCOLS)} only")
+        if protocol.startswith("SASL_"):
+            sasl_listeners(config)  # its mechanisms and their JAAS entries
+            if name in config["controller.listener.names"] or name == config["inter.broker.listener.name"]:
+                raise ConfigError(f"listener {name} ({listener}): brokers and controllers cannot authenticate to "
+                                  f"each other with SASL yet; give inter-broker and controller traffic a PLAINTEXT "
+                                  f"listener (inter.broker.listener.name, controller.listener.names)")
+
+
+def sasl_listeners(config: Config) -> dict[str, ListenerSasl]:
+    """The SASL mechanisms of each SASL listener, by listener name; ConfigError for a bad configuration."""
+    return {name: ListenerSasl.from_config(config, name)
+            for name, _, protocol in listener_security_protocols(config) if protocol.startswith("SASL_")}
 
 
 def _process_roles(value: list[str]) -> None:
@@ -117,6 +130,10 @@ CORE_KEYS = (
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),
+    ConfigKey("sasl.enabled.mechanisms", LST, ["GSSAPI"],
+              "The SASL mechanisms SASL listeners offer (listener.name.<listener>.sasl.enabled.mechanisms overrides it "
+              "per listener); each is configured by listener.name.<listener>.<mechanism>.sasl.jaas.config. josef "
+              "offers PLAIN."),
     # Storage
     ConfigKey("log.dirs", LST, None, "Directories where partition logs live; defaults to log.dir."),
     ConfigKey("log.dir", S, "/tmp/josef-logs", "The log directory when log.dirs is not set."),

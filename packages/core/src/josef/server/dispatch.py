@@ -101,6 +101,10 @@ class UnanswerableRequestError(Exception):
     """A handler failed on a request that no error response can answer: its connection is closed."""
 
 
+#: What a connection on a SASL listener may ask before it has authenticated.
+BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
 @attrs.frozen
 class RequestContext:
     """One request's origin, as its handler sees it. Plugins use :attr:`services`; ``broker`` is the core's."""
@@ -185,6 +189,10 @@ class Dispatcher:
         if api is None:
             raise MalformedRequestError(f"unknown or unsupported API key {header.api_key} (client {header.client_id!r})")
         version = header.api_version
+        if not session.authenticated and header.api_key not in BEFORE_AUTHENTICATION:
+            # Kafka's SaslServerAuthenticator: "Unexpected Kafka request of type X during SASL handshake".
+            raise MalformedRequestError(f"unexpected {api_key_map[header.api_key]} request before SASL authentication "
+                                        f"(client {header.client_id!r})")
         if not api.min_version <= version <= api.max_version:
             if header.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with the ranges, so the client can pick a version we know.

@@ -65,7 +65,8 @@ class Connection:
         remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
         self.session = Session(listener_name, security_protocol, remote[0] if isinstance(remote, tuple) else str(remote),
-                               remote[1] if isinstance(remote, tuple) else -1)
+                               remote[1] if isinstance(remote, tuple) else -1,
+                               authenticated=not security_protocol.startswith("SASL_"))
         self._buffer = b""
         self._pos = 0
         self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
@@ -160,6 +161,10 @@ class Connection:
                         writer.flush_held()
                         self._queued += 1
                         await send.send(reply)
+                    if self.session.close_after_reply:  # its last answer goes out with the rest, then it closes
+                        writer.flush_held()
+                        log.debug("closing connection from %s after its last answer", self.peer)
+                        return
 
     def _next_frame_received(self) -> bool:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""

@@ -9,6 +9,7 @@ from josef.protocol import fetch_codec, produce_codec
 from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
     admin,
+    authentication,
     alter_partition,
     api_versions,
     brokers,
@@ -73,6 +74,8 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     (ApiKey.DESCRIBE_CONFIGS, configs.describe_configs, 1, 4),
     (ApiKey.DESCRIBE_PRODUCERS, producers.describe_producers, 0, 0),
     (ApiKey.DESCRIBE_TOPIC_PARTITIONS, topic_partitions.describe_topic_partitions, 0, 0),
+    (ApiKey.SASL_HANDSHAKE, authentication.sasl_handshake, 0, 1),
+    (ApiKey.SASL_AUTHENTICATE, authentication.sasl_authenticate, 0, 2),
     (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),

@@ -1,0 +1,112 @@
+"""SASL_PLAINTEXT with PLAIN, as real clients use it: confluent-kafka, kafka-python and aiokafka against a broker process."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+        'user_admin="admin-secret" user_alice="alice-secret";')
+SASL_OVERRIDES = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+}
+
+
+@pytest.fixture
+def sasl_broker(broker_factory):
+    broker = broker_factory(**SASL_OVERRIDES)
+    [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
+    broker.sasl_bootstrap = f"127.0.0.1:{port}"
+    return broker
+
+
+def confluent(broker, password: str = "alice-secret", **extra) -> dict:
+    return {"bootstrap.servers": broker.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": password, **extra}
+
+
+def test_confluent_kafka_produces_consumes_in_a_group_and_administers_as_alice(sasl_broker):
+    admin = AdminClient(confluent(sasl_broker))
+    admin.create_topics([NewTopic("secured", 2, 1)])["secured"].result(30)
+    producer = Producer(confluent(sasl_broker, **{"enable.idempotence": True}))
+    for i in range(100):
+        producer.produce("secured", f"v{i}".encode(), key=str(i).encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(confluent(sasl_broker, **{"group.id": "sasl-group", "auto.offset.reset": "earliest"}))
+    consumer.subscribe(["secured"])
+    seen: set[bytes] = set()
+    try:
+        for _ in range(600):
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+            if len(seen) == 100:
+                break
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert seen == {f"v{i}".encode() for i in range(100)}
+
+
+def test_a_wrong_password_fails_authentication_for_confluent_kafka_and_is_not_logged(sasl_broker):
+    errors: list[KafkaError] = []
+    admin = AdminClient(confluent(sasl_broker, password="hunter2", error_cb=errors.append))
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)  # error_cb is served by poll
+    assert any(e.code() == KafkaError._AUTHENTICATION and "Authentication failed: Invalid username or password"
+               in e.str() for e in errors), errors
+    assert sasl_broker.wait_for_log("failed authentication with 127.0.0.1")
+    assert not any("hunter2" in line or "alice-secret" in line for line in sasl_broker.log)
+
+
+def test_kafka_python_produces_and_consumes_over_sasl_plain(sasl_broker):
+    settings = {"bootstrap_servers": sasl_broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN", "sasl_plain_username": "admin", "sasl_plain_password": "admin-secret"}
+    producer = KafkaProducer(**settings)
+    for i in range(20):
+        producer.send("kp-secured", f"k{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("kp-secured", group_id="kp-group", auto_offset_reset="earliest",
+                             consumer_timeout_ms=15000, **settings)
+    values = {m.value for _, m in zip(range(20), consumer)}
+    consumer.close()
+    assert values == {f"k{i}".encode() for i in range(20)}
+
+
+def test_aiokafka_produces_and_consumes_over_sasl_plain(sasl_broker):
+    settings = {"bootstrap_servers": sasl_broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+
+    async def run() -> set[bytes]:
+        producer = AIOKafkaProducer(**settings)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait("aio-secured", f"a{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio-secured", group_id="aio-group", auto_offset_reset="earliest", **settings)
+        await consumer.start()
+        values: set[bytes] = set()
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    values.add(message.value)
+                    if len(values) == 20:
+                        break
+        finally:
+            await consumer.stop()
+        return values
+
+    assert asyncio.run(run()) == {f"a{i}".encode() for i in range(20)}
