@@ -27,6 +27,7 @@ from kio.serial import entity_reader, entity_writer
 from josef.protocol.messages import build, request_type, response_type
 from josef.protocol.records import BatchHeader, build_batch, iter_batches
 from josef.server.dispatch import is_flexible
+from josef.testing import eventually
 
 PRODUCE, FETCH, LIST_OFFSETS, DELETE_RECORDS, INIT_PRODUCER_ID = 0, 1, 2, 21, 22
 
@@ -111,6 +112,21 @@ def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
     """A topic with the brokers' default.replication.factor (3 in the 3-broker runs)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
     admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+
+
+def leader_of(brokers, topic: str) -> Raw:
+    """A connection to the partition's leader once it serves the partition: the leader opens a new partition's log
+    in a worker thread and answers NOT_LEADER_OR_FOLLOWER until then, which real clients retry."""
+    raw = Raw(brokers.leader_port(topic))
+
+    def serving() -> bool:
+        response = raw.call(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1,
+                                            "max_num_offsets": 1}]}]})
+        return response.topics[0].partitions[0].error_code == ErrorCode.none
+
+    eventually(serving, what=f"the leader of {topic}-0 serving it")
+    return raw
 
 
 def batch(producer_id: int, epoch: int, sequence: int, count: int = 1, value_size: int = 10) -> bytes:
@@ -235,7 +251,7 @@ def test_transactional_ids_wait_for_the_transaction_plugin(broker_factory, monke
 
 def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(brokers):
     create(brokers.bootstrap_servers, "retry")
-    raw = Raw(brokers.leader_port("retry"))
+    raw = leader_of(brokers, "retry")
     pid = raw.init_producer_id().producer_id
     assert raw.produce("retry", batch(-1, -1, -1, count=2)).base_offset == 0  # a plain producer's batch first
     first = batch(pid, 0, 0, count=3)
@@ -253,7 +269,7 @@ def test_a_retried_batch_is_stored_once_and_answered_with_its_first_offset(broke
 
 def test_a_gap_in_sequences_is_out_of_order(brokers):
     create(brokers.bootstrap_servers, "gap")
-    raw = Raw(brokers.leader_port("gap"))
+    raw = leader_of(brokers, "gap")
     pid = raw.init_producer_id().producer_id
     assert raw.produce("gap", batch(pid, 0, 0, count=2)).error_code == ErrorCode.none
     answer = raw.produce("gap", batch(pid, 0, 3))
@@ -271,7 +287,7 @@ def test_an_old_epoch_is_fenced_after_the_kip_360_epoch_bump(brokers):
     old batches.
     """
     create(brokers.bootstrap_servers, "fence")
-    raw = Raw(brokers.leader_port("fence"))
+    raw = leader_of(brokers, "fence")
     pid = raw.init_producer_id().producer_id
     assert raw.produce("fence", batch(pid, 0, 0, count=3)).error_code == ErrorCode.none
     assert raw.produce("fence", batch(pid, 1, 1)).error_code == ErrorCode.out_of_order_sequence_number
