@@ -55,6 +55,9 @@ def test_plain_checks_the_users_of_its_login_module():
      "PlainLoginModule lists no user_<name>"),
     ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
       "inter.broker.listener.name": "SASL_PLAINTEXT"}, "brokers and controllers cannot authenticate to each other"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+      "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"},  # the first is the inter-broker default
+     "brokers and controllers cannot authenticate to each other"),
 ])
 def test_a_sasl_listener_that_cannot_work_stops_start_up_without_showing_secrets(overrides, error):
     config = load_config(None, {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0", **overrides})

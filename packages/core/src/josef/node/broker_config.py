@@ -75,16 +75,20 @@ def check_listeners(config: Config) -> None:
     TLS or SASL unable to connect, with nothing in the broker's log saying
     why, and would expose data the operator meant to protect.
     """
-    for name, listener, protocol in listener_security_protocols(config):
+    listeners = list(listener_security_protocols(config))
+    controllers = config["controller.listener.names"]
+    # The broker's own default (Broker.inter_broker_listener): the first client listener.
+    inter_broker = config["inter.broker.listener.name"] or next((n for n, _, _ in listeners if n not in controllers), None)
+    for name, listener, protocol in listeners:
         if protocol not in SERVED_SECURITY_PROTOCOLS:
             raise ConfigError(f"listener {name} ({listener}): security protocol {protocol} is not supported yet; "
                               f"josef serves {', '.join(SERVED_SECURITY_PROTOCOLS)} only")
         if protocol.startswith("SASL_"):
-            sasl_listeners(config)  # its mechanisms and their JAAS entries
-            if name in config["controller.listener.names"] or name == config["inter.broker.listener.name"]:
+            if name in controllers or name == inter_broker:
                 raise ConfigError(f"listener {name} ({listener}): brokers and controllers cannot authenticate to "
                                   f"each other with SASL yet; give inter-broker and controller traffic a PLAINTEXT "
                                   f"listener (inter.broker.listener.name, controller.listener.names)")
+    sasl_listeners(config)  # the SASL listeners' mechanisms and their JAAS entries
 
 
 def sasl_listeners(config: Config) -> dict[str, ListenerSasl]:

@@ -21,7 +21,7 @@ every request that touches a resource:
   and resource name, is answered with a bool, the same one each time;
 - a call does not block: once warmed up it does no I/O (no file opened, no
   socket, no subprocess, no sleep: Python's audit events are watched while
-  it runs) and takes no noticeable time (a loose bound on the median call);
+  it runs); how fast it answers is a benchmark's question, not a test's;
 - calls from several threads at once get the answers one thread gets;
 - where the plugin can grant (:meth:`AuthorizerHarness.grant`), a granted
   principal may and a principal without the grant may not.
@@ -34,7 +34,6 @@ collects it only through a plugin's subclass.
 from __future__ import annotations
 
 import itertools
-import statistics
 import sys
 import threading
 import time
@@ -185,9 +184,6 @@ class AuthorizerHarness(Protocol):
 class AuthorizerContract:
     """The contract of :class:`josef.authorizer.Authorizer`; subclass it and provide ``authorizer_harness``."""
 
-    #: The median call must take less than this: loose enough for any loaded machine, tight enough to catch a
-    #: call that waits for a disk, a network or a lock held elsewhere.
-    MEDIAN_CALL_LIMIT_S = 0.001
     #: What every test asks about when granting: writing to a topic, the first ACL anyone sets.
     GRANTED = Action("WRITE", "TOPIC", "orders")
 
@@ -249,19 +245,6 @@ class AuthorizerContract:
 
             socket.socket().close()
         assert [event.split("(")[0] for event in watch.events] == ["open", "time.sleep", "socket.__new__"]
-
-    def test_a_call_takes_no_noticeable_time(self, authorizer_harness):
-        authorizer = self.build(authorizer_harness)
-        actions = list(kafka_actions())
-        self.answers(authorizer)
-        durations = []
-        for principal, host, action in itertools.islice(
-                itertools.cycle(itertools.product(PRINCIPALS, HOSTS, actions)), 5000):
-            started = time.perf_counter()
-            authorizer.authorize(principal, host, action)
-            durations.append(time.perf_counter() - started)
-        median = statistics.median(durations)
-        assert median < self.MEDIAN_CALL_LIMIT_S, f"the median authorize call took {median * 1e6:.0f} us"
 
     # Concurrency ----------------------------------------------------------------------------------------------
 

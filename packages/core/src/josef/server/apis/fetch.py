@@ -117,11 +117,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                 partition = hosted.get(tp)
                 if partition is not None:
                     high_watermark = partition.high_watermark
-                    stable = partition.last_stable_offset
-                    if (part.fetch_offset == (stable if committed else high_watermark)
+                    # The last stable offset costs a look at the open transactions: only when it decides.
+                    visible = partition.last_stable_offset if committed else high_watermark
+                    if (part.fetch_offset == visible
                             and (any_replica or partition.leader_id == broker_id)
                             and part.current_leader_epoch in (-1, partition.leader_epoch)
                             and not (offline and tp in offline)):
+                        stable = visible if committed else partition.last_stable_offset
                         result = results[i] = _Result(high_watermark, stable, partition.log.log_start_offset)
                         result.tp = tp
                         if committed:
