@@ -57,6 +57,12 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
                           "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
              "validate_only": True},
         35: {"topics": None},
+        29: {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+             "host_filter": None, "operation": 1, "permission_type": 1},
+        30: {"creations": [{"resource_type": 2, "resource_name": topic, "resource_pattern_type": 3,
+                            "principal": "User:sweep", "host": "*", "operation": 3, "permission_type": 3}]},
+        31: {"filters": [{"resource_type_filter": 2, "resource_name_filter": topic, "pattern_type_filter": 3,
+                          "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]},
         34: {"dirs": [{"path": "/nowhere", "topics": [{"name": topic, "partitions": [0]}]}]},
         43: {"election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout": 5000},
         45: {"timeout": 5000, "allow_replication_factor_change": True,
@@ -68,6 +74,10 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
 
 
 EXPECTED_ERRORS = {
+    # ACLs without an ACL authorizer (the sweep's broker has the default allow-all), as Kafka answers.
+    29: ErrorCode.security_disabled,
+    30: ErrorCode.security_disabled,
+    31: ErrorCode.security_disabled,
     20: ErrorCode.unknown_topic_or_partition,  # deleting a topic that does not exist
     37: ErrorCode.invalid_partitions,  # asking for fewer partitions than the topic has
     34: ErrorCode.log_dir_not_found,  # a directory that is not one of log.dirs

@@ -161,7 +161,7 @@ def test_josef_plugins_lists_each_distribution_what_it_registers_and_what_is_sel
     assert listed.output.startswith(f"josef {josef_version()}, plugin API {PLUGIN_API_VERSION}\n")
     assert ("\njosef-acme (josef-acme 1.0, plugin API >=1.0,<2)\n  authorizers: acme [selected]\n"
             "  policies: acme-policy [selected]\n  partitioners: acme-hash\n") in listed.output
-    assert "  authorizers: allow-all\n" in listed.output  # the core's, not selected this time
+    assert "  authorizers: allow-all,\n      org.apache.kafka.metadata.authorizer.StandardAuthorizer, acl\n" in listed.output  # the core's, none selected
     as_json = json.loads(runner.invoke(build_cli(), ["plugins", "--json"]).output)
     [acme] = [p for p in as_json["plugins"] if p["name"] == "josef-acme"]
     assert acme == {"name": "josef-acme", "distribution": "josef-acme", "version": "1.0", "plugin_api": ">=1.0,<2",
@@ -173,7 +173,7 @@ def test_josef_plugins_lists_each_distribution_what_it_registers_and_what_is_sel
         assert set(plugin["apis"]) == set(plugin["registers"].get("coordinators", []))
     refused = runner.invoke(build_cli(), ["plugins", "--override", "authorizer.class.name=nobody"])
     assert refused.exit_code == 1
-    assert "authorizer.class.name=nobody: no authorizers of that name is installed; installed: acme, allow-all" \
+    assert "authorizer.class.name=nobody: no authorizers of that name is installed; installed: acl, acme, allow-all, org.apache.kafka.metadata.authorizer.StandardAuthorizer" \
         in refused.output
     refused = runner.invoke(build_cli(), ["plugins", "--override", "create.topic.policy.class.name=nobody"])
     assert refused.exit_code == 1 and "create.topic.policy.class.name=nobody: no policies of that name" in refused.output

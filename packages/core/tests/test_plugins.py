@@ -94,7 +94,7 @@ def test_unknown_name_lists_installed():
 
 def test_builtin_authorizer_registered_through_the_hook():
     registry = collect(get_plugin_manager(autoload=False), "register_authorizers", "authorizer")
-    assert registry.names() == ["allow-all"]
+    assert registry.names() == ["acl", "allow-all", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"]
 
 
 def test_unknown_hook_implementation_is_rejected():

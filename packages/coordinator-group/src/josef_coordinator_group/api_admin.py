@@ -20,7 +20,7 @@ from josef.coordinator.runtime import CoordinatorError
 from josef.protocol.consumer_protocol import PROTOCOL_TYPE
 from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
-from josef_coordinator_group.api_common import group_operations, with_shard
+from josef_coordinator_group.api_common import with_shard
 from josef_coordinator_group.group import GroupError, GroupState
 from josef_coordinator_group.records import GroupKey, OffsetKey, encode_key
 
@@ -92,7 +92,6 @@ class GroupAdminApis:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": sorted(groups, key=lambda g: g["group_id"])}
 
     async def describe_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        include_operations = getattr(request, "include_authorized_operations", False)
         described = []
         for group_id in request.groups:
             try:
@@ -103,8 +102,8 @@ class GroupAdminApis:
             except CoordinatorError as exc:
                 answer = {"error_code": exc.code, "error_message": exc.message, "group_id": group_id,
                           "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
-            answer["authorized_operations"] = group_operations(ctx, group_id) if include_operations \
-                else OPERATIONS_OMITTED
+            # Filled in by the request pipeline's authorization stage when asked for.
+            answer["authorized_operations"] = OPERATIONS_OMITTED
             described.append(answer)
         return {"throttle_time": 0, "groups": described}
 

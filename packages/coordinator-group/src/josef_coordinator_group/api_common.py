@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.authorizer import Action
 from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef_coordinator_group.group import GroupError
 
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Kafka's ACL operation codes that apply to groups.
-GROUP_OPERATIONS = {"READ": 3, "DELETE": 6, "DESCRIBE": 8}
 
 
 def check_active(context: ShardContext) -> None:
@@ -59,16 +56,6 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
         except Exception as exc:
             log.exception("group %r: request failed", group_id)
             raise CoordinatorError(ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}") from exc
-
-
-def group_operations(ctx: RequestContext, group_id: str) -> int:
-    """The ``authorized_operations`` bit field of a group, as DescribeGroups and ConsumerGroupDescribe report it."""
-    authorizer = ctx.services.authorizer
-    bits = 0
-    for name, code in GROUP_OPERATIONS.items():
-        if authorizer.authorize(str(ctx.principal), ctx.client_host, Action(name, "GROUP", group_id)):
-            bits |= 1 << code
-    return bits
 
 
 def client_host(ctx: RequestContext) -> str:

@@ -11,7 +11,7 @@ from josef.coordinator.runtime import CoordinatorError
 from josef.metadata.records import uuid_from_text
 from josef.protocol.messages import OPERATIONS_OMITTED
 from josef.server.dispatch import RequestContext
-from josef_coordinator_group.api_common import client_host, group_operations, ms, with_shard
+from josef_coordinator_group.api_common import client_host, ms, with_shard
 from josef_coordinator_group.consumer_group import Partitions
 from josef_coordinator_group.consumer_membership import HeartbeatRequest, HeartbeatResult, Topics
 
@@ -123,7 +123,5 @@ class ConsumerGroupApis:
                         } for m in group.members.values()])
             except CoordinatorError as exc:
                 answer["error_code"], answer["error_message"] = exc.code, exc.message
-            if request.include_authorized_operations and answer["error_code"] == ErrorCode.none:
-                answer["authorized_operations"] = group_operations(ctx, group_id)
             groups.append(answer)
         return {"throttle_time": 0, "groups": groups}

@@ -84,9 +84,28 @@ def register_authorizers(register: Register) -> None:
 
     Called when a broker is assembled. Call ``register(name, factory)``;
     ``factory(config)`` returns a :class:`josef.authorizer.Authorizer`.
-    Selected with ``authorizer.class.name`` (default ``allow-all``, which the
-    core registers). ``authorize`` is called on the event loop for every
-    request that touches a resource and must not block. Returns nothing.
+    Selected with ``authorizer.class.name`` (default ``allow-all``; the core
+    also registers Kafka's ACL authorizer,
+    ``org.apache.kafka.metadata.authorizer.StandardAuthorizer``).
+    ``authorize(context, actions)`` is called on the event loop once per
+    request with every action the request needs, and must not block.
+    Returns nothing.
+    """
+
+
+@hookspec
+def register_request_stages(register: Register) -> None:
+    """Offer stages of the request pipeline: code that runs around every request, whatever its API.
+
+    Called when a broker is assembled. Call ``register(name, factory)``;
+    ``factory(services)`` gets the :class:`josef.services.BrokerServices`
+    and returns ``async stage(ctx, request, next)``, which answers the
+    request, normally with ``await next(ctx, request)`` and work before or
+    after it (a metric, an audit line, a refusal). Every installed stage
+    runs, after the core's authorization, on client and controller
+    listeners alike; requests a node makes to itself skip them. ``next``
+    may return a :class:`josef.server.dispatch.Later` whose body is awaited
+    afterwards. Returns nothing.
     """
 
 

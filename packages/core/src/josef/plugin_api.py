@@ -34,7 +34,7 @@ from packaging.version import Version
 log = logging.getLogger(__name__)
 
 #: The plugin API this core offers.
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"
 
 #: The attribute of a plugin's entry-point module that states the API range it supports.
 RANGE_ATTRIBUTE = "JOSEF_PLUGIN_API"
@@ -51,6 +51,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     # Contracts and their data types.
     "josef.log": "*",
     "josef.authorizer": "*",
+    "josef.acls": "*",
     "josef.policy": ("PolicyViolation", "CreateTopicPolicy", "CreateTopicRequest", "AlterConfigPolicy",
                      "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
                      "ALTER_CONFIG_POLICY"),
@@ -70,7 +71,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.metadata.meta_properties": "*",
     "josef.producer.producer_state": "*",
     # Answering requests: a plugin's handlers receive a RequestContext and may answer later or pre-encoded.
-    "josef.server.dispatch": ("RequestContext", "Handler", "Later", "Encoded"),
+    "josef.server.dispatch": ("RequestContext", "Handler", "Later", "Encoded", "Stage"),
     # The wire protocol and record batches, shared with every client.
     "josef.protocol": "*",
     "josef.protocol.api_keys": "*",

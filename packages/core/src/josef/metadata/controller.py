@@ -19,6 +19,7 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.acls import AclBinding, AclBindingFilter, InvalidAcl
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
@@ -28,6 +29,7 @@ from josef.metadata.image import (
     RECOVERING,
     UNASSIGNED_DIR,
     MetadataImage,
+    acl_record,
     PartitionImage,
     TopicImage,
 )
@@ -57,6 +59,7 @@ from josef.metadata.records import (
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     random_uuid,
@@ -265,6 +268,54 @@ class Controller:
                 results.append(None)
             if not validate_only:
                 await self._commit(records)
+        return results
+
+    # ACLs ------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding | str]) -> list[str | None]:
+        """Store each binding (a string is one that could not be read: its error); the error of each, or None.
+
+        A binding already stored is a success that writes nothing, as in
+        Kafka's AclControlManager; a bad one fails alone.
+        """
+        results: list[str | None] = []
+        records: list[MetadataRecord] = []
+        async with self._active():
+            existing = set(self._image().acls.values())
+            for binding in bindings:
+                if isinstance(binding, str):
+                    results.append(binding)
+                    continue
+                try:
+                    binding.check()
+                except InvalidAcl as exc:
+                    results.append(str(exc))
+                    continue
+                if binding not in existing:
+                    existing.add(binding)
+                    records.append(acl_record(uuid.uuid4(), binding))
+                results.append(None)
+            await self._commit(records)
+        return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter | str]) -> list[list[AclBinding] | str]:
+        """Remove the bindings each filter matches; per filter, what it removed (or its error)."""
+        results: list[list[AclBinding] | str] = []
+        records: list[MetadataRecord] = []
+        async with self._active():
+            removed: set[uuid.UUID] = set()
+            acls = self._image().acls
+            for wanted in filters:
+                if isinstance(wanted, str):
+                    results.append(wanted)
+                    continue
+                matching = [(acl_id, acl) for acl_id, acl in acls.items() if wanted.matches(acl)]
+                for acl_id, _ in matching:
+                    if acl_id not in removed:
+                        removed.add(acl_id)
+                        records.append(RemoveAccessControlEntryRecord(id=acl_id))
+                results.append([acl for _, acl in matching])
+            await self._commit(records)
         return results
 
     # Brokers ---------------------------------------------------------------

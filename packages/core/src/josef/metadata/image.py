@@ -13,11 +13,13 @@ from typing import Iterable, Iterator, Mapping
 
 import attrs
 
+from josef.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from josef.metadata.records import (
     NO_LEADER_CHANGE,
     SECURITY_PROTOCOL_NAMES,
     SECURITY_PROTOCOLS,
     TOPIC_RESOURCE,
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerFeature,
     BrokerRegistrationChangeRecord,
@@ -33,6 +35,7 @@ from josef.metadata.records import (
     ProducerIdsRecord,
     QuotaEntity,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -209,11 +212,13 @@ class MetadataDelta:
     changed_brokers: tuple[int, ...] = ()
     #: Names of features whose finalized level changed.
     changed_features: tuple[str, ...] = ()
+    #: Whether an ACL was added or removed.
+    changed_acls: bool = False
 
     @property
     def empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions
-                    or self.changed_configs or self.changed_brokers or self.changed_features)
+                    or self.changed_configs or self.changed_brokers or self.changed_features or self.changed_acls)
 
 
 @attrs.frozen
@@ -229,6 +234,8 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = attrs.field(factory=dict)
     #: Finalized feature levels above 0 (FeatureLevelRecord), ``metadata.version`` among them.
     features: Mapping[str, int] = attrs.field(factory=dict)
+    #: Kafka's ACLs by id (AccessControlEntryRecord).
+    acls: Mapping[uuid.UUID, AclBinding] = attrs.field(factory=dict)
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -270,7 +277,8 @@ class MetadataImage:
             return tuple(k for k in {**a, **b} if a.get(k) != b.get(k))
 
         return MetadataDelta(created, deleted, tuple(changed), differing(old.configs, self.configs),
-                             differing(old.brokers, self.brokers), differing(old.features, self.features))
+                             differing(old.brokers, self.brokers), differing(old.features, self.features),
+                             old.acls != self.acls)
 
     def records(self) -> Iterator[MetadataRecord]:
         """Records that rebuild this image from nothing: what a metadata snapshot holds."""
@@ -290,8 +298,16 @@ class MetadataImage:
             for key, value in values.items():
                 yield ClientQuotaRecord(entity=tuple(EntityData(entity_type=t, entity_name=n) for t, n in entity),
                                         key=key, value=value)
+        for acl_id, acl in self.acls.items():
+            yield acl_record(acl_id, acl)
         if self.next_producer_id:
             yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id)
+
+
+def acl_record(acl_id: uuid.UUID, acl: AclBinding) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(id=acl_id, resource_type=acl.resource_type, resource_name=acl.resource_name,
+                                    pattern_type=acl.pattern_type, principal=acl.principal, host=acl.host,
+                                    operation=acl.operation, permission_type=acl.permission_type)
 
 
 class _Builder:
@@ -305,6 +321,7 @@ class _Builder:
         self.configs: dict = base.configs  # type: ignore[assignment]
         self.quotas: dict = base.client_quotas  # type: ignore[assignment]
         self.features: dict = base.features  # type: ignore[assignment]
+        self.acls: dict = base.acls  # type: ignore[assignment]
         self._owned: set[str] = set()
         self.next_producer_id = base.next_producer_id
         #: Partition maps copied in this commit, by topic name; frozen into topics at the end.
@@ -406,13 +423,20 @@ class _Builder:
                 self._own("quotas")[entity] = values
             else:
                 self._own("quotas").pop(entity, None)
+        elif isinstance(record, AccessControlEntryRecord):
+            self._own("acls")[record.id] = AclBinding(
+                ResourceType(record.resource_type), record.resource_name, PatternType(record.pattern_type),
+                record.principal, record.host, AclOperation(record.operation), AclPermissionType(record.permission_type))
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            self._own("acls").pop(record.id, None)
 
     def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
         for name, partitions in self.partitions.items():
             self._own("topics")[name] = attrs.evolve(self.topics[name], partitions=partitions)
         image = MetadataImage(offset, self.brokers, self.topics, self.names, self.configs, self.next_producer_id,
-                              self.quotas, self.features)
+                              self.quotas, self.features, self.acls)
         delta = MetadataDelta(
             tuple(self.topics[name] for name in self.created), tuple(self.deleted), tuple(self.changed_partitions),
-            tuple(self.changed_configs), tuple(self.changed_brokers), tuple(self.changed_features))
+            tuple(self.changed_configs), tuple(self.changed_brokers), tuple(self.changed_features),
+            "acls" in self._owned)
         return image, delta

@@ -301,6 +301,35 @@ class BrokerRegistrationChangeRecord:
 
 
 @_record
+class AccessControlEntryRecord:
+    """One ACL (Kafka's record, written by CreateAcls): codes as in :mod:`josef.acls`."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 18
+    id: uuid.UUID = _f("uuid")
+    resource_type: i8 = _f("int8")
+    resource_name: str = _f("string")
+    pattern_type: i8 = _f("int8")
+    principal: str = _f("string")
+    host: str = _f("string")
+    operation: i8 = _f("int8")
+    permission_type: i8 = _f("int8")
+
+
+@_record
+class RemoveAccessControlEntryRecord:
+    """Removes the ACL ``id`` (DeleteAcls)."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 19
+    id: uuid.UUID = _f("uuid")
+
+
+@_record
 class NoOpRecord:
     """Written by an idle controller so followers see the log advance (Kafka's NoOpRecord)."""
 
@@ -313,7 +342,8 @@ class NoOpRecord:
 MetadataRecord = Union[
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, PartitionChangeRecord,
     FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord, FeatureLevelRecord, ClientQuotaRecord,
-    ProducerIdsRecord, BrokerRegistrationChangeRecord, NoOpRecord,
+    ProducerIdsRecord, BrokerRegistrationChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
+    NoOpRecord,
 ]
 _TYPES: tuple[type, ...] = MetadataRecord.__args__  # type: ignore[attr-defined]
 _BY_KEY: dict[int, type] = {cls.api_key: cls for cls in _TYPES}

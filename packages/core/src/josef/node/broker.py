@@ -29,7 +29,7 @@ import pluggy
 from kio.schema.errors import ErrorCode
 
 from josef.metadata import meta_properties
-from josef.authorizer import Authorizer
+from josef.authorizer import AclAuthorizer, Authorizer, adapt
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
 from josef.node.broker_config import check_listeners, listener_security_protocols, sasl_listeners
@@ -53,6 +53,7 @@ from josef.server import network
 from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, register_controller_apis
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
+from josef.server.authorization import Authorization
 from josef.server.dispatch import Dispatcher
 from josef.server.fetch_session import FetchSessionCache
 from josef.telemetry import ClientTelemetry
@@ -137,8 +138,17 @@ class Broker:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
         #: The feature levels this node supports (KIP-584), from the ``register_features`` hook.
         self.features: dict[str, SupportedFeature] = dict(collect(self.pm, "register_features", "feature").items())
-        self.authorizer: Authorizer = collect(self.pm, "register_authorizers", "authorizer").get(
-            config["authorizer.class.name"])(config)
+        self.authorizer: Authorizer = adapt(collect(self.pm, "register_authorizers", "authorizer").get(
+            config["authorizer.class.name"])(config))
+        if isinstance(self.authorizer, AclAuthorizer):
+            self.authorizer.load_acls({})
+        # The request pipeline: authorization first, then the stages plugins add.
+        for dispatcher in (self.dispatcher, self.controller_dispatcher):
+            dispatcher.add_stage(Authorization(self.authorizer))
+        for name, factory in collect(self.pm, "register_request_stages", "request stage").items():
+            stage = factory(self.services)
+            for dispatcher in (self.dispatcher, self.controller_dispatcher):
+                dispatcher.add_stage(stage)
         #: Kafka's create-topic and alter-config policies (josef.policy), which the controller part applies.
         self.policies = Policies.from_plugins(self.pm, config) if self.is_controller else Policies()
 
@@ -214,6 +224,8 @@ class Broker:
         return self.image
 
     def _published(self, delta: MetadataDelta) -> None:
+        if delta.changed_acls and isinstance(self.authorizer, AclAuthorizer):
+            self.authorizer.load_acls(self.image.acls)
         if (BROKER_RESOURCE, "") in delta.changed_configs or (BROKER_RESOURCE, str(self.node_id)) in delta.changed_configs:
             self._apply_dynamic_broker_config()
         if self._replicas_loaded:

@@ -112,7 +112,13 @@ CORE_KEYS = (
               "How long the controller waits for a broker's heartbeat before fencing it.", at_least(1)),
     ConfigKey("metadata.quorum", S, "kraft", "Name of the metadata quorum backend (kraft, zookeeper...)."),
     ConfigKey("log.storage", S, "local", "Name of the log storage backend (local, tiered...)."),
-    ConfigKey("authorizer.class.name", S, "allow-all", "Name of the authorizer that decides every request."),
+    ConfigKey("authorizer.class.name", S, "allow-all",
+              "Name of the authorizer that decides every request: allow-all (the default: no authorization), or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer (alias acl) for Kafka's ACLs."),
+    ConfigKey("super.users", S, None,
+              "Principals the ACL authorizer allows everything, separated by semicolons: User:admin;User:broker."),
+    ConfigKey("allow.everyone.if.no.acl.found", B, False,
+              "Whether the ACL authorizer allows an operation on a resource that has no ACL at all (else denies)."),
     ConfigKey("create.topic.policy.class.name", S, None,
               "Name of the create-topic policy (registered through register_policies, josef.policy) that every topic "
               "the controller creates must satisfy; unset, none."),

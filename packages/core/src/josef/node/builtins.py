@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from josef.authorizer import AllowAll
+from josef.standard_authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
 from josef.node.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
 from josef.metadata.features import (
@@ -23,6 +24,8 @@ def register_configs(register: Register) -> None:
 @hookimpl
 def register_authorizers(register: Register) -> None:
     register("allow-all", AllowAll)
+    register(STANDARD_AUTHORIZER, StandardAuthorizer)
+    register("acl", StandardAuthorizer)
 
 
 @hookimpl

@@ -86,6 +86,8 @@ class FetchRequest:
     forgotten_topics_data: list[ForgottenTopic]
     rack_id: str
     cluster_id: str | None = None
+    #: Topics the broker refuses to read (authorization): their partitions answer TOPIC_AUTHORIZATION_FAILED.
+    refused_topics: frozenset[str] = frozenset()
 
 
 _PARTITION = {4: struct.Struct(">iqi"), 5: struct.Struct(">iqqi"), 9: struct.Struct(">iiqqi"),

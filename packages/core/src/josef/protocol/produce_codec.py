@@ -55,6 +55,9 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     topic_data: list[TopicProduceData]
+    #: Topics the broker refuses before handling the request (authorization): their partitions answer
+    #: TOPIC_AUTHORIZATION_FAILED and nothing is appended to them.
+    refused_topics: frozenset[str] = frozenset()
 
 
 _ACKS_TIMEOUT = struct.Struct(">hi")

@@ -133,6 +133,10 @@ class RequestContext:
     def listener_name(self) -> str:
         return self.session.listener_name
 
+    @property
+    def security_protocol(self) -> str:
+        return self.session.security_protocol
+
 
 @attrs.frozen
 class Api:
@@ -143,10 +147,39 @@ class Api:
     decode: Decoder | None = None
 
 
+#: A stage of the request pipeline: ``stage(ctx, request, next)`` answers the request, usually by awaiting
+#: ``next(ctx, request)`` (the next stage, the handler last) and acting before or after it.
+Stage = Callable[["RequestContext", Any, Handler], Awaitable[Any]]
+
+
 class Dispatcher:
+    """Answers requests: each goes through the pipeline's stages (authorization, quotas...), then its handler.
+
+    Cross-cutting concerns are stages (:meth:`add_stage`), never code in the
+    handlers: a stage sees every request of every API, whoever registered
+    its handler. Requests a node makes to itself (:meth:`call` without a
+    client's context) skip the stages: they are the node's own.
+    """
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.apis: dict[int, Api] = {}
+        self.stages: list[Stage] = []
+        self._chains: dict[int, Handler] = {}
+
+    def add_stage(self, stage: Stage) -> None:
+        """Run ``stage`` on every request, inside the stages added before it."""
+        self.stages.append(stage)
+        self._chains.clear()
+
+    def _chain(self, key: int) -> Handler:
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = self.apis[key].handler
+            for stage in reversed(self.stages):
+                chain = _link(stage, chain)
+            self._chains[key] = chain
+        return chain
 
     def register(self, key: int, handler: Handler, min_version: int, max_version: int, *, replace: bool = False,
                  decode: Decoder | None = None) -> None:
@@ -157,6 +190,7 @@ class Dispatcher:
         if key in self.apis and not replace:
             raise ValueError(f"API key {key} ({api_key_map.get(key)}) is answered twice")
         known = schema_name_map[api_key_map[key]]
+        self._chains.pop(key, None)
         self.apis[key] = Api(key, handler, max(min_version, min(known)), min(max_version, max(known)), decode)
 
     async def call(self, api_key: int, body: Any, *, version: int | None = None,
@@ -169,19 +203,20 @@ class Dispatcher:
         is awaited.
         """
         api = self.apis[api_key]
+        handler = api.handler if ctx is None else self._chain(api_key)
         if ctx is None:
             ctx = RequestContext(self.broker, api_key, api.max_version if version is None else version, 0,
                                  f"broker-{self.broker.node_id}", Session("", "PLAINTEXT", ""))
         request = build(request_type(api_key, ctx.api_version), body)
         if api.decode is not None:
             request = api.decode(ctx.api_version, encode_body(request), 0)
-        answer = await api.handler(ctx, request)
+        answer = await handler(ctx, request)
         if isinstance(answer, Later):
             answer = await answer.body
         if isinstance(answer, Encoded):
             frame = b"".join(bytes(chunk) for chunk in self._encode(ctx.correlation_id, api_key, ctx.api_version, answer))
             return decode_response(api_key, ctx.api_version, memoryview(frame)[4:])[1]
-        return build(response_type(api_key, ctx.api_version), answer)
+        return build(response_type(api_key, ctx.api_version), answer) if isinstance(answer, dict) else answer
 
     async def handle(self, session: Session, frame: bytes | memoryview) -> Reply | None:
         header = parse_header(frame, is_flexible)
@@ -207,7 +242,9 @@ class Dispatcher:
             request = api.decode(version, frame, header.body_offset)
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id, session)
         try:
-            body = await api.handler(ctx, request)
+            body = await self._chain(header.api_key)(ctx, request)
+        except UnanswerableRequestError:
+            raise
         except Exception:
             return self._failed(header, request, frame)
         if isinstance(body, Later):
@@ -243,7 +280,7 @@ class Dispatcher:
             head = _INT32.pack(correlation_id) + (b"\x00" if has_flexible_response_header(key, version) else b"")
             size = len(head) + sum(len(chunk) for chunk in body.chunks)
             return [_INT32.pack(size) + head, *body.chunks]
-        response = build(response_type(key, version), body)
+        response = build(response_type(key, version), body) if isinstance(body, dict) else body
         return [encode_response(key, version, correlation_id, response)]
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
@@ -255,6 +292,12 @@ class Dispatcher:
             ],
             "throttle_time": 0,
         }
+
+
+def _link(stage: Stage, inner: Handler) -> Handler:
+    async def linked(ctx: RequestContext, request: Any) -> Any:
+        return await stage(ctx, request, inner)
+    return linked
 
 
 def _read_only(frame: bytes | bytearray | memoryview) -> bytes | memoryview:

@@ -40,13 +40,17 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+import attrs
 import pytest
 
-from josef.authorizer import Action, Authorizer
+from josef.acls import AclBinding
+from josef.authorizer import AclAuthorizer, Action, Authorizer
+from josef.security import KafkaPrincipal
 from josef.node.server_properties import load_config
 from josef.plugins import collect, get_plugin_manager
 
-__all__ = ["OPERATIONS", "RESOURCE_TYPES", "AuthorizerContract", "AuthorizerHarness", "BlockingWatch", "kafka_actions"]
+__all__ = ["OPERATIONS", "RESOURCE_TYPES", "AuthorizerContract", "AuthorizerHarness", "BlockingWatch", "Grant",
+           "RequestContext", "context", "kafka_actions"]
 
 #: Kafka's ACL operations an authorization is asked for (``AclOperation``), by name, with their codes;
 #: ``UNKNOWN``, ``ANY`` and ``ALL`` only appear in ACL bindings and filters.
@@ -91,6 +95,32 @@ def kafka_actions() -> Iterator[Action]:
         for operation in OPERATIONS:
             for name in names:
                 yield Action(operation, resource_type, name)
+
+
+@attrs.frozen
+class RequestContext:
+    """A request's identity as an authorizer sees it (:class:`josef.authorizer.AuthorizableRequestContext`)."""
+
+    principal: KafkaPrincipal
+    client_host: str = "127.0.0.1"
+    listener_name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+    api_key: int = 0
+    api_version: int = 0
+    client_id: str | None = "contract"
+    correlation_id: int = 0
+
+
+def context(principal: str, host: str = "127.0.0.1") -> RequestContext:
+    return RequestContext(KafkaPrincipal.parse(principal), host)
+
+
+@attrs.frozen
+class Grant:
+    """How a plugin lets one principal do one action: broker configuration, and ACLs it is handed (``load_acls``)."""
+
+    config: Mapping[str, str] = attrs.field(factory=dict)
+    acls: Mapping[Any, AclBinding] = attrs.field(factory=dict)
 
 
 # Watching for I/O ---------------------------------------------------------------------------------
@@ -173,9 +203,9 @@ class AuthorizerHarness(Protocol):
     def config_keys(self) -> Mapping[str, str]:
         """Broker configuration the authorizer needs besides ``authorizer.class.name`` (may be empty)."""
 
-    def grant(self, principal: str, action: Action) -> Mapping[str, str] | None:
-        """Configuration (added to :meth:`config_keys`) under which ``principal`` may perform ``action`` and a
-        principal without a grant may not; None when the authorizer has no grants (it allows or denies by other rules)."""
+    def grant(self, principal: str, action: Action) -> Grant | None:
+        """How ``principal`` may perform ``action`` while a principal without a grant may not; None when the
+        authorizer has no grants (it allows or denies by other rules)."""
 
 
 # The suite -----------------------------------------------------------------------------------------------
@@ -191,17 +221,31 @@ class AuthorizerContract:
     def authorizer_harness(self) -> AuthorizerHarness:
         raise NotImplementedError("a subclass of AuthorizerContract provides the authorizer_harness fixture")
 
-    def build(self, harness: AuthorizerHarness, extra: Mapping[str, str] | None = None) -> Authorizer:
-        """The authorizer as the broker builds it: the registered factory, called with the broker's configuration."""
+    def build(self, harness: AuthorizerHarness, grant: Grant | None = None) -> Authorizer:
+        """The authorizer as the broker builds it: the registered factory, called with the broker's configuration,
+        handed the grant's ACLs (and an empty set of ACLs without one, as a broker does at start-up)."""
         pm = get_plugin_manager()
-        config = load_config(None, {"authorizer.class.name": harness.name, **harness.config_keys(), **(extra or {})},
+        grant = grant or Grant()
+        config = load_config(None, {"authorizer.class.name": harness.name, **harness.config_keys(), **grant.config},
                              pm)
         factory = collect(pm, "register_authorizers", "authorizer").get(config["authorizer.class.name"])
-        return factory(config)
+        authorizer = factory(config)
+        if isinstance(authorizer, AclAuthorizer):
+            authorizer.load_acls(grant.acls)
+        elif grant.acls:
+            pytest.fail(f"the harness grants with ACLs, but {type(authorizer).__name__} has no load_acls")
+        return authorizer
 
     def answers(self, authorizer: Authorizer) -> dict[tuple[str, str, Action], Any]:
-        return {(principal, host, action): authorizer.authorize(principal, host, action)
-                for principal, host, action in itertools.product(PRINCIPALS, HOSTS, kafka_actions())}
+        """Every principal's answer, from every host, to every action: one batch per principal and host."""
+        actions = list(kafka_actions())
+        found: dict[tuple[str, str, Action], Any] = {}
+        for principal, host in itertools.product(PRINCIPALS, HOSTS):
+            answer = authorizer.authorize(context(principal, host), actions)
+            assert isinstance(answer, list) and len(answer) == len(actions), (
+                f"authorize must answer a list with one bool per action ({len(actions)}), got {answer!r:.200}")
+            found.update(((principal, host, action), ok) for action, ok in zip(actions, answer))
+        return found
 
     # Building -----------------------------------------------------------------------------------------------
 
@@ -219,11 +263,25 @@ class AuthorizerContract:
         wrong = {key: value for key, value in answers.items() if type(value) is not bool}
         assert wrong == {}, f"authorize must return True or False, got {next(iter(wrong.values()), None)!r}"
 
+    def test_a_batch_is_answered_as_its_actions_one_by_one(self, authorizer_harness):
+        authorizer = self.build(authorizer_harness, authorizer_harness.grant("User:alice", self.GRANTED))
+        actions = [self.GRANTED, *kafka_actions(), self.GRANTED]
+        for principal in PRINCIPALS:
+            ctx = context(principal)
+            assert authorizer.authorize(ctx, actions) == [authorizer.authorize(ctx, [a])[0] for a in actions]
+            assert authorizer.authorize(ctx, []) == []
+
     def test_the_same_question_gets_the_same_answer(self, authorizer_harness):
         authorizer = self.build(authorizer_harness)
         assert self.answers(authorizer) == self.answers(authorizer)
         assert self.answers(self.build(authorizer_harness)) == self.answers(authorizer), (
             "two authorizers built from one configuration answer differently")
+
+    def test_authorize_by_resource_type_answers_a_bool(self, authorizer_harness):
+        authorizer = self.build(authorizer_harness)
+        for principal, resource_type, operation in itertools.product(PRINCIPALS, RESOURCE_TYPES, OPERATIONS):
+            answer = authorizer.authorize_by_resource_type(context(principal), operation, resource_type)
+            assert type(answer) is bool
 
     # Not blocking -------------------------------------------------------------------------------------------
 
@@ -258,7 +316,8 @@ class AuthorizerContract:
         def ask(index: int) -> None:
             try:
                 start.wait(10)
-                results[index] = {key: authorizer.authorize(*key) for _ in range(3) for key in expected}
+                for _ in range(3):
+                    results[index] = self.answers(authorizer)
             except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
                 results[index] = exc
 
@@ -280,11 +339,23 @@ class AuthorizerContract:
             pytest.skip(f"authorizer {authorizer_harness.name!r} has no grants")
         authorizer = self.build(authorizer_harness, grant)
         for host in HOSTS:
-            assert authorizer.authorize("User:alice", host, self.GRANTED) is True
-            assert authorizer.authorize("User:mallory", host, self.GRANTED) is False
-            assert authorizer.authorize("User:ANONYMOUS", host, self.GRANTED) is False
+            assert authorizer.authorize(context("User:alice", host), [self.GRANTED]) == [True]
+            assert authorizer.authorize(context("User:mallory", host), [self.GRANTED]) == [False]
+            assert authorizer.authorize(context("User:ANONYMOUS", host), [self.GRANTED]) == [False]
+        assert authorizer.authorize_by_resource_type(context("User:alice"), self.GRANTED.operation, "TOPIC") is True
+        assert authorizer.authorize_by_resource_type(context("User:mallory"), self.GRANTED.operation, "TOPIC") is False
         other = authorizer_harness.grant("User:mallory", self.GRANTED)
         assert other is not None
         swapped = self.build(authorizer_harness, other)
-        assert swapped.authorize("User:mallory", "127.0.0.1", self.GRANTED) is True
-        assert swapped.authorize("User:alice", "127.0.0.1", self.GRANTED) is False
+        assert swapped.authorize(context("User:mallory"), [self.GRANTED]) == [True]
+        assert swapped.authorize(context("User:alice"), [self.GRANTED]) == [False]
+
+    def test_acls_handed_again_replace_the_previous_ones(self, authorizer_harness):
+        grant = authorizer_harness.grant("User:alice", self.GRANTED)
+        if grant is None or not grant.acls:
+            pytest.skip(f"authorizer {authorizer_harness.name!r} does not grant with ACLs")
+        authorizer = self.build(authorizer_harness, grant)
+        assert isinstance(authorizer, AclAuthorizer)
+        authorizer.load_acls(authorizer_harness.grant("User:mallory", self.GRANTED).acls)
+        assert authorizer.authorize(context("User:alice"), [self.GRANTED]) == [False]
+        assert authorizer.authorize(context("User:mallory"), [self.GRANTED]) == [True]

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from josef.protocol import fetch_codec, produce_codec
 from josef.protocol.api_keys import ApiKey
 from josef.server.apis import (
+    acls,
     admin,
     authentication,
     alter_partition,
@@ -44,6 +45,9 @@ CONTROLLER_APIS = (
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, reassignments.alter_partition_reassignments, 0, 1),
     (ApiKey.LIST_PARTITION_REASSIGNMENTS, reassignments.list_partition_reassignments, 0, 0),
     (ApiKey.ALTER_CLIENT_QUOTAS, client_quotas.alter_client_quotas, 0, 1),
+    (ApiKey.CREATE_ACLS, acls.create_acls, 1, 3),
+    (ApiKey.DELETE_ACLS, acls.delete_acls, 1, 3),
+    (ApiKey.DESCRIBE_ACLS, acls.describe_acls, 1, 3),
     (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
@@ -79,7 +83,8 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
-    *(api for api in CONTROLLER_APIS if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER)),
+    *(api for api in CONTROLLER_APIS
+      if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_ACLS)),
 ))
 
 #: Core APIs a coordinator plugin may answer instead (``Coordinator.apis``): the transaction

@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from josef.replication.partition import FOLLOWER, READ_COMMITTED, Partition
+from josef.replication.partition import FOLLOWER, READ_COMMITTED, Partition, PartitionError
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import (
@@ -101,7 +101,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     hosted = replicas.partitions
     broker_id = ctx.broker.node_id
     # A consumer's partition with nothing new is answered from its state alone: no storage call.
-    quick = replica_id < 0 and not rack
+    refused = request.refused_topics
+    quick = replica_id < 0 and not rack and not refused
     committed = isolation == READ_COMMITTED
     any_replica = ctx.api_version >= FOLLOWER_FETCH_VERSION
     while True:
@@ -129,7 +130,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                         if committed:
                             result.aborted = []
                         continue
-            result = results[i] = _read(ctx, name, part, max(max_bytes - total, 0), total == 0, replica_id, rack, isolation)
+            result = results[i] = _read(ctx, name, part, max(max_bytes - total, 0), total == 0, replica_id, rack, isolation,
+                                        refused)
             total += len(result.records)
             failed = failed or result.error_code != _NONE
         remaining = deadline - time.monotonic()
@@ -185,11 +187,13 @@ def _now_ms() -> int:
 
 
 def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: int, first: bool, replica_id: int,
-          client_rack: str, isolation: int) -> _Result:
+          client_rack: str, isolation: int, refused: frozenset[str]) -> _Result:
     """One partition's answer; ``budget`` is what is left of the request's max_bytes, ``first`` whether
     nothing was read before it (so at least one batch is returned, KIP-74)."""
     partition: Partition | None = None
     try:
+        if name in refused:
+            raise PartitionError(ErrorCode.topic_authorization_failed)
         partition = partition_for(ctx, name, part.partition)
         if replica_id >= 0 or ctx.api_version < FOLLOWER_FETCH_VERSION:
             partition.require_leader()

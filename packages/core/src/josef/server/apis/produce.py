@@ -43,6 +43,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
     acks = request.acks
     replicas = ctx.broker.replicas
     verdicts = await _verify_partitions(ctx, request)
+    refused = request.refused_topics
     topics = []
     waiting = []  # (partition, offset the high watermark must pass, response dict)
     for topic in request.topic_data:
@@ -57,6 +58,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
                 continue
             verdict = verdicts.get((name, data.index))
             try:
+                if refused and name in refused:
+                    raise PartitionError(ErrorCode.topic_authorization_failed)
                 if isinstance(verdict, ErrorCode):
                     raise PartitionError(verdict, f"{name}-{data.index} is not in transaction {request.transactional_id!r}")
                 partition = partition_for(ctx, name, data.index)
