@@ -31,6 +31,8 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef.acls import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType
+from josef.acls import ResourceType as AclResourceType
 from josef.config import AlterOp, ConfigSource
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
@@ -47,7 +49,7 @@ from josef_client.coordinator_requests import TRANSACTION, OffsetAndMetadata, fi
 from josef_client.sync import LoopThread
 
 __all__ = [
-    "AbortTransactionSpec", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
+    "AbortTransactionSpec", "AclBinding", "AclBindingFilter", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
     "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "LogDirDescription",
     "NewPartitions", "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment",
     "ProducerState", "ReplicaInfo", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
@@ -335,6 +337,13 @@ def _optional(nodes: Sequence[int] | None) -> tuple[int, ...] | None:
 
 def _error(code: ErrorCode, message: str | None, what: str) -> KafkaError:
     return KafkaError(code, message or what)
+
+
+def _acl_filter_body(f: AclBindingFilter) -> dict[str, Any]:
+    """A filter as DescribeAcls and DeleteAcls spell it (the same fields in both)."""
+    return {"resource_type_filter": f.resource_type, "resource_name_filter": f.resource_name,
+            "pattern_type_filter": f.pattern_type, "principal_filter": f.principal, "host_filter": f.host,
+            "operation": f.operation, "permission_type": f.permission_type}
 
 
 def _finish(results: dict[K, V | KafkaError], raise_errors: bool) -> dict[K, Any]:
@@ -941,6 +950,66 @@ class AsyncAdmin:
         brokers = tuple(BrokerInfo(b.broker_id, b.host, b.port, b.rack) for b in response.brokers)
         return ClusterDescription(response.cluster_id, response.controller_id, brokers)
 
+    # ACLs -----------------------------------------------------------------------------------
+    # Any broker takes them, as Kafka's AdminClient sends them to the least loaded node: brokers
+    # forward CreateAcls and DeleteAcls to the controller and answer DescribeAcls from their image.
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs the filter matches (every ACL without one), in the broker's order.
+
+        A broker without an ACL authorizer answers SECURITY_DISABLED, raised as a :class:`KafkaError`.
+        """
+        f = acl_filter or AclBindingFilter()
+        response = await (await self._any()).request(ApiKey.DESCRIBE_ACLS, _acl_filter_body(f))
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "describe ACLs")
+        return [AclBinding(AclResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type),
+                           a.principal, a.host, AclOperation(a.operation), AclPermissionType(a.permission_type))
+                for r in response.resources for a in r.acls]
+
+    async def create_acls(self, bindings: Iterable[AclBinding], *,
+                          raise_errors: bool = True) -> dict[AclBinding, KafkaError | None]:
+        """Create ACLs (one request); each maps to None when created. Creating an existing ACL is no error."""
+        wanted = list(dict.fromkeys(bindings))
+        if not wanted:
+            return {}
+        body = {"creations": [{"resource_type": b.resource_type, "resource_name": b.resource_name,
+                               "resource_pattern_type": b.pattern_type, "principal": b.principal, "host": b.host,
+                               "operation": b.operation, "permission_type": b.permission_type} for b in wanted]}
+        response = await (await self._any()).request(ApiKey.CREATE_ACLS, body)
+        answers = list(response.results)
+        results: dict[AclBinding, KafkaError | None] = {}
+        for i, binding in enumerate(wanted):
+            if i >= len(answers):
+                results[binding] = KafkaError(ErrorCode.unknown_server_error, f"no answer for ACL {binding}")
+            elif answers[i].error_code != ErrorCode.none:
+                results[binding] = _error(answers[i].error_code, answers[i].error_message, f"create ACL {binding}")
+            else:
+                results[binding] = None
+        return _finish(results, raise_errors)
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *,
+                          raise_errors: bool = True) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
+        """Delete the ACLs each filter matches (one request); each filter maps to the ACLs it deleted."""
+        wanted = list(dict.fromkeys(filters))
+        if not wanted:
+            return {}
+        response = await (await self._any()).request(
+            ApiKey.DELETE_ACLS, {"filters": [_acl_filter_body(f) for f in wanted]})
+        answers = list(response.filter_results)
+        results: dict[AclBindingFilter, list[AclBinding] | KafkaError] = {}
+        for i, f in enumerate(wanted):
+            if i >= len(answers):
+                results[f] = KafkaError(ErrorCode.unknown_server_error, f"no answer for ACL filter {f}")
+            elif answers[i].error_code != ErrorCode.none:
+                results[f] = _error(answers[i].error_code, answers[i].error_message, f"delete ACLs matching {f}")
+            else:
+                results[f] = [AclBinding(AclResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type),
+                                         m.principal, m.host, AclOperation(m.operation),
+                                         AclPermissionType(m.permission_type))
+                              for m in answers[i].matching_acls if m.error_code == ErrorCode.none]
+        return _finish(results, raise_errors)
+
 
 # The sync client --------------------------------------------------------------------------------
 
@@ -1027,6 +1096,16 @@ class Admin:
 
     def abort_transaction(self, spec: AbortTransactionSpec) -> None:
         self._run(self._admin.abort_transaction(spec))
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        return self._run(self._admin.describe_acls(acl_filter))
+
+    def create_acls(self, bindings: Iterable[AclBinding], **options: Any) -> dict[AclBinding, KafkaError | None]:
+        return self._run(self._admin.create_acls(list(bindings), **options))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter], **options: Any,
+                    ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
+        return self._run(self._admin.delete_acls(list(filters), **options))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

@@ -3,8 +3,8 @@
 ``topics`` and ``configs`` (kafka-topics, kafka-configs), ``console-producer``
 and ``console-consumer``, ``perf produce``/``perf consume``
 (kafka-producer-perf-test, kafka-consumer-perf-test), ``consumer-groups``
-(kafka-consumer-groups), ``transactions`` (kafka-transactions) and ``log-dirs``
-(kafka-log-dirs). Each module imports the client only when its command runs,
+(kafka-consumer-groups), ``transactions`` (kafka-transactions), ``log-dirs``
+(kafka-log-dirs) and ``acls`` (kafka-acls). Each module imports the client only when its command runs,
 so ``josef --help`` stays quick.
 """
 
@@ -14,6 +14,7 @@ import click
 
 
 def register(cli: click.Group) -> None:
+    from josef_client.commands.acls import acls
     from josef_client.commands.configs import configs
     from josef_client.commands.console import console_consumer, console_producer
     from josef_client.commands.groups import consumer_groups
@@ -22,5 +23,6 @@ def register(cli: click.Group) -> None:
     from josef_client.commands.topics import topics
     from josef_client.commands.transactions import transactions
 
-    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions, log_dirs):
+    for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions, log_dirs,
+                    acls):
         cli.add_command(command)
