@@ -341,7 +341,7 @@ def describe_quorum_response(*, partition_error: ErrorCode = NONE, leader_id: in
         observers=tuple(observers))
     nodes = () if partition_error != NONE or not endpoints else tuple(
         dq_resp.Node(node_id=node, listeners=(dq_resp.Listener(name=listener, host=host, port=port),))
-        for node, (host, port) in sorted(endpoints.items()))
+        for node, (host, port) in sorted(endpoints.items()) if port >= 0)  # a voter whose endpoint is unknown
     return dq_resp.DescribeQuorumResponse(error_code=NONE, error_message=None,
                                           topics=(dq_resp.TopicData(topic_name=topic, partitions=(partition,)),),
                                           nodes=nodes)
