@@ -19,6 +19,7 @@ brokers only.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -237,7 +238,7 @@ def confirm(flags: Flags, message: str) -> bool:
     if flags.force:
         return True
     click.echo(message)
-    return click.get_text_stream("stdin").readline().rstrip("\r\n").lower() == "y"
+    return sys.stdin.readline().rstrip("\r\n").lower() == "y"
 
 
 def plan_to_add(flags: Flags) -> dict[Resource, set[Entry]]:
