@@ -228,9 +228,22 @@ def test_flags_kafka_refuses_are_refused_before_connecting(args, message):
 
 
 def test_operation_names_are_kafkas():
-    from josef_client.commands.acls import OPERATION_NAMES
+    from josef_client.commands.acls import operation
 
-    assert OPERATION_NAMES["IdempotentWrite"] == OPERATION_NAMES["IDEMPOTENTWRITE"] == AclOperation.IDEMPOTENT_WRITE
-    assert OPERATION_NAMES["DescribeConfigs"] == AclOperation.DESCRIBE_CONFIGS
-    assert OPERATION_NAMES["All"] == AclOperation.ALL
-    assert "Fly" not in OPERATION_NAMES
+    assert operation("IdempotentWrite") == operation("idempotentwrite") == AclOperation.IDEMPOTENT_WRITE
+    assert operation(" DescribeConfigs") == operation("DESCRIBE_CONFIGS") == AclOperation.DESCRIBE_CONFIGS
+    assert operation("All") == operation("all") == AclOperation.ALL
+    assert operation("Fly") == AclOperation.UNKNOWN
+
+
+@ACL_BROKER
+def test_command_config_is_read(josef_broker, tmp_path):
+    config = tmp_path / "admin.properties"
+    config.write_text("# Kafka's properties syntax\nclient.id=acl-tool\nrequest.timeout.ms=15000\n")
+    ok(josef_broker, "--command-config", str(config), "--add", "--allow-principal", "User:a", "--cluster")
+    assert ok(josef_broker, "--command-config", str(config), "--list", "--cluster") == (
+        "Current ACLs for resource `ResourcePattern(resourceType=CLUSTER, name=kafka-cluster, patternType=LITERAL)`:\n"
+        f"\t{entry('User:a', 'ALL')}\n\n")
+    config.write_text("request.timeout.ms=soon\n")
+    assert "request.timeout.ms" in refused("--command-config", str(config), "--list",
+                                           bootstrap=josef_broker.bootstrap_servers)

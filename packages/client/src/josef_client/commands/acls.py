@@ -57,6 +57,12 @@ OPERATION_NAMES: dict[str, AclOperation] = {
     spelling: op for op in AclOperation for spelling in (_pascal(op.name), _pascal(op.name).upper(), op.name)}
 
 
+def operation(name: str) -> AclOperation:
+    """An ``--operation`` value as Kafka's ``SecurityUtils.operation`` reads it (UNKNOWN when it is none)."""
+    name = name.strip()
+    return OPERATION_NAMES.get(name, OPERATION_NAMES.get(name.upper(), AclOperation.UNKNOWN))
+
+
 @attrs.frozen(order=True)
 class Resource:
     """Kafka's ``ResourcePattern`` (or, with ANY or MATCH, ``ResourcePatternFilter``), printed as Kafka prints it."""
@@ -197,10 +203,7 @@ def resource_to_entries(flags: Flags) -> dict[Resource, set[Entry]]:
     """
     plan: dict[Resource, set[Entry]] = {}
     if not flags.producer and not flags.consumer:
-        names = flags.operations or ("All",)
-        wanted = entries(flags, (OPERATION_NAMES.get(n.strip(), OPERATION_NAMES.get(n.strip().upper(),
-                                                                                    AclOperation.UNKNOWN))
-                                 for n in names))
+        wanted = entries(flags, (operation(n) for n in flags.operations or ("All",)))
         plan.update({r: set(wanted) for r in resources(flags)})
     if flags.producer:
         for r in resources(flags):
