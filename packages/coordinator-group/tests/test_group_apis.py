@@ -216,7 +216,8 @@ def test_a_group_over_the_wire_from_join_to_delete(josef_broker):
     [m] = described.members
     assert (m.member_id, m.client_id, m.client_host, m.member_metadata) == (member, "raw", "/127.0.0.1", SUB)
     assert m.member_assignment == encode_assignment([TopicPartition("orders", 0), TopicPartition("orders", 1)])
-    assert described.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+    # Every operation a group has (Kafka 4.x: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), with allow-all.
+    assert described.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 
     left = client.call(LEAVE, 5, {"group_id": "g", "members": [{"member_id": member, "group_instance_id": None,
                                                                  "reason": "done"}]})

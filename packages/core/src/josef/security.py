@@ -58,6 +58,8 @@ class Session:
     sasl_mechanism: str | None = None
     #: Set by a handler whose answer must be the connection's last (failed authentication), as Kafka closes it.
     close_after_reply: bool = False
+    #: Set by the quota stage: read no further request before this ``time.monotonic()`` (KIP-219); 0: not throttled.
+    throttled_until: float = 0.0
 
     def __str__(self) -> str:
         return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "

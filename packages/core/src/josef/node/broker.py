@@ -54,6 +54,7 @@ from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, regi
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.authorization import Authorization
+from josef.server.quotas import Quotas
 from josef.server.dispatch import Dispatcher
 from josef.server.fetch_session import FetchSessionCache
 from josef.telemetry import ClientTelemetry
@@ -142,9 +143,10 @@ class Broker:
             config["authorizer.class.name"])(config))
         if isinstance(self.authorizer, AclAuthorizer):
             self.authorizer.load_acls({})
-        # The request pipeline: authorization first, then the stages plugins add.
+        # The request pipeline: authorization, client quotas, then the stages plugins add.
         for dispatcher in (self.dispatcher, self.controller_dispatcher):
             dispatcher.add_stage(Authorization(self.authorizer))
+            dispatcher.add_stage(Quotas(config, controller=dispatcher is self.controller_dispatcher))
         for name, factory in collect(self.pm, "register_request_stages", "request stage").items():
             stage = factory(self.services)
             for dispatcher in (self.dispatcher, self.controller_dispatcher):

@@ -185,6 +185,13 @@ CORE_KEYS = (
     ConfigKey("follower.replication.throttled.rate", L, INT64_MAX,
               "The upper bound (bytes/s) on what this broker fetches, as follower, for the replicas enumerated in each "
               "topic's follower.replication.throttled.replicas while they are not in sync.", at_least(0), dynamic=True),
+    # Client quotas (josef.server.quotas)
+    ConfigKey("quota.window.num", I, 11, "The number of samples to retain in memory for client quotas.", at_least(1)),
+    ConfigKey("quota.window.size.seconds", I, 1, "The time span of each sample for client quotas.", at_least(1)),
+    ConfigKey("controller.quota.window.num", I, 11,
+              "The number of samples to retain in memory for controller mutation quotas.", at_least(1)),
+    ConfigKey("controller.quota.window.size.seconds", I, 1,
+              "The time span of each sample for controller mutations quotas.", at_least(1)),
     ConfigKey("replication.quota.window.num", I, 11, "The number of samples replication quotas are measured over.", at_least(1)),
     ConfigKey("replication.quota.window.size.seconds", I, 1, "The time span of each replication quota sample.", at_least(1)),
     ConfigKey("leader.replication.throttled.replicas", LST, [],

@@ -136,6 +136,12 @@ class ResponseEncoder:
         return key + write_length(len(partitions), self.flexible) + b"".join(partitions) + (
             _NO_TAGS if self.flexible else b"")
 
+    def throttle_offset(self, topics: list[bytes]) -> int | None:
+        """Where :meth:`response` writes ``throttle_time_ms`` in its one buffer (None before v1)."""
+        if self.version < 1:
+            return None
+        return len(write_length(len(topics), self.flexible)) + sum(len(t) for t in topics)
+
     def response(self, topics: list[bytes], *, throttle_time_ms: int = 0,
                  node_endpoints: Iterable[tuple[int, str, int, str | None]] = ()) -> list[Any]:
         body = write_length(len(topics), self.flexible) + b"".join(topics)

@@ -50,15 +50,20 @@ class _Sample:
 
 
 class Rate:
-    """A rate over a sliding window of ``samples`` windows of ``window_s`` seconds each (Kafka's SimpleRate).
+    """A rate over a sliding window of ``samples`` windows of ``window_s`` seconds each.
 
     The sum of the kept samples is divided by the time since the oldest
-    one started, but never by less than one window: a single burst counts
-    as that much in one window, not as an infinite rate.
+    one started, but never by less than ``full_windows`` windows: with one
+    (Kafka's SimpleRate, replication throttles) a single burst counts as
+    that much in one window, not as an infinite rate; client quotas use
+    ``samples - 1`` as Kafka's Rate does, so a new client's first burst is
+    spread over the whole window.
     """
 
-    def __init__(self, samples: int, window_s: float) -> None:
+    def __init__(self, samples: int, window_s: float, *, full_windows: int = 1) -> None:
         self.window_s = window_s
+        #: The least time a rate is measured over, in windows (Kafka's Rate: one less than the samples).
+        self._least_s = full_windows * window_s
         self._span_s = samples * window_s
         self._samples: collections.deque[_Sample] = collections.deque(maxlen=samples)
 
@@ -73,7 +78,12 @@ class Rate:
         if not self._samples:
             return 0.0
         elapsed = now - self._samples[0].start
-        return sum(s.value for s in self._samples) / max(elapsed, self.window_s)
+        return sum(s.value for s in self._samples) / max(elapsed, self._least_s)
+
+    def span(self, now: float) -> float:
+        """The time the rate is measured over now, in seconds (Kafka's ``windowSize``)."""
+        self._forget(now)
+        return max(now - self._samples[0].start, self._least_s) if self._samples else self._least_s
 
     def _forget(self, now: float) -> None:
         while self._samples and now - self._samples[0].start >= self._span_s:

@@ -95,6 +95,18 @@ class Encoded:
     """A response body already written in the request's version, as buffers (bytes-like objects) in order."""
 
     chunks: list[Any]
+    #: Where the response's ``throttle_time_ms`` lies, (chunk, byte offset), for the quota stage to set it.
+    throttle_at: tuple[int, int] | None = None
+
+    def throttled(self, throttle_ms: int) -> Encoded:
+        """This response with ``throttle_time_ms`` set (it is written as 0)."""
+        if self.throttle_at is None:
+            return self
+        index, offset = self.throttle_at
+        chunk = bytes(self.chunks[index])
+        chunks = list(self.chunks)
+        chunks[index] = chunk[:offset] + _INT32.pack(throttle_ms) + chunk[offset + 4:]
+        return Encoded(chunks, self.throttle_at)
 
 
 class UnanswerableRequestError(Exception):
@@ -116,6 +128,8 @@ class RequestContext:
     client_id: str | None
     #: The connection's identity: listener, security protocol, client address and software, principal.
     session: Session
+    #: The request's size on the wire, in bytes (what producer byte-rate quotas count).
+    size: int = 0
 
     @property
     def services(self) -> BrokerServices:
@@ -240,7 +254,8 @@ class Dispatcher:
             request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
         else:
             request = api.decode(version, frame, header.body_offset)
-        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id, session)
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id, session,
+                             len(frame))
         try:
             body = await self._chain(header.api_key)(ctx, request)
         except UnanswerableRequestError:

@@ -145,6 +145,8 @@ class Connection:
             tg.start_soon(self._write_replies, receive)
             async with send:
                 while True:
+                    if self.session.throttled_until:
+                        await self._sit_out_throttle()
                     frame = await self._read_frame()
                     if frame is None:
                         writer.flush_held()
@@ -165,6 +167,14 @@ class Connection:
                         writer.flush_held()
                         log.debug("closing connection from %s after its last answer", self.peer)
                         return
+
+    async def _sit_out_throttle(self) -> None:
+        """Read nothing from a client over its quota until its throttle time is over (Kafka mutes the channel, KIP-219)."""
+        self._writer.flush_held()
+        delay = self.session.throttled_until - time.monotonic()
+        self.session.throttled_until = 0.0
+        if delay > 0:
+            await anyio.sleep(delay)
 
     def _next_frame_received(self) -> bool:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""

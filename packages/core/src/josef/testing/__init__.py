@@ -111,14 +111,15 @@ class RawClient:
     version. ``send``/``receive`` split a call for requests that park.
     """
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 30, client_id: str = "raw") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id.encode()
         self.correlation = 0
         self._pending: list[tuple[int, int, int]] = []
 
     def send(self, key: int, version: int, body: dict[str, Any]) -> None:
         self.correlation += 1
-        self.sock.sendall(encode_request(key, version, self.correlation, b"raw", body))
+        self.sock.sendall(encode_request(key, version, self.correlation, self.client_id, body))
         if not (key == 0 and body.get("acks") == 0):  # acks=0 produce gets no response
             self._pending.append((key, version, self.correlation))
 

@@ -58,6 +58,8 @@ from josef.server.fetch_session import CachedPartition, FetchSession, must_respo
 FOLLOWER_FETCH_VERSION = 11
 
 _NONE = ErrorCode.none
+#: ``throttle_time_ms`` is the first field of every FetchResponse josef answers (v4+).
+THROTTLE_AT = (0, 0)
 
 
 class _Result:
@@ -92,7 +94,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     context = new_context(sessions, request, names, replica_id >= 0, _now_ms(), ctx.api_version >= TOPIC_ID_VERSION,
                           lambda topic_id: topic_name_of_id(ctx, topic_id))
     if context.error:
-        return Encoded(response_encoder(ctx.api_version).response([], 0, error_code=context.error))
+        return Encoded(response_encoder(ctx.api_version).response([], 0, error_code=context.error), THROTTLE_AT)
     wanted = context.wanted
     results: list[_Result] = [None] * len(wanted)  # type: ignore[list-item]
     reading = range(len(wanted))
@@ -154,7 +156,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     if session is not None:
         if session.epoch != context.expected_epoch:  # a request of the same session came meanwhile
             return Encoded(response_encoder(ctx.api_version).response(
-                [], 0, error_code=ErrorCode.invalid_fetch_session_epoch, session_id=session.id))
+                [], 0, error_code=ErrorCode.invalid_fetch_session_epoch, session_id=session.id), THROTTLE_AT)
         answered = _changed(session, answered)
     elif context.create:
         cached = {}
@@ -271,7 +273,7 @@ def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, Fet
     leaders = [{"leader_id": r.current_leader[0], "leader_epoch": r.current_leader[1]}
                for _, r in answered if r.current_leader is not None]
     endpoints = [(e["node_id"], e["host"], e["port"], e["rack"]) for e in leader_endpoints(ctx, leaders)] if leaders else ()
-    return Encoded(encoder.response(out, n_topics, session_id=session_id, node_endpoints=endpoints))
+    return Encoded(encoder.response(out, n_topics, session_id=session_id, node_endpoints=endpoints), THROTTLE_AT)
 
 
 def _diverging_epoch(partition: Partition, part: FetchPartition) -> tuple[int, int] | None:

@@ -135,7 +135,8 @@ def _response(ctx: RequestContext, topics: Topics) -> Encoded:
                 p.get("error_message"), (leader["leader_id"], leader["leader_epoch"]) if leader else None))
         written.append(encoder.topic(name, topic_id, entries))
     endpoints = [(e["node_id"], e["host"], e["port"], e["rack"]) for e in leader_endpoints(ctx, leaders)] if leaders else ()
-    return Encoded(encoder.response(written, node_endpoints=endpoints))
+    offset = encoder.throttle_offset(written)
+    return Encoded(encoder.response(written, node_endpoints=endpoints), None if offset is None else (0, offset))
 
 
 async def _answer_when_replicated(ctx: RequestContext, waiting: list[tuple[Any, int, dict[str, Any]]],
