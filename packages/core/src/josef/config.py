@@ -70,6 +70,9 @@ class AlterOp(enum.IntEnum):
     SUBTRACT = 3
 
 
+#: Where Kafka's per-listener keys start: ``listener.name.<listener>.<key>``.
+LISTENER_PREFIX = "listener.name."
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -112,7 +115,10 @@ class ConfigKey:
     level at all (Kafka's throttled-replica lists): ``name`` and
     ``topic_name`` are the same, brokers neither accept nor describe it, and
     its default is the declared one. ``dynamic`` keys may be changed at run
-    time through AlterConfigs on a broker resource.
+    time through AlterConfigs on a broker resource. A ``per_listener`` key
+    may also be given for one listener, as Kafka's
+    ``listener.name.<listener name in lower case>.<key>`` (the ``ssl.*``
+    keys): the definition knows those names as the same key.
     """
 
     name: str
@@ -124,6 +130,7 @@ class ConfigKey:
     dynamic: bool = False
     sensitive: bool = False
     topic_only: bool = False
+    per_listener: bool = False
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, validated."""
@@ -214,10 +221,26 @@ class ConfigDef:
             self._topic_keys[key.topic_name] = key
 
     def __getitem__(self, name: str) -> ConfigKey:
-        return self._keys[name]
+        try:
+            return self._keys[name]
+        except KeyError:
+            key = self._listener_key(name)
+            if key is None:
+                raise
+            return key
 
     def __contains__(self, name: str) -> bool:
-        return name in self._keys
+        return name in self._keys or self._listener_key(name) is not None
+
+    def _listener_key(self, name: str) -> ConfigKey | None:
+        """``listener.name.<listener>.<key>`` of a ``per_listener`` key, as a key of that name; None otherwise."""
+        if not name.startswith(LISTENER_PREFIX):
+            return None
+        listener, _, base = name[len(LISTENER_PREFIX):].partition(".")
+        key = self._keys.get(base)
+        if not listener or key is None or not key.per_listener:
+            return None
+        return attrs.evolve(key, name=name)
 
     def keys(self) -> list[ConfigKey]:
         return list(self._keys.values())
@@ -283,6 +306,12 @@ class Config:
         if name in self.static:
             return ConfigSource.STATIC_BROKER_CONFIG
         return ConfigSource.DEFAULT_CONFIG
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """A ``per_listener`` key's value on ``listener``: its ``listener.name.<listener>.<key>`` value when set (in
+        any layer), else the key's own, as Kafka resolves listener overrides."""
+        specific = f"{LISTENER_PREFIX}{listener.lower()}.{name}"
+        return self[specific] if self.is_set(specific) else self[name]
 
     def with_dynamic(self, dynamic: Mapping[str, Any], cluster_default: Mapping[str, Any] | None = None) -> Config:
         return attrs.evolve(self, dynamic=dict(dynamic), cluster_default=dict(cluster_default or {}))

@@ -83,6 +83,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.protocol.record_scan": "*",
     "josef.protocol.records": "*",
     "josef.protocol.topic_partition": "*",
+    "josef.protocol.tls": "*",
     # Running and testing plugins.
     "josef.node.server_properties": ("load_config",),
     "josef.testing": "*",
@@ -90,6 +91,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.testing.metadata_quorum": "*",
     "josef.testing.authorizer": "*",
     "josef.testing.coordinator": "*",
+    "josef.testing.tls": "*",
 }
 
 

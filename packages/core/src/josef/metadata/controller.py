@@ -989,8 +989,11 @@ class Controller:
             if policy is not None:
                 _check_policy(policy.validate_alter_config, AlterConfigRequest(
                     ConfigResource(resource_type, resource_name), {name: wanted.get(name) for name, _, _ in ops}))
+            # A broker key set again to the same value is written too (Kafka's KAFKA-14136): brokers take it as
+            # the signal to reload what it names (a key store file rewritten in place).
+            named = {name for name, _, _ in ops} if resource_type == BROKER_RESOURCE else set()
             records = [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
-                       for k, v in sorted(wanted.items()) if current.get(k) != v]
+                       for k, v in sorted(wanted.items()) if current.get(k) != v or k in named]
             records += [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=None)
                         for k in sorted(current) if k not in wanted]
             if not validate_only:

@@ -32,7 +32,8 @@ from josef.metadata import meta_properties
 from josef.authorizer import AclAuthorizer, Authorizer, adapt
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
-from josef.node.broker_config import check_listeners, listener_security_protocols, sasl_listeners
+from josef.node.broker_config import check_listeners, listener_security_protocols, sasl_listeners, tls_listeners_of, \
+    inter_broker_listener_name
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.services import BrokerServices
@@ -116,6 +117,8 @@ class Broker:
         factories = collect(self.pm, "register_coordinators", "coordinator") if self.is_broker else {}
         #: SASL mechanisms of the SASL listeners, by listener name (check_listeners has validated them).
         self.sasl = sasl_listeners(self.config)
+        #: TLS contexts of the SSL and SASL_SSL listeners, by listener name (reloaded on dynamic config changes).
+        self.tls = tls_listeners_of(self.config)
         self.services = BrokerServices(self)
         self.coordinators = CoordinatorRuntime(self, {name: factory(self.services) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
@@ -297,7 +300,8 @@ class Broker:
             self._listeners.append(listener)
             self.bound.append(Listener(spec.name, spec.host, port))
             tg.start_soon(network.serve_listener, listener, dispatcher, spec.name,
-                          self.config["socket.request.max.bytes"], self.config["connections.max.idle.ms"], protocol)
+                          self.config["socket.request.max.bytes"], self.config["connections.max.idle.ms"], protocol,
+                          self.tls.get(spec.name))
 
     def dispatcher_for(self, listener_name: str) -> Dispatcher:
         """The APIs a listener serves: the controller's on controller listeners, the broker's on the others."""
@@ -315,11 +319,7 @@ class Broker:
     @property
     def inter_broker_listener(self) -> str:
         """The listener followers fetch from their leaders on: ``inter.broker.listener.name``, or the first client one."""
-        configured = self.config["inter.broker.listener.name"]
-        if configured:
-            return configured
-        return next((parse_listener(t).name for t in self.config["listeners"]
-                     if not self._is_controller_listener(parse_listener(t).name)), "PLAINTEXT")
+        return inter_broker_listener_name(self.config) or "PLAINTEXT"
 
     def broker_endpoints(self) -> list[Endpoint]:
         """The client listeners as advertised to clients (``advertised.listeners`` over the bound ones)."""
@@ -342,6 +342,8 @@ class Broker:
             log.error("ignoring dynamic broker configuration: %s", exc)
             return
         self.config = self.static_config.with_dynamic(own, cluster)
+        for tls in self.tls.values():  # ssl.* or listener.name.<l>.ssl.* updates: re-read the stores (Kafka's reload)
+            tls.reload(self.config)
         if self.is_broker and hasattr(self, "replicas"):
             self.replicas.apply_broker_config(self.config, self.image)
 

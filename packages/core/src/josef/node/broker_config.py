@@ -11,6 +11,7 @@ from typing import Iterator
 from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, between, one_of
 from josef.replication.replication_quota import check_throttled_replicas
 from josef.server.sasl import ListenerSasl
+from josef.server.tls import BROKER_SSL_KEYS, ListenerTls, tls_listeners
 
 B, S, I, L, D, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST
 
@@ -32,7 +33,7 @@ RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 #: Kafka's security protocols, and the ones josef's listeners implement.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def security_protocol_map(entries: list[str]) -> dict[str, str]:
@@ -68,6 +69,21 @@ def listener_security_protocols(config: Config) -> Iterator[tuple[str, str, str]
         yield name, listener, protocols[name.upper()]
 
 
+def inter_broker_listener_name(config: Config) -> str | None:
+    """The listener brokers talk to each other on: ``inter.broker.listener.name``; else, when
+    ``security.inter.broker.protocol`` is set, the listener named after that protocol (Kafka's rule); else the
+    first client listener (josef's default, where Kafka's is the listener named PLAINTEXT)."""
+    name = config["inter.broker.listener.name"]
+    if config.is_set("security.inter.broker.protocol"):
+        if name:
+            raise ConfigError("inter.broker.listener.name and security.inter.broker.protocol should not both be set")
+        return config["security.inter.broker.protocol"]
+    if name:
+        return name
+    controllers = config["controller.listener.names"]
+    return next((t.partition("://")[0] for t in config["listeners"] if t.partition("://")[0] not in controllers), None)
+
+
 def check_listeners(config: Config) -> None:
     """Refuse to start with a listener whose security protocol josef does not implement.
 
@@ -77,8 +93,7 @@ def check_listeners(config: Config) -> None:
     """
     listeners = list(listener_security_protocols(config))
     controllers = config["controller.listener.names"]
-    # The broker's own default (Broker.inter_broker_listener): the first client listener.
-    inter_broker = config["inter.broker.listener.name"] or next((n for n, _, _ in listeners if n not in controllers), None)
+    inter_broker = inter_broker_listener_name(config)
     for name, listener, protocol in listeners:
         if protocol not in SERVED_SECURITY_PROTOCOLS:
             raise ConfigError(f"listener {name} ({listener}): security protocol {protocol} is not supported yet; "
@@ -87,14 +102,20 @@ def check_listeners(config: Config) -> None:
             if name in controllers or name == inter_broker:
                 raise ConfigError(f"listener {name} ({listener}): brokers and controllers cannot authenticate to "
                                   f"each other with SASL yet; give inter-broker and controller traffic a PLAINTEXT "
-                                  f"listener (inter.broker.listener.name, controller.listener.names)")
+                                  f"or SSL listener (inter.broker.listener.name, controller.listener.names)")
     sasl_listeners(config)  # the SASL listeners' mechanisms and their JAAS entries
+    tls_listeners_of(config)  # the TLS listeners' key and trust stores
 
 
 def sasl_listeners(config: Config) -> dict[str, ListenerSasl]:
     """The SASL mechanisms of each SASL listener, by listener name; ConfigError for a bad configuration."""
     return {name: ListenerSasl.from_config(config, name)
             for name, _, protocol in listener_security_protocols(config) if protocol.startswith("SASL_")}
+
+
+def tls_listeners_of(config: Config) -> dict[str, ListenerTls]:
+    """The TLS (SSL, SASL_SSL) listeners' contexts, by listener name; ConfigError for stores that cannot be used."""
+    return tls_listeners(config, [(name, protocol) for name, _, protocol in listener_security_protocols(config)])
 
 
 def _process_roles(value: list[str]) -> None:
@@ -144,6 +165,8 @@ CORE_KEYS = (
               "The SASL mechanisms SASL listeners offer (listener.name.<listener>.sasl.enabled.mechanisms overrides it "
               "per listener); each is configured by listener.name.<listener>.<mechanism>.sasl.jaas.config. josef "
               "offers PLAIN."),
+    # TLS (josef.server.tls): each also as listener.name.<listener>.ssl.*
+    *BROKER_SSL_KEYS,
     # Storage
     ConfigKey("log.dirs", LST, None, "Directories where partition logs live; defaults to log.dir."),
     ConfigKey("log.dir", S, "/tmp/josef-logs", "The log directory when log.dirs is not set."),
@@ -173,6 +196,10 @@ CORE_KEYS = (
               dynamic=True),
     ConfigKey("request.timeout.ms", I, 30000, "How long a broker waits for another broker's answer (transaction markers, partition verification).", at_least(1)),
     ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
+    ConfigKey("security.inter.broker.protocol", S, "PLAINTEXT",
+              "Security protocol used to communicate between brokers: when set (and inter.broker.listener.name is "
+              "not), brokers talk on the listener named after it (SSL: the listener named SSL).",
+              one_of(*SECURITY_PROTOCOLS)),
     ConfigKey("broker.rack", S, None, "The rack of this broker: rack-aware replica placement and follower fetching (KIP-392)."),
     ConfigKey("replica.selector.class", S, None,
               "Where consumers that name their rack (client.rack) should fetch from (KIP-392): "

@@ -21,6 +21,7 @@ import anyio
 
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
+from josef.protocol.tls import outbound_context
 
 if TYPE_CHECKING:
     from josef.node.broker import Broker
@@ -70,7 +71,8 @@ class PeerChannel:
                         f"broker {node_id} is not registered with a {self._broker.inter_broker_listener} listener")
                 conn = self._connections[node_id] = await Connection.open(
                     *endpoint, client_id=f"broker-{self._broker.node_id}",
-                    request_timeout_ms=self._broker.config["request.timeout.ms"])
+                    request_timeout_ms=self._broker.config["request.timeout.ms"],
+                    ssl_context=outbound_context(self._broker.config, self._broker.inter_broker_listener))
             return conn
 
     async def _drop(self, node_id: int) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -49,18 +50,26 @@ class Connection:
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "josef", request_timeout_ms: int = 30000,
-                   connect_timeout_ms: int = 10000, max_versions: Mapping[int, int] | None = None) -> Connection:
+                   connect_timeout_ms: int = 10000, max_versions: Mapping[int, int] | None = None,
+                   ssl_context: ssl.SSLContext | None = None) -> Connection:
         """Connect and negotiate versions; ``max_versions`` caps the version of an API key this side writes.
 
         Without a cap, an API is spoken at the newest version both kio and
         the broker know; callers that do not handle a newer version's
-        semantics (topic ids, say) cap it.
+        semantics (topic ids, say) cap it. With ``ssl_context`` (an SSL
+        listener, :mod:`josef.protocol.tls`) the connection is TLS, its
+        handshake within the connect timeout.
         """
         conn = cls(host, port, client_id, request_timeout_ms, max_versions or {})
         loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = {} if ssl_context is None else {
+            "ssl": ssl_context, "server_hostname": host, "ssl_handshake_timeout": connect_timeout_ms / 1000}
         try:
             transport, conn._protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(conn), host, port), connect_timeout_ms / 1000)
+                loop.create_connection(lambda: _FrameProtocol(conn), host, port, **tls), connect_timeout_ms / 1000)
+        except ssl.SSLError as exc:
+            raise KafkaConnectionError(f"cannot connect to {host}:{port}: TLS handshake failed: "
+                                       f"{exc.reason or exc}") from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc or 'timed out'}") from None
         conn._transport = transport

@@ -42,6 +42,7 @@ from josef.metadata.records import uuid_to_text
 from josef.replication.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
+from josef.protocol.tls import outbound_context
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.fetch_session_handler import FetchSessionHandler
 from josef.protocol.records import CorruptRecordError, InvalidRecordError
@@ -157,7 +158,8 @@ class ReplicaFetcher:
             self._session.reset()  # a session lives on in the leader, but our view of it went with the connection
             self._conn = await Connection.open(
                 *endpoint, client_id=f"broker-{self.manager.broker_id}-fetcher-{self.index}",
-                request_timeout_ms=self.manager.config["replica.socket.timeout.ms"])
+                request_timeout_ms=self.manager.config["replica.socket.timeout.ms"],
+                ssl_context=outbound_context(self.manager.config, self.manager.listener))
             self._unreachable = False
         return self._conn
 

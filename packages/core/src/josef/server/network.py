@@ -14,6 +14,15 @@ the connection goes on, unless no error response can answer it.
 A connection idle for ``connections.max.idle.ms`` (no request received, no
 answer sent, nothing owed) is closed, as Kafka's Selector does; a request
 still being answered (a long-poll fetch) keeps it open.
+
+On an SSL or SASL_SSL listener (:mod:`josef.server.tls`) each accepted
+socket is wrapped in anyio's TLS stream after a handshake that must finish
+within the listener's deadline; a failed handshake (a plaintext client, no
+client certificate where one is required, an untrusted one) closes it with
+one log line. Such a connection reads and writes through the stream (the
+frame-cutting :class:`_Wire` and ``os.sendfile`` need the raw socket, and
+TLS must encrypt every byte): record files are read in slices and sent
+through TLS. PLAINTEXT connections take none of these paths.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -30,12 +40,14 @@ from typing import Any
 import anyio
 import anyio.abc
 from anyio.streams.stapled import MultiListener
+from anyio.streams.tls import TLSAttribute, TLSStream
 
 from josef.log import FileRegion
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import MalformedRequestError
-from josef.security import Session
+from josef.security import ANONYMOUS, KafkaPrincipal, Session
 from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
+from josef.server.tls import ListenerTls
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +70,7 @@ class Connection:
         max_frame: int,
         max_idle_ms: int | None = None,
         security_protocol: str = "PLAINTEXT",
+        principal: KafkaPrincipal = ANONYMOUS,
     ) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
@@ -66,7 +79,7 @@ class Connection:
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
         self.session = Session(listener_name, security_protocol, remote[0] if isinstance(remote, tuple) else str(remote),
                                remote[1] if isinstance(remote, tuple) else -1,
-                               authenticated=not security_protocol.startswith("SASL_"))
+                               principal=principal, authenticated=not security_protocol.startswith("SASL_"))
         self._buffer = b""
         self._pos = 0
         self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
@@ -97,7 +110,8 @@ class Connection:
             return None
         (size,) = _SIZE.unpack(size_bytes)
         if size < 0 or size > self.max_frame:
-            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}"
+                                     + _tls_hint(size))
         return await self._read_exactly(size)
 
     async def _read_exactly(self, n: int) -> bytes | bytearray | memoryview | None:
@@ -301,7 +315,8 @@ class _Wire(FrameReader):
         self._wake()
 
     def frame_refused(self, size: int) -> None:
-        self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+        self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}"
+                                         + _tls_hint(size))
         self.transport.pause_reading()
         self._wake()
 
@@ -342,10 +357,16 @@ class _Writer:
     never makes the broker read its records into memory. A stream that is
     not anyio's asyncio socket stream is written through its ``send``,
     regions read into it.
+
+    A TLS connection has no :class:`_Wire`: it is written through its TLS
+    stream, regions read in slices of ``STREAM_SLICE`` bytes (the file is
+    never read into memory whole).
     """
 
-    #: Whether regions may go out with ``os.sendfile`` (a TLS listener must encrypt them: it may not).
+    #: Whether regions may go out with ``os.sendfile`` (only a stream with a :class:`_Wire`, never TLS, uses it).
     zero_copy = True
+    #: The most bytes a stream (TLS) connection reads from a record file, and sends, at a time.
+    STREAM_SLICE = 1 << 20
     #: The most bytes of answers held back to share one write.
     HOLD_BYTES = 1 << 20
 
@@ -395,8 +416,7 @@ class _Writer:
             self.flush_held()
         transport = self._transport
         if transport is None:
-            await self._stream.send(b"".join(bytes(chunk) if isinstance(chunk, FileRegion) else chunk
-                                             for frame in frames for chunk in frame))
+            await self._write_stream(frames)
             return
         if transport.is_closing():
             raise anyio.BrokenResourceError
@@ -420,6 +440,35 @@ class _Writer:
             await self._protocol.write_event.wait()
             if transport.is_closing():
                 raise anyio.BrokenResourceError
+
+    async def _write_stream(self, frames: list[Frame]) -> None:
+        """Write through the stream's ``send`` (TLS encrypts there), record regions read in slices."""
+        pending: list[Any] = []
+        size = 0
+        try:
+            for frame in frames:
+                for chunk in frame:
+                    if type(chunk) is FileRegion:
+                        offset, left = chunk.offset, chunk.size
+                        while left:
+                            piece = chunk.read(offset, min(left, self.STREAM_SLICE - size))
+                            pending.append(piece)
+                            size += len(piece)
+                            offset += len(piece)
+                            left -= len(piece)
+                            if size >= self.STREAM_SLICE:
+                                await self._stream.send(b"".join(pending))
+                                pending, size = [], 0
+                    else:
+                        pending.append(chunk)
+                        size += len(chunk)
+            if pending:
+                await self._stream.send(b"".join(pending))
+        finally:
+            for frame in frames:
+                for chunk in frame:
+                    if type(chunk) is FileRegion:
+                        chunk.close()
 
     async def _send_region(self, transport: Any, head: bytes, region: FileRegion) -> None:
         """``head`` then the region's bytes, straight to the socket: ``os.write``, then ``os.sendfile``.
@@ -484,6 +533,11 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     return found
 
 
+def _tls_hint(size: int) -> str:
+    """What a refused frame size says when it is the start of a TLS handshake (a TLS client on a plaintext port)."""
+    return " (a TLS handshake? this listener is not TLS)" if size >> 16 == 0x1603 else ""
+
+
 def _tune(stream: anyio.abc.SocketStream) -> None:
     sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -498,15 +552,24 @@ async def serve_listener(
     max_frame: int,
     max_idle_ms: int | None = None,
     security_protocol: str = "PLAINTEXT",
+    tls: ListenerTls | None = None,
 ) -> None:
-    """Serve every connection ``listener`` accepts; ``max_idle_ms`` is connections.max.idle.ms (None: never closed for idleness)."""
+    """Serve every connection ``listener`` accepts; ``max_idle_ms`` is connections.max.idle.ms (None: never closed for
+    idleness). With ``tls`` (SSL and SASL_SSL listeners) each connection starts with a TLS handshake."""
 
     async def handle(stream: anyio.abc.SocketStream) -> None:
         # Whatever goes wrong on one connection must end there: the listener's
         # task group would otherwise take the whole broker down with it.
         try:
             _tune(stream)
-            await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms, security_protocol).serve()
+            principal = ANONYMOUS
+            if tls is not None:
+                secured = await _handshake(stream, tls)
+                if secured is None:
+                    return
+                stream, principal = secured
+            await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms, security_protocol,
+                             principal).serve()
         except OSError as exc:
             log.debug("connection failed: %s", exc)
             await stream.aclose()
@@ -515,6 +578,43 @@ async def serve_listener(
             await stream.aclose()
 
     await listener.serve(handle)
+
+
+async def _handshake(stream: anyio.abc.SocketStream,
+                     tls: ListenerTls) -> tuple[anyio.abc.ByteStream, KafkaPrincipal] | None:
+    """The TLS stream over ``stream`` and the connection's principal; None (the socket closed, one line logged) when
+    the handshake fails or does not finish within the listener's deadline, or no mapping rule names the client.
+
+    The context is read per connection, so a reloaded certificate serves
+    every connection accepted after the reload. On SSL the client
+    certificate names the principal; on SASL_SSL, SASL will.
+    """
+    remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
+    peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
+    why = None
+    try:
+        with anyio.fail_after(tls.handshake_timeout_s):
+            secured = await TLSStream.wrap(stream, server_side=True, ssl_context=tls.context, standard_compatible=False)
+    except TimeoutError:
+        why = f"no TLS handshake within {tls.handshake_timeout_s:g} s"
+    except ssl.SSLError as exc:
+        why = f"TLS handshake failed: {exc.reason or exc.__class__.__name__}"
+    except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
+        why = f"closed during the TLS handshake ({exc.__class__.__name__})"
+    if why is not None:
+        log.info("closing connection from %s on listener %s: %s", peer, tls.listener, why)
+        await anyio.aclose_forcefully(stream)
+        return None
+    principal = ANONYMOUS
+    if tls.security_protocol == "SSL":
+        try:
+            principal = tls.principal(secured.extra(TLSAttribute.ssl_object))
+        except (LookupError, ValueError) as exc:
+            log.info("closing connection from %s on listener %s: ssl.principal.mapping.rules: %s", peer,
+                     tls.listener, exc)
+            await anyio.aclose_forcefully(secured)
+            return None
+    return secured, principal
 
 
 async def bind(host: str, port: int) -> MultiListener | anyio.abc.SocketListener:
