@@ -191,6 +191,7 @@ def test_the_guide_s_first_plugin_works_as_written(tmp_path, monkeypatch):
 
     from josef.authorizer import Action
     from josef.node.server_properties import load_config
+    from josef.testing.authorizer import context
     from josef.plugins import collect
 
     guide = (REPO / "docs" / "plugins.md").read_text()
@@ -198,8 +199,8 @@ def test_the_guide_s_first_plugin_works_as_written(tmp_path, monkeypatch):
     install_plugin(tmp_path, "josef-acme", "acme_guide_plugin", code)
     monkeypatch.syspath_prepend(str(tmp_path))
     pm = get_plugin_manager(autoload=True)
-    config = load_config(None, {"authorizer.class.name": "acme", "acme.writers": "alice"}, pm)
+    config = load_config(None, {"authorizer.class.name": "acme", "acme.writers": "User:alice"}, pm)
     authorizer = collect(pm, "register_authorizers", "authorizer").get(config["authorizer.class.name"])(config)
-    assert authorizer.authorize("alice", "10.0.0.1", Action("WRITE", "TOPIC", "orders"))
-    assert not authorizer.authorize("eve", "10.0.0.1", Action("WRITE", "TOPIC", "orders"))
-    assert authorizer.authorize("eve", "10.0.0.1", Action("READ", "TOPIC", "orders"))
+    write, read = Action("WRITE", "TOPIC", "orders"), Action("READ", "TOPIC", "orders")
+    assert authorizer.authorize(context("User:alice"), [write, read]) == [True, True]
+    assert authorizer.authorize(context("User:eve"), [write, read]) == [False, True]
