@@ -8,9 +8,11 @@ or mistyped key fails at once, suggesting the closest known one.
 from __future__ import annotations
 
 import difflib
+import ssl
 from typing import Any, Callable, Iterable, Mapping
 
 from josef.config import ConfigError, ConfigKey, ConfigType, at_least, one_of
+from josef.protocol.tls import CLIENT_SSL_KEYS, TlsSettings, client_context
 
 B, S, I, L, LST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
                       ConfigType.LIST, ConfigType.CLASS)
@@ -34,8 +36,11 @@ COMMON = (
     ConfigKey("reconnect.backoff.ms", L, 50, "Wait before reconnecting to a broker.", at_least(0)),
     ConfigKey("metadata.max.age.ms", L, 300000, "Refresh metadata at least this often.", at_least(0)),
     ConfigKey("socket.connection.setup.timeout.ms", L, 10000, "How long a TCP connect may take.", at_least(1)),
-    ConfigKey("security.protocol", S, "PLAINTEXT", "Only PLAINTEXT for now.", one_of("PLAINTEXT")),
+    ConfigKey("security.protocol", S, "PLAINTEXT",
+              "PLAINTEXT or SSL (TLS, configured by the ssl.* keys as Kafka's clients are); SASL is not offered yet.",
+              one_of("PLAINTEXT", "SSL")),
     ConfigKey("interceptor.classes", LST, [], "Names of registered interceptors, called in this order."),
+    *CLIENT_SSL_KEYS,
 )
 
 PRODUCER = COMMON + (
@@ -104,6 +109,18 @@ def build_config(kind: str, keys: Iterable[ConfigKey], config: Mapping[str, Any]
     if not values["bootstrap.servers"]:
         raise ConfigError(f"{kind} configuration bootstrap.servers is required")
     return values
+
+
+def ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context of a client's connections: None unless ``security.protocol`` is SSL.
+
+    Built once per client from Kafka's client keys (trust store, key store
+    for mutual TLS, ``ssl.endpoint.identification.algorithm``), so a bad
+    store fails when the client is made, not at its first request.
+    """
+    if config["security.protocol"] != "SSL":
+        return None
+    return client_context(TlsSettings.from_lookup(config.get), "client")
 
 
 Serializer = Callable[[Any], bytes | None]
