@@ -68,6 +68,9 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         45: {"timeout": 5000, "allow_replication_factor_change": True,
              "topics": [{"name": topic, "partitions": [{"partition_index": 0, "replicas": None}]}]},
         46: {"timeout": 5000, "topics": None},
+        50: {"users": None},
+        51: {"deletions": [], "upsertions": [{"name": "sweep", "mechanism": 1, "iterations": 4096, "salt": b"salt",
+                                              "salted_password": bytes(32)}]},
         57: {"timeout": 5000, "validate_only": True, "feature_updates": [
             {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
     }

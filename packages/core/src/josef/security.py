@@ -10,8 +10,12 @@ authenticates). Authorizers and quotas decide on these, as Kafka's do.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import attrs
+
+if TYPE_CHECKING:
+    from josef.server.sasl import SaslServer
 
 #: KIP-511: what ApiVersions v3+ accepts as a client software name or version.
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -36,6 +40,15 @@ class KafkaPrincipal:
         return cls(principal_type, name)
 
 
+class SaslAuthenticationError(Exception):
+    """Credentials refused. The message is what the client is told (it names no secret); ``reason``, if any, is for
+    the broker's log only: it says which check failed, naming no user and no secret."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 #: The principal of an unauthenticated connection (a PLAINTEXT listener).
 ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
@@ -56,6 +69,9 @@ class Session:
     authenticated: bool = True
     #: The SASL mechanism the client chose with SaslHandshake (None before).
     sasl_mechanism: str | None = None
+    #: The exchange of that mechanism (``josef.server.sasl.SaslServer``): a multi-step one (SCRAM) keeps its state
+    #: here between SaslAuthenticate requests; None before the handshake and once authenticated.
+    sasl_server: SaslServer | None = None
     #: Set by a handler whose answer must be the connection's last (failed authentication), as Kafka closes it.
     close_after_reply: bool = False
     #: Set by the quota stage: read no further request before this ``time.monotonic()`` (KIP-219); 0: not throttled.

@@ -35,6 +35,9 @@ def random_uuid_command() -> None:
 @click.option("-g", "--ignore-formatted", is_flag=True, help="Skip directories that are already formatted.")
 @click.option("-r", "--release-version", help="The metadata.version to start at, as 4.0 or 4.0-IV3 (default: the latest).")
 @click.option("-f", "--feature", "features", multiple=True, metavar="NAME=LEVEL", help="A feature level to start at.")
+@click.option("-S", "--add-scram", "add_scram", multiple=True, metavar="MECHANISM=[name=...,password=...]",
+              help="A SCRAM credential to add to the metadata log, e.g. 'SCRAM-SHA-256=[name=alice,password=alice-secret]' "
+                   "or 'SCRAM-SHA-512=[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword=\"YCE=\"]'.")
 @click.option("-s", "--standalone", is_flag=True,
               help="This controller is the only initial voter of a dynamic quorum (KIP-853).")
 @click.option("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRECTORY_ID,...",
@@ -42,9 +45,10 @@ def random_uuid_command() -> None:
 @click.option("-N", "--no-initial-controllers", is_flag=True,
               help="This controller joins an existing dynamic quorum later (josef metadata-quorum add-controller).")
 def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...], ignore_formatted: bool,
-                   release_version: str | None, features: tuple[str, ...], standalone: bool,
+                   release_version: str | None, features: tuple[str, ...], add_scram: tuple[str, ...], standalone: bool,
                    initial_controllers: str | None, no_initial_controllers: bool) -> None:
-    """Write meta.properties with CLUSTER_ID into every log directory, and the cluster's starting feature levels."""
+    """Write meta.properties with CLUSTER_ID into every log directory, and the cluster's starting feature levels
+    and SCRAM credentials (--add-scram: the first admin can log in as soon as the cluster starts)."""
     try:
         uuid_from_text(cluster_id)
         if len(cluster_id) != 22:
@@ -54,6 +58,7 @@ def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...
     try:
         config = load_config(config_path, overrides)
         levels = _levels(release_version, features)
+        credentials = [bootstrap.scram_record(argument) for argument in add_scram]
         voters = dynamic_quorum.initial_voters(config, standalone=standalone,
                                                initial_controllers=initial_controllers,
                                                no_initial_controllers=no_initial_controllers)
@@ -62,8 +67,8 @@ def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...
                         if own is not None and own.directory_id is not None else None)
         written = format_dirs(config, cluster_id, ignore_formatted=ignore_formatted,
                               metadata_directory_id=directory_id)
-        if written and levels:
-            bootstrap.write(config, levels)
+        if written and (levels or credentials):
+            bootstrap.write(config, levels, credentials)
         if written and voters:
             dynamic_quorum.write_bootstrap_snapshot(config, voters)
     except (ConfigError, FeatureError) as exc:

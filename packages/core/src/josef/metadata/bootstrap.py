@@ -1,23 +1,35 @@
-"""The feature levels a new cluster starts with: Kafka's ``bootstrap.checkpoint``.
+"""The feature levels and first records a new cluster starts with: Kafka's ``bootstrap.checkpoint``.
 
 ``josef storage format --release-version``/``--feature`` writes the chosen
-levels beside ``meta.properties`` in the metadata log directory; the first
-active controller commits them as FeatureLevelRecords before anything else.
-Without the file (the single-node default formats itself on first start),
-each feature starts at the default level its plugin declares.
+levels beside ``meta.properties`` in the metadata log directory, and
+``--add-scram`` the SCRAM credentials of the first users (so an admin can
+log in to a cluster whose every listener needs SASL); the first active
+controller commits them all before anything else. Without the file (the
+single-node default formats itself on first start), each feature starts at
+the default level its plugin declares.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from josef import scram
 from josef.config import Config, ConfigError
 from josef.metadata.meta_properties import log_dirs
 from josef.metadata.features import SupportedFeature
-from josef.metadata.records import FeatureLevelRecord, UnknownRecordError, decode, encode
+from josef.metadata.records import (
+    FeatureLevelRecord,
+    MetadataRecord,
+    UnknownRecordError,
+    UserScramCredentialRecord,
+    decode,
+    encode,
+)
 from josef.protocol.records import CorruptRecordError, batch_is_valid, build_batch, iter_batches, iter_records
 
 FILE_NAME = "bootstrap.checkpoint"
@@ -37,9 +49,11 @@ def check_levels(levels: Mapping[str, int], supported: Mapping[str, SupportedFea
             raise ConfigError(f"feature {name} level {level} is outside the supported {feature.min_level}-{feature.max_level}")
 
 
-def write(config: Config, levels: Mapping[str, int]) -> None:
-    records = [(None, encode(FeatureLevelRecord(name=n, feature_level=v)), int(time.time() * 1000))
-               for n, v in sorted(levels.items())]
+def write(config: Config, levels: Mapping[str, int], others: Sequence[MetadataRecord] = ()) -> None:
+    """The file: the levels, then ``others`` (the credentials of ``--add-scram``)."""
+    now = int(time.time() * 1000)
+    records = [(None, encode(FeatureLevelRecord(name=n, feature_level=v)), now) for n, v in sorted(levels.items())]
+    records += [(None, encode(record), now) for record in others]
     target = path(config)
     tmp = target.with_suffix(".tmp")
     with open(tmp, "wb") as out:
@@ -49,25 +63,115 @@ def write(config: Config, levels: Mapping[str, int]) -> None:
     os.replace(tmp, target)
 
 
+def _read(config: Config) -> list[MetadataRecord] | None:
+    """Every record of the file, or None without one."""
+    target = path(config)
+    if not target.exists():
+        return None
+    data = target.read_bytes()
+    found: list[MetadataRecord] = []
+    try:
+        end = 0
+        for pos, header in iter_batches(data):
+            if not batch_is_valid(data, pos, header):
+                raise CorruptRecordError(f"batch at byte {pos} fails its CRC")
+            end = pos + header.size
+            for record in iter_records(memoryview(data)[pos: pos + header.size]):
+                found.append(decode(record.value or b""))
+        if end != len(data):
+            raise CorruptRecordError(f"{len(data) - end} bytes of a partial batch at the end")
+    except (UnknownRecordError, CorruptRecordError) as exc:
+        raise ConfigError(f"{target} is damaged: {exc}") from None
+    return found
+
+
 def levels(config: Config, supported: Mapping[str, SupportedFeature]) -> dict[str, int]:
     """The levels to finalize in a new cluster: the file's, over each feature's default."""
     chosen = {name: f.default_level for name, f in supported.items()}
-    target = path(config)
-    if target.exists():
-        data = target.read_bytes()
-        try:
-            end = 0
-            for pos, header in iter_batches(data):
-                if not batch_is_valid(data, pos, header):
-                    raise CorruptRecordError(f"batch at byte {pos} fails its CRC")
-                end = pos + header.size
-                for record in iter_records(memoryview(data)[pos: pos + header.size]):
-                    feature = decode(record.value or b"")
-                    if isinstance(feature, FeatureLevelRecord):
-                        chosen[feature.name] = feature.feature_level
-            if end != len(data):
-                raise CorruptRecordError(f"{len(data) - end} bytes of a partial batch at the end")
-        except (UnknownRecordError, CorruptRecordError) as exc:
-            raise ConfigError(f"{target} is damaged: {exc}") from None
+    found = _read(config)
+    if found is not None:
+        chosen.update((r.name, r.feature_level) for r in found if isinstance(r, FeatureLevelRecord))
         check_levels(chosen, supported)
     return chosen
+
+
+def records(config: Config) -> list[MetadataRecord]:
+    """The file's records other than feature levels (SCRAM credentials), committed with the levels."""
+    return [r for r in _read(config) or () if not isinstance(r, FeatureLevelRecord)]
+
+
+def scram_record(argument: str) -> UserScramCredentialRecord:
+    """One ``--add-scram`` argument as Kafka's StorageTool reads it (ScramParser), with its messages.
+
+    ``SCRAM-SHA-256=[name=alice,password=alice-secret]``, or with
+    ``iterations=8192`` and ``salt="<base64>"``, or a ``saltedpassword``
+    (base64, with its salt) instead of the password. The password is used
+    here, on the formatting machine, and only the derived keys are written.
+    """
+    text = argument.strip()
+    mechanism_name, sep, config_text = text.partition("=")
+    if not sep:
+        raise ConfigError(f"Failed to find equals sign in SCRAM argument '{_masked(text)}'")
+    algorithm = scram.BY_NAME.get(mechanism_name)
+    if algorithm is None:
+        raise ConfigError(f"The add-scram mechanism {mechanism_name} is not supported.")
+    if not config_text.startswith("["):
+        raise ConfigError("Expected configuration string to start with [")
+    if not config_text.endswith("]"):
+        raise ConfigError("Expected configuration string to end with ]")
+    components: dict[str, str] = {}
+    for component in config_text[1:-1].split(","):
+        key, eq, value = component.partition("=")
+        if not eq:
+            raise ConfigError(f"No equals sign found in SCRAM component: {key if key in _PUBLIC else '<hidden>'}")
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            value = value[1:-1]
+        components[key] = value
+    name = components.pop("name", None)
+    if name is None:
+        raise ConfigError("You must supply 'name' to add-scram")
+    salt_text = components.pop("salt", None)
+    iterations_text = components.pop("iterations", None)
+    password = components.pop("password", None)
+    salted_text = components.pop("saltedpassword", None)
+    if components:
+        raise ConfigError(f"Unknown SCRAM configurations: {', '.join(sorted(components))}")
+    try:
+        salt = base64.b64decode(salt_text, validate=True) if salt_text is not None else scram.random_salt()
+    except binascii.Error:
+        raise ConfigError(f"Failed to decode given salt: {salt_text}") from None
+    try:
+        iterations = int(iterations_text) if iterations_text is not None else scram.DEFAULT_ITERATIONS
+    except ValueError:
+        raise ConfigError(f"Failed to parse iterations count: {iterations_text}") from None
+    if password is None:
+        if salted_text is None:
+            raise ConfigError("You must supply one of 'password' or 'saltedpassword' to add-scram")
+        if salt_text is None:
+            raise ConfigError("You must supply 'salt' with 'saltedpassword' to add-scram")
+        try:
+            salted = base64.b64decode(salted_text, validate=True)
+        except binascii.Error:
+            raise ConfigError("Failed to decode given saltedPassword") from None
+    if iterations < scram.MIN_ITERATIONS:
+        raise ConfigError(f"The 'iterations' value must be >= {scram.MIN_ITERATIONS} for add-scram using "
+                          f"{algorithm.name.replace('-', '_')}")
+    if iterations > scram.MAX_ITERATIONS:
+        raise ConfigError(f"The 'iterations' value must be <= {scram.MAX_ITERATIONS} for add-scram using "
+                          f"{algorithm.name.replace('-', '_')}")
+    if password is not None:
+        salted = scram.salted_password(algorithm, password, salt, iterations)
+    credential = scram.credential(algorithm, salt, salted, iterations)
+    return UserScramCredentialRecord(name=name, mechanism=algorithm.type, salt=credential.salt,
+                                     stored_key=credential.stored_key, server_key=credential.server_key,
+                                     iterations=iterations)
+
+
+#: Components of an --add-scram argument that may be shown in an error (the others hold secrets).
+_PUBLIC = frozenset({"name", "iterations", "salt"})
+
+
+def _masked(text: str) -> str:
+    """An --add-scram argument for an error message: anything after the mechanism may be a password."""
+    mechanism, _, rest = text.partition("[")
+    return mechanism + ("[...]" if rest else "")

@@ -19,6 +19,7 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef import scram
 from josef.acls import AclBinding, AclBindingFilter, InvalidAcl
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
@@ -61,7 +62,9 @@ from josef.metadata.records import (
     ProducerIdsRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     random_uuid,
     uuid_from_text,
 )
@@ -204,6 +207,29 @@ def validate_topic_name(name: str) -> None:
                               f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'")
 
 
+@attrs.frozen(repr=False)
+class ScramUpsertion:
+    """One AlterUserScramCredentials upsertion: the salted password, never the password."""
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+    def __repr__(self) -> str:
+        return f"ScramUpsertion(name={self.name!r}, mechanism={self.mechanism}, iterations={self.iterations})"
+
+
+def _check_scram_user(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's validateScramUsernameAndMechanism."""
+    if not name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mechanism not in scram.BY_TYPE:
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+    return None
+
+
 class Controller:
     def __init__(self, quorum: MetadataQuorum, config: Config, image: Callable[[], MetadataImage]) -> None:
         self._quorum = quorum
@@ -317,6 +343,60 @@ class Controller:
                 results.append([acl for _, acl in matching])
             await self._commit(records)
         return results
+
+    # SCRAM credentials -----------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[ScramUpsertion],
+    ) -> list[tuple[str, ErrorCode, str | None]]:
+        """Kafka's ScramControlManager.alterCredentials: ``(user, error, message)`` per user named, in Kafka's order.
+
+        A user may be named once per request (twice, even for two
+        mechanisms, is DUPLICATE_RESOURCE for that user, as in Kafka);
+        each user fails or succeeds alone. The controller turns each salted
+        password into StoredKey and ServerKey: the password itself never
+        reaches the broker, and the salted password never reaches the log.
+        """
+        failed: dict[str, tuple[ErrorCode, str]] = {}
+        deleting: dict[str, tuple[str, int]] = {}
+        upserting: dict[str, ScramUpsertion] = {}
+        twice = (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
+        async with self._active():
+            credentials = self._image().scram_credentials
+            for name, mechanism in deletions:
+                if name in failed:
+                    continue
+                if deleting.pop(name, None) is not None:
+                    failed[name] = twice
+                elif (error := _check_scram_user(name, mechanism)) is not None:
+                    failed[name] = error
+                elif (name, mechanism) not in credentials:
+                    failed[name] = (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
+                else:
+                    deleting[name] = (name, mechanism)
+            for upsertion in upsertions:
+                name = upsertion.name
+                if name in failed:
+                    continue
+                if deleting.pop(name, None) is not None or upserting.pop(name, None) is not None:
+                    failed[name] = twice
+                elif (error := _check_scram_user(name, upsertion.mechanism)) is not None:
+                    failed[name] = error
+                elif (message := scram.check_iterations(upsertion.iterations)) is not None:
+                    failed[name] = (ErrorCode.unacceptable_credential, message)
+                else:
+                    upserting[name] = upsertion
+            records: list[MetadataRecord] = [RemoveUserScramCredentialRecord(name=n, mechanism=m)
+                                             for n, m in deleting.values()]
+            for u in upserting.values():
+                algorithm = scram.BY_TYPE[u.mechanism]
+                c = scram.credential(algorithm, u.salt, u.salted_password, u.iterations)
+                records.append(UserScramCredentialRecord(name=u.name, mechanism=u.mechanism, salt=c.salt,
+                                                         stored_key=c.stored_key, server_key=c.server_key,
+                                                         iterations=c.iterations))
+            await self._commit(records)
+        return ([(n, ErrorCode.none, None) for n in deleting] + [(n, ErrorCode.none, None) for n in upserting]
+                + [(n, code, message) for n, (code, message) in failed.items()])
 
     # Brokers ---------------------------------------------------------------
 
@@ -767,11 +847,16 @@ class Controller:
 
     # Features --------------------------------------------------------------
 
-    async def bootstrap(self, levels: Mapping[str, int]) -> None:
-        """Finalize the features of a new cluster: Kafka's bootstrap records, written once, before anything else."""
+    async def bootstrap(self, levels: Mapping[str, int], records: Sequence[MetadataRecord] = ()) -> None:
+        """Finalize the features of a new cluster: Kafka's bootstrap records, written once, before anything else.
+
+        ``records`` are the other records of the bootstrap file (``josef storage format --add-scram``'s
+        credentials), committed with the levels so the first admin exists as soon as the cluster does.
+        """
         async with self._active():
             if not self._image().features:
-                await self._commit([FeatureLevelRecord(name=n, feature_level=v) for n, v in sorted(levels.items()) if v > 0])
+                await self._commit([FeatureLevelRecord(name=n, feature_level=v) for n, v in sorted(levels.items()) if v > 0]
+                                   + list(records))
 
     async def update_features(self, updates: Sequence[tuple[str, int, UpgradeType]],
                               supported: Mapping[str, SupportedFeature], validate_only: bool) -> None:

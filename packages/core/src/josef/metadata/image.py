@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Mapping
 import attrs
 
 from josef.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from josef.scram import ScramCredential
 from josef.metadata.records import (
     NO_LEADER_CHANGE,
     SECURITY_PROTOCOL_NAMES,
@@ -37,9 +38,11 @@ from josef.metadata.records import (
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     uuid_from_text,
     uuid_to_text,
 )
@@ -236,6 +239,8 @@ class MetadataImage:
     features: Mapping[str, int] = attrs.field(factory=dict)
     #: Kafka's ACLs by id (AccessControlEntryRecord).
     acls: Mapping[uuid.UUID, AclBinding] = attrs.field(factory=dict)
+    #: SCRAM credentials by (user, mechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) (UserScramCredentialRecord).
+    scram_credentials: Mapping[tuple[str, int], ScramCredential] = attrs.field(factory=dict)
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -300,6 +305,8 @@ class MetadataImage:
                                         key=key, value=value)
         for acl_id, acl in self.acls.items():
             yield acl_record(acl_id, acl)
+        for (user, mechanism), credential in self.scram_credentials.items():
+            yield scram_record(user, mechanism, credential)
         if self.next_producer_id:
             yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id)
 
@@ -308,6 +315,12 @@ def acl_record(acl_id: uuid.UUID, acl: AclBinding) -> AccessControlEntryRecord:
     return AccessControlEntryRecord(id=acl_id, resource_type=acl.resource_type, resource_name=acl.resource_name,
                                     pattern_type=acl.pattern_type, principal=acl.principal, host=acl.host,
                                     operation=acl.operation, permission_type=acl.permission_type)
+
+
+def scram_record(user: str, mechanism: int, credential: ScramCredential) -> UserScramCredentialRecord:
+    return UserScramCredentialRecord(name=user, mechanism=mechanism, salt=credential.salt,
+                                     stored_key=credential.stored_key, server_key=credential.server_key,
+                                     iterations=credential.iterations)
 
 
 class _Builder:
@@ -322,6 +335,7 @@ class _Builder:
         self.quotas: dict = base.client_quotas  # type: ignore[assignment]
         self.features: dict = base.features  # type: ignore[assignment]
         self.acls: dict = base.acls  # type: ignore[assignment]
+        self.scram: dict = base.scram_credentials  # type: ignore[assignment]
         self._owned: set[str] = set()
         self.next_producer_id = base.next_producer_id
         #: Partition maps copied in this commit, by topic name; frozen into topics at the end.
@@ -429,12 +443,17 @@ class _Builder:
                 record.principal, record.host, AclOperation(record.operation), AclPermissionType(record.permission_type))
         elif isinstance(record, RemoveAccessControlEntryRecord):
             self._own("acls").pop(record.id, None)
+        elif isinstance(record, UserScramCredentialRecord):
+            self._own("scram")[(record.name, record.mechanism)] = ScramCredential(
+                record.salt, record.stored_key, record.server_key, record.iterations)
+        elif isinstance(record, RemoveUserScramCredentialRecord):
+            self._own("scram").pop((record.name, record.mechanism), None)
 
     def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
         for name, partitions in self.partitions.items():
             self._own("topics")[name] = attrs.evolve(self.topics[name], partitions=partitions)
         image = MetadataImage(offset, self.brokers, self.topics, self.names, self.configs, self.next_producer_id,
-                              self.quotas, self.features, self.acls)
+                              self.quotas, self.features, self.acls, self.scram)
         delta = MetadataDelta(
             tuple(self.topics[name] for name in self.created), tuple(self.deleted), tuple(self.changed_partitions),
             tuple(self.changed_configs), tuple(self.changed_brokers), tuple(self.changed_features),

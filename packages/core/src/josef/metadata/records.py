@@ -234,6 +234,25 @@ class RemoveTopicRecord:
 
 
 @_record
+class UserScramCredentialRecord:
+    """Sets one user's SCRAM credential for one mechanism (1: SCRAM-SHA-256, 2: SCRAM-SHA-512); never a password."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 11
+    name: str = _f("string")
+    mechanism: i8 = _f("int8")
+    salt: bytes = _f("bytes")
+    stored_key: bytes = _f("bytes")
+    server_key: bytes = _f("bytes")
+    iterations: i32 = _f("int32")
+
+    def __repr__(self) -> str:  # the keys stay out of logs and tracebacks
+        return f"UserScramCredentialRecord(name={self.name!r}, mechanism={self.mechanism}, iterations={self.iterations})"
+
+
+@_record
 class FeatureLevelRecord:
     """The finalized level of one feature (``metadata.version`` above all); level 0 removes it."""
 
@@ -330,6 +349,18 @@ class RemoveAccessControlEntryRecord:
 
 
 @_record
+class RemoveUserScramCredentialRecord:
+    """Removes one user's SCRAM credential for one mechanism (AlterUserScramCredentials' deletions)."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 22
+    name: str = _f("string")
+    mechanism: i8 = _f("int8")
+
+
+@_record
 class NoOpRecord:
     """Written by an idle controller so followers see the log advance (Kafka's NoOpRecord)."""
 
@@ -343,7 +374,7 @@ MetadataRecord = Union[
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, PartitionChangeRecord,
     FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord, FeatureLevelRecord, ClientQuotaRecord,
     ProducerIdsRecord, BrokerRegistrationChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
-    NoOpRecord,
+    NoOpRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
 ]
 _TYPES: tuple[type, ...] = MetadataRecord.__args__  # type: ignore[attr-defined]
 _BY_KEY: dict[int, type] = {cls.api_key: cls for cls in _TYPES}

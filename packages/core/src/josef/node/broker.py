@@ -264,10 +264,11 @@ class Broker:
     async def _controller_duties(self, controller: Controller) -> None:
         """While this node is the active controller: finalize a new cluster's features, fence silent brokers, elect leaders."""
         levels = bootstrap.levels(self.config, self.features)
+        first_records = bootstrap.records(self.config)
         while True:
             if self.quorum.controller_id == self.node_id:
                 try:
-                    await controller.bootstrap(levels)
+                    await controller.bootstrap(levels, first_records)
                     await controller.fence_expired_brokers()
                     await controller.elect_leaders_when_due()
                 except ControllerError as exc:

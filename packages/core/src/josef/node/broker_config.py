@@ -164,7 +164,7 @@ CORE_KEYS = (
     ConfigKey("sasl.enabled.mechanisms", LST, ["GSSAPI"],
               "The SASL mechanisms SASL listeners offer (listener.name.<listener>.sasl.enabled.mechanisms overrides it "
               "per listener); each is configured by listener.name.<listener>.<mechanism>.sasl.jaas.config. josef "
-              "offers PLAIN."),
+              "offers PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."),
     # TLS (josef.server.tls): each also as listener.name.<listener>.ssl.*
     *BROKER_SSL_KEYS,
     # Storage

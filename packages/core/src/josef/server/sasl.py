@@ -1,10 +1,17 @@
-"""SASL authentication on a broker's SASL_PLAINTEXT listeners: the mechanisms and their configuration.
+"""SASL authentication on a broker's SASL listeners: the mechanisms and their configuration.
 
 A listener's mechanisms are Kafka's: ``sasl.enabled.mechanisms`` (or
 ``listener.name.<listener>.sasl.enabled.mechanisms``), each configured by
 ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` in Kafka's JAAS
 syntax. PLAIN checks the ``user_<name>="<password>"`` options of
 ``PlainLoginModule``, as Kafka's PlainServerCallbackHandler does.
+SCRAM-SHA-256 and SCRAM-SHA-512 need ``ScramLoginModule`` there, as Kafka
+does, and check the credentials of the metadata log
+(:mod:`josef.server.scram`).
+
+Each connection gets its own exchange (:class:`SaslServer`) at
+SaslHandshake: PLAIN's takes one token, SCRAM's two, and the exchange keeps
+its state in the session between SaslAuthenticate requests.
 
 Nothing here may put a password into a log line or an error message: a
 failed authentication is answered with Kafka's fixed message and logged
@@ -20,20 +27,22 @@ from typing import Mapping, Protocol
 import attrs
 
 from josef.config import Config, ConfigError
-from josef.security import KafkaPrincipal
+from josef.scram import BY_NAME as SCRAM_ALGORITHMS
+from josef.scram import ScramAlgorithm
+from josef.security import KafkaPrincipal, SaslAuthenticationError
+from josef.server.scram import CredentialLookup, ScramServer
+
+__all__ = ["SaslAuthenticationError", "ListenerSasl", "PlainMechanism", "ScramMechanism", "parse_jaas"]
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: The mechanisms josef's brokers answer.
-SUPPORTED_MECHANISMS = ("PLAIN",)
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's answer to any failed PLAIN authentication: it says nothing about which part was wrong.
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
 
 _JAAS = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)(?P<options>.*?);\s*$", re.S)
 _OPTION = re.compile(r'\s*(?P<key>[\w.\-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
-
-
-class SaslAuthenticationError(Exception):
-    """Credentials refused; the message is what the client is told (it names no secret)."""
 
 
 def parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
@@ -57,9 +66,45 @@ def parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
     return match["module"], options
 
 
+class SaslServer(Protocol):
+    """One connection's exchange of one mechanism."""
+
+    #: Who the client proved to be, once :attr:`complete`.
+    principal: KafkaPrincipal | None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the exchange ended in success (the client is :attr:`principal`)."""
+
+    def evaluate(self, token: bytes) -> bytes:
+        """The answer to the client's next token; :class:`SaslAuthenticationError` ends the exchange."""
+
+
 class Mechanism(Protocol):
-    def authenticate(self, token: bytes) -> KafkaPrincipal:
-        """The principal a client's single SASL token proves; :class:`SaslAuthenticationError` otherwise."""
+    """A mechanism as a listener is configured with it."""
+
+    def server(self, credentials: CredentialLookup) -> SaslServer:
+        """A new exchange for one connection; ``credentials`` reads the SCRAM credentials of the current image."""
+
+
+class _OneStep:
+    """The exchange of a single-token mechanism (PLAIN)."""
+
+    def __init__(self, mechanism: PlainMechanism) -> None:
+        self._mechanism = mechanism
+        self.principal: KafkaPrincipal | None = None
+        self._used = False
+
+    @property
+    def complete(self) -> bool:
+        return self.principal is not None
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self._used:
+            raise SaslAuthenticationError(INVALID_CREDENTIALS, "a second PLAIN token")
+        self._used = True
+        self.principal = self._mechanism.authenticate(token)
+        return b""
 
 
 class PlainMechanism:
@@ -77,6 +122,9 @@ class PlainMechanism:
         if not users:
             raise ConfigError(f"{key}: {PLAIN_LOGIN_MODULE} lists no user_<name>=\"<password>\" option")
         return cls(users)
+
+    def server(self, credentials: CredentialLookup) -> SaslServer:
+        return _OneStep(self)
 
     def authenticate(self, token: bytes) -> KafkaPrincipal:
         parts = token.split(b"\x00")
@@ -97,6 +145,25 @@ class PlainMechanism:
             raise SaslAuthenticationError("Authentication failed: Client requested an authorization id that is "
                                           "different from username")
         return KafkaPrincipal("User", username)
+
+
+class ScramMechanism:
+    """SCRAM-SHA-256 or SCRAM-SHA-512 against the credentials of the metadata log (Kafka's ScramLoginModule)."""
+
+    def __init__(self, algorithm: ScramAlgorithm) -> None:
+        self.algorithm = algorithm
+
+    @classmethod
+    def from_jaas(cls, name: str, text: str, key: str) -> ScramMechanism:
+        """Kafka requires a ScramLoginModule entry for the listener; its options (a client's username and
+        password, for inter-broker SASL) are not the broker's users: those live in the metadata log."""
+        module, _ = parse_jaas(text, key)
+        if module != SCRAM_LOGIN_MODULE:
+            raise ConfigError(f"{key}: {name} needs {SCRAM_LOGIN_MODULE}, not {module}")
+        return cls(SCRAM_ALGORITHMS[name])
+
+    def server(self, credentials: CredentialLookup) -> SaslServer:
+        return ScramServer(self.algorithm, credentials)
 
 
 @attrs.frozen
@@ -124,5 +191,6 @@ class ListenerSasl:
             jaas = config.unknown.get(key)
             if jaas is None:
                 raise ConfigError(f"listener {listener}: {name} needs {key}")
-            mechanisms[name] = PlainMechanism.from_jaas(jaas, key)
+            mechanisms[name] = PlainMechanism.from_jaas(jaas, key) if name == "PLAIN" \
+                else ScramMechanism.from_jaas(name, jaas, key)
         return cls(listener, mechanisms)

@@ -27,6 +27,7 @@ from josef.server.apis import (
     producer,
     producers,
     reassignments,
+    scram_credentials,
     telemetry,
     topic_partitions,
     txn_markers,
@@ -48,6 +49,8 @@ CONTROLLER_APIS = (
     (ApiKey.CREATE_ACLS, acls.create_acls, 1, 3),
     (ApiKey.DELETE_ACLS, acls.delete_acls, 1, 3),
     (ApiKey.DESCRIBE_ACLS, acls.describe_acls, 1, 3),
+    (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, scram_credentials.alter_user_scram_credentials, 0, 0),
+    (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, scram_credentials.describe_user_scram_credentials, 0, 0),
     (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
@@ -84,7 +87,8 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
     *(api for api in CONTROLLER_APIS
-      if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_ACLS)),
+      if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_ACLS,
+                                           ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)),
 ))
 
 #: Core APIs a coordinator plugin may answer instead (``Coordinator.apis``): the transaction

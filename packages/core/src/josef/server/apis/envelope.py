@@ -32,7 +32,8 @@ QUORUM_APIS_ON_BROKERS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTE
 ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
                        ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.UPDATE_FEATURES,
                        ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                       ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
+                       ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+                       ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
                       | QUORUM_APIS_ON_BROKERS)
 def principal_bytes(principal: KafkaPrincipal) -> bytes:
     """A principal as Kafka serialises it into an Envelope: a version prefix, then DefaultPrincipalData."""
