@@ -216,6 +216,11 @@ ROWS: list[Row] = [
         {"entity": [{"entity_type": "user", "entity_name": "x"}],
          "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}]},
         (cluster(Op.ALTER_CONFIGS),), E.cluster_authorization_failed),
+    Row(K.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, lambda s: {"users": None},
+        (cluster(Op.DESCRIBE),), E.cluster_authorization_failed),
+    Row(K.ALTER_USER_SCRAM_CREDENTIALS, 0, lambda s: {"deletions": [], "upsertions": [
+        {"name": "mx-user", "mechanism": 1, "iterations": 4096, "salt": b"salt", "salted_password": bytes(32)}]},
+        (cluster(Op.ALTER),), E.cluster_authorization_failed),
     Row(K.DESCRIBE_PRODUCERS, 0, lambda s: {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
         (topic(Op.READ),), E.topic_authorization_failed),
     Row(K.DESCRIBE_TRANSACTIONS, 0, lambda s: {"transactional_ids": [TXN]},

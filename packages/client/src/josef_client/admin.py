@@ -31,6 +31,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 from kio.schema.errors import ErrorCode
 
+from josef import scram
 from josef.acls import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType
 from josef.acls import ResourceType as AclResourceType
 from josef.config import AlterOp, ConfigSource
@@ -52,7 +53,8 @@ __all__ = [
     "AbortTransactionSpec", "AclBinding", "AclBindingFilter", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
     "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "LogDirDescription",
     "NewPartitions", "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment",
-    "ProducerState", "ReplicaInfo", "ResourceType", "TopicDescription", "TopicListing", "TopicPartition",
+    "ProducerState", "ReplicaInfo", "ResourceType", "ScramCredentialDeletion", "ScramCredentialInfo",
+    "ScramCredentialUpsertion", "TopicDescription", "TopicListing", "TopicPartition",
     "TransactionDescription", "TransactionListing",
 ]
 
@@ -355,6 +357,37 @@ def _finish(results: dict[K, V | KafkaError], raise_errors: bool) -> dict[K, Any
 
 
 # The async client ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ScramCredentialInfo:
+    """A user's credential for one mechanism, as DescribeUserScramCredentials shows it (never its keys)."""
+
+    mechanism: str
+    iterations: int
+
+
+@attrs.frozen(repr=False)
+class ScramCredentialUpsertion:
+    """Set ``user``'s password for ``mechanism`` (SCRAM-SHA-256 or SCRAM-SHA-512); salted here, sent salted."""
+
+    user: str
+    mechanism: str
+    password: str
+    iterations: int = scram.DEFAULT_ITERATIONS
+    #: A fixed salt (tests); a random one by default, as Kafka's tools use.
+    salt: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"ScramCredentialUpsertion(user={self.user!r}, mechanism={self.mechanism!r}, iterations={self.iterations})"
+
+
+@attrs.frozen
+class ScramCredentialDeletion:
+    """Delete ``user``'s credential for ``mechanism``."""
+
+    user: str
+    mechanism: str
 
 
 class AsyncAdmin:
@@ -1010,6 +1043,61 @@ class AsyncAdmin:
                               for m in answers[i].matching_acls if m.error_code == ErrorCode.none]
         return _finish(results, raise_errors)
 
+    # SCRAM credentials ----------------------------------------------------------------------
+    # Any broker answers DescribeUserScramCredentials from its image and forwards
+    # AlterUserScramCredentials to the controller. The password never leaves this process:
+    # the request carries a random salt and the salted password, as Kafka's AdminClient sends.
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                              ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        """Each user's mechanisms and iteration counts (every user with a credential when ``users`` is None).
+
+        Users named but without any credential are left out, as Kafka's
+        DescribeUserScramCredentialsResult.users() leaves them out; other
+        per-user errors (a user named twice) map to a :class:`KafkaError`.
+        """
+        names = None if users is None else [{"name": u} for u in users]
+        response = await (await self._any()).request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": names})
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "describe SCRAM credentials")
+        results: dict[str, list[ScramCredentialInfo] | KafkaError] = {}
+        for r in response.results:
+            if r.error_code == ErrorCode.resource_not_found:
+                continue
+            if r.error_code != ErrorCode.none:
+                results[r.user] = _error(r.error_code, r.error_message, f"describe SCRAM credentials of {r.user}")
+            else:
+                results[r.user] = sorted((ScramCredentialInfo(scram.BY_TYPE[c.mechanism].name, c.iterations)
+                                          for c in r.credential_infos if c.mechanism in scram.BY_TYPE),
+                                         key=lambda info: scram.BY_NAME[info.mechanism].type)
+        return results
+
+    async def alter_user_scram_credentials(self, alterations: Iterable[ScramCredentialUpsertion | ScramCredentialDeletion],
+                                           *, raise_errors: bool = True) -> dict[str, KafkaError | None]:
+        """Set or delete credentials (one request); each user named maps to None on success.
+
+        The controller refuses a user named twice in one request (even for
+        two mechanisms) with DUPLICATE_RESOURCE, as Kafka's does.
+        """
+        deletions, upsertions = [], []
+        for a in alterations:
+            algorithm = scram.BY_NAME[a.mechanism]
+            if isinstance(a, ScramCredentialDeletion):
+                deletions.append({"name": a.user, "mechanism": algorithm.type})
+            else:
+                salt = a.salt or scram.random_salt()
+                upsertions.append({"name": a.user, "mechanism": algorithm.type, "iterations": a.iterations, "salt": salt,
+                                   "salted_password": scram.salted_password(algorithm, a.password, salt, a.iterations)})
+        if not deletions and not upsertions:
+            return {}
+        response = await (await self._any()).request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                                                      {"deletions": deletions, "upsertions": upsertions})
+        results: dict[str, KafkaError | None] = {
+            r.user: None if r.error_code == ErrorCode.none
+            else _error(r.error_code, r.error_message, f"alter SCRAM credentials of {r.user}")
+            for r in response.results}
+        return _finish(results, raise_errors)
+
 
 # The sync client --------------------------------------------------------------------------------
 
@@ -1106,6 +1194,14 @@ class Admin:
     def delete_acls(self, filters: Iterable[AclBindingFilter], **options: Any,
                     ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
         return self._run(self._admin.delete_acls(list(filters), **options))
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        return self._run(self._admin.describe_user_scram_credentials(None if users is None else list(users)))
+
+    def alter_user_scram_credentials(self, alterations: Iterable[ScramCredentialUpsertion | ScramCredentialDeletion],
+                                     **options: Any) -> dict[str, KafkaError | None]:
+        return self._run(self._admin.alter_user_scram_credentials(list(alterations), **options))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

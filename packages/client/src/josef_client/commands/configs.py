@@ -1,12 +1,21 @@
-"""``josef configs``: describe and change topic and broker configs, as ``kafka-configs.sh`` does.
+"""``josef configs``: describe and change topic and broker configs and users' SCRAM credentials, as ``kafka-configs.sh`` does.
 
 ``--add-config`` takes Kafka's syntax, ``k1=v1,k2=[a,b,c]`` (square brackets
 around a value that contains commas); ``--delete-config`` takes ``k1,k2``.
 Changes are incremental: other overrides stay as they were.
+
+For ``--entity-type users`` the configs are SCRAM credentials:
+``SCRAM-SHA-512=[iterations=8192,password=alice-secret]`` (4096 iterations
+when left out) sets one, ``--delete-config SCRAM-SHA-512`` removes it. As
+Kafka's ConfigCommand does, the tool salts the password here (a random salt)
+and sends the salted password in AlterUserScramCredentials: the password
+never crosses the network. The controller takes one change per user and
+request, as Kafka's does, so two mechanisms are set with two commands.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,12 +32,17 @@ from josef_client.commands.common import (
 if TYPE_CHECKING:
     from josef_client.admin import AsyncAdmin, ConfigEntry, ConfigResource
 
-ENTITY_TYPES = {"topics": "topics", "topic": "topics", "brokers": "brokers", "broker": "brokers"}
+ENTITY_TYPES = {"topics": "topics", "topic": "topics", "brokers": "brokers", "broker": "brokers",
+                "users": "users", "user": "users"}
+#: Kafka's ConfigCommand pattern of a SCRAM credential's value.
+_SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
+#: Kafka's user quota configs (QuotaConfig): josef configs does not alter them yet.
+_USER_QUOTAS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
 
 
 @click.group("configs", cls=Group, actions=("describe", "alter"))
 def configs() -> None:
-    """Describe and alter topic and broker configs (kafka-configs).
+    """Describe and alter topic and broker configs and users' SCRAM credentials (kafka-configs).
 
     Kafka's spelling works too: josef configs --describe --entity-type topics ...
     """
@@ -39,8 +53,8 @@ def entity_options(func):  # type: ignore[no-untyped-def]
         bootstrap_option,
         command_config_option,
         click.option("--entity-type", type=click.Choice(sorted(ENTITY_TYPES), case_sensitive=False),
-                     help="topics or brokers."),
-        click.option("--entity-name", help="A topic name or broker id (describe: all of them when left out)."),
+                     help="topics, brokers or users."),
+        click.option("--entity-name", help="A topic name, broker id or user (describe: all of them when left out)."),
         click.option("--entity-default", is_flag=True, help="The cluster-wide default of brokers."),
         click.option("--topic", "topic_name", help="Shorthand for --entity-type topics --entity-name TOPIC."),
         click.option("--broker", "broker_name", help="Shorthand for --entity-type brokers --entity-name ID."),
@@ -60,6 +74,9 @@ def _entity(entity_type: str | None, entity_name: str | None, entity_default: bo
     if entity_type is None:
         raise click.ClickException("--entity-type is required (topics or brokers)")
     kind = ENTITY_TYPES[entity_type.lower()]
+    if kind == "users" and entity_default:
+        raise click.ClickException("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                                   "Credentials using --bootstrap-server.")
     if entity_default:
         if kind != "brokers":
             raise click.ClickException("--entity-default is only for --entity-type brokers")
@@ -69,7 +86,7 @@ def _entity(entity_type: str | None, entity_name: str | None, entity_default: bo
     if entity_name is not None:
         if kind == "brokers" and not entity_name.strip().isdigit():
             raise click.ClickException(f"the entity name for brokers must be a broker id, not {entity_name!r}")
-        if kind == "topics" and not entity_name:
+        if kind in ("topics", "users") and not entity_name:
             raise click.ClickException("--entity-name must not be empty")
         entity_name = entity_name.strip() if kind == "brokers" else entity_name
     return kind, entity_name
@@ -141,6 +158,10 @@ def describe(bootstrap_server: str, command_config: Path | None, entity_type: st
     from josef_client.admin import ConfigSource
 
     kind, name = _entity(entity_type, entity_name, entity_default, topic_name, broker_name)
+    if kind == "users":
+        for line in run(_describe_scram(bootstrap_server, command_config, name)):
+            click.echo(line)
+        return
 
     async def go() -> list[str]:
         async with admin_client(bootstrap_server, command_config) as admin:
@@ -192,6 +213,11 @@ def alter(bootstrap_server: str, command_config: Path | None, entity_type: str |
     both = sorted(set(added) & set(deleted))
     if both:
         raise click.ClickException(f"config(s) both added and deleted: {', '.join(both)}")
+    if kind == "users":
+        alterations = scram_alterations(name, added, deleted)  # refused before connecting, as Kafka's tool does
+        run(_alter_scram(bootstrap_server, command_config, alterations))
+        click.echo(f"Completed updating config for user {name}.")
+        return
     resource = _resource(kind, name)
 
     async def go() -> None:
@@ -210,3 +236,49 @@ def alter(bootstrap_server: str, command_config: Path | None, entity_type: str |
         click.echo("Completed updating default config for brokers in the cluster.")
     else:
         click.echo(f"Completed updating config for {_title(kind, name)}.")
+
+
+async def _describe_scram(bootstrap_server: str, command_config: Path | None, user: str | None) -> list[str]:
+    """Kafka's lines: one per user with a credential (a user without one prints nothing), mechanisms by type."""
+    async with admin_client(bootstrap_server, command_config) as admin:
+        described = await admin.describe_user_scram_credentials(None if user is None else [user])
+    lines = []
+    for name, infos in sorted(described.items()):
+        if isinstance(infos, Exception):
+            lines.append(f"Error retrieving SCRAM credential configs for user-principal '{name}': {infos}")
+        else:
+            text = ", ".join(f"{info.mechanism}=iterations={info.iterations}" for info in infos)
+            lines.append(f"SCRAM credential configs for user-principal '{name}' are {text}")
+    return lines
+
+
+def scram_alterations(user: str, added: dict[str, str], deleted: list[str]) -> list:  # type: ignore[type-arg]
+    """Kafka's ConfigCommand checks of users' configs, then the upsertions and deletions they ask for."""
+    from josef import scram
+    from josef_client.admin import ScramCredentialDeletion, ScramCredentialUpsertion
+
+    quotas = sorted(k for k in [*added, *deleted] if k in _USER_QUOTAS)
+    if quotas:
+        raise click.ClickException(f"josef configs does not alter user quotas yet: {', '.join(quotas)}")
+    for verb, keys in (("added", list(added)), ("deleted", deleted)):
+        unknown = [k for k in keys if k not in scram.BY_NAME]
+        if unknown:
+            raise click.ClickException(f"Only quota and SCRAM credential configs can be {verb} for 'users' using "
+                                       f"--bootstrap-server. Unexpected config names: Set({', '.join(unknown)})")
+    alterations: list = [ScramCredentialDeletion(user, mechanism) for mechanism in deleted]  # type: ignore[type-arg]
+    for mechanism, value in added.items():
+        match = _SCRAM_VALUE.fullmatch(value)
+        if match is None:  # the value is not shown: it holds the password
+            raise click.ClickException(f"Invalid credential property {mechanism}: expected "
+                                       f"[iterations=<n>,]password=<password>")
+        iterations = int(match[1]) if match[1] not in (None, "", "-1") else scram.DEFAULT_ITERATIONS
+        if iterations < scram.MIN_ITERATIONS:
+            raise click.ClickException(f"Iterations {iterations} is less than the minimum {scram.MIN_ITERATIONS} "
+                                       f"required for {mechanism}")
+        alterations.append(ScramCredentialUpsertion(user, mechanism, match[2], iterations))
+    return alterations
+
+
+async def _alter_scram(bootstrap_server: str, command_config: Path | None, alterations: list) -> None:  # type: ignore[type-arg]
+    async with admin_client(bootstrap_server, command_config) as admin:
+        await admin.alter_user_scram_credentials(alterations)
