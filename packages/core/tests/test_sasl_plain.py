@@ -10,7 +10,8 @@ from josef.node.broker_config import check_listeners
 from josef.node.server_properties import load_config
 from josef.protocol.api_keys import ApiKey
 from josef.security import KafkaPrincipal
-from josef.server.sasl import INVALID_CREDENTIALS, PlainMechanism, SaslAuthenticationError, parse_jaas
+from josef.protocol.jaas import parse_jaas
+from josef.server.sasl import INVALID_CREDENTIALS, PlainMechanism, SaslAuthenticationError
 from josef.testing import RawClient
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -54,10 +55,15 @@ def test_plain_checks_the_users_of_its_login_module():
       'org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="hunter2";'},
      "PlainLoginModule lists no user_<name>"),
     ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-      "inter.broker.listener.name": "SASL_PLAINTEXT"}, "brokers and controllers cannot authenticate to each other"),
+      "inter.broker.listener.name": "SASL_PLAINTEXT"}, "brokers and controllers cannot authenticate to each other "
+                                                        "with GSSAPI; set sasl.mechanism.inter.broker.protocol"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+      'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="hunter2";',
+      "inter.broker.listener.name": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "PLAIN"},
+     "SASL needs a user name and password"),
     ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
       "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"},  # the first is the inter-broker default
-     "brokers and controllers cannot authenticate to each other"),
+     "brokers and controllers cannot authenticate to each other with GSSAPI"),
 ])
 def test_a_sasl_listener_that_cannot_work_stops_start_up_without_showing_secrets(overrides, error):
     config = load_config(None, {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0", **overrides})

@@ -162,13 +162,14 @@ def test_stores_josef_cannot_use_stop_start_up_saying_why_without_secrets(tls, t
         check(tls, **{**tls.broker_properties(), "ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/X/"})
 
 
-def test_brokers_may_talk_ssl_to_each_other_but_not_sasl_yet(tls):
+def test_brokers_talk_ssl_or_sasl_ssl_to_each_other_with_credentials_of_their_own(tls):
     check(tls, **tls.broker_properties(), **{"inter.broker.listener.name": "SSL"})
     check(tls, **tls.broker_properties(), **{"security.inter.broker.protocol": "SSL"})
-    with pytest.raises(ConfigError, match="cannot authenticate to each other with SASL"):
-        check(tls, **tls.broker_properties(), **{
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0", "inter.broker.listener.name": "SASL_SSL",
-            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS})
+    sasl_ssl = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0", "inter.broker.listener.name": "SASL_SSL",
+                "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS}
+    with pytest.raises(ConfigError, match="cannot authenticate to each other with GSSAPI"):
+        check(tls, **tls.broker_properties(), **sasl_ssl)
+    check(tls, **tls.broker_properties(), **sasl_ssl, **{"sasl.mechanism.inter.broker.protocol": "PLAIN"})
 
 
 # Handshakes and principals ----------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
+from josef.protocol.sasl_client import outbound_sasl
 from josef.protocol.tls import outbound_context
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
@@ -147,6 +148,7 @@ class KRaftQuorum:
         self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
         #: TLS towards the other voters when the controller listener is SSL (josef.protocol.tls).
         self._ssl = outbound_context(config, self._raft_config.listener_name)
+        self._sasl = outbound_sasl(config, self._raft_config.listener_name, "sasl.mechanism.controller.protocol")
         self._node: RaftNode | None = None
         self._local_snapshot: OffsetAndEpoch | None = None
         self._log: MetadataLog | None = None
@@ -460,7 +462,8 @@ class KRaftQuorum:
                 conn = self._connections[node_id] = await Connection.open(
                     host, port, client_id=f"raft-{self._node_id}",
                     request_timeout_ms=self._raft_config.request_timeout_ms,
-                    connect_timeout_ms=self._raft_config.request_timeout_ms, ssl_context=self._ssl)
+                    connect_timeout_ms=self._raft_config.request_timeout_ms, ssl_context=self._ssl,
+                    sasl=self._sasl)
             return conn
 
     async def _drop(self, node_id: int) -> None:

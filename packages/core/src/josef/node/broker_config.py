@@ -10,6 +10,7 @@ from typing import Iterator
 
 from josef.config import INT32_MAX, INT64_MAX, Config, ConfigError, ConfigKey, ConfigType, at_least, between, one_of
 from josef.replication.replication_quota import check_throttled_replicas
+from josef.protocol.sasl_client import outbound_sasl
 from josef.server.sasl import ListenerSasl
 from josef.server.tls import BROKER_SSL_KEYS, ListenerTls, tls_listeners
 
@@ -98,11 +99,10 @@ def check_listeners(config: Config) -> None:
         if protocol not in SERVED_SECURITY_PROTOCOLS:
             raise ConfigError(f"listener {name} ({listener}): security protocol {protocol} is not supported yet; "
                               f"josef serves {', '.join(SERVED_SECURITY_PROTOCOLS)} only")
-        if protocol.startswith("SASL_"):
-            if name in controllers or name == inter_broker:
-                raise ConfigError(f"listener {name} ({listener}): brokers and controllers cannot authenticate to "
-                                  f"each other with SASL yet; give inter-broker and controller traffic a PLAINTEXT "
-                                  f"or SSL listener (inter.broker.listener.name, controller.listener.names)")
+        if protocol.startswith("SASL_") and (name in controllers or name == inter_broker):
+            # How this node authenticates to the others there: a mechanism it has credentials for.
+            outbound_sasl(config, name, "sasl.mechanism.controller.protocol" if name in controllers
+                          else "sasl.mechanism.inter.broker.protocol")
     sasl_listeners(config)  # the SASL listeners' mechanisms and their JAAS entries
     tls_listeners_of(config)  # the TLS listeners' key and trust stores
 
@@ -165,6 +165,13 @@ CORE_KEYS = (
               "The SASL mechanisms SASL listeners offer (listener.name.<listener>.sasl.enabled.mechanisms overrides it "
               "per listener); each is configured by listener.name.<listener>.<mechanism>.sasl.jaas.config. josef "
               "offers PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", S, "GSSAPI",
+              "The SASL mechanism brokers authenticate to each other with when the inter-broker listener is a SASL "
+              "one; the username and password options of that listener's JAAS entry for it are this broker's."),
+    ConfigKey("sasl.mechanism.controller.protocol", S, "GSSAPI",
+              "The SASL mechanism brokers and controllers authenticate to controllers with when the controller "
+              "listener is a SASL one; the username and password options of that listener's JAAS entry for it are "
+              "this node's."),
     # TLS (josef.server.tls): each also as listener.name.<listener>.ssl.*
     *BROKER_SSL_KEYS,
     # Storage

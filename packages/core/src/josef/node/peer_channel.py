@@ -21,6 +21,7 @@ import anyio
 
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
+from josef.protocol.sasl_client import outbound_sasl
 from josef.protocol.tls import outbound_context
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ class PeerChannel:
                 conn = self._connections[node_id] = await Connection.open(
                     *endpoint, client_id=f"broker-{self._broker.node_id}",
                     request_timeout_ms=self._broker.config["request.timeout.ms"],
-                    ssl_context=outbound_context(self._broker.config, self._broker.inter_broker_listener))
+                    ssl_context=outbound_context(self._broker.config, self._broker.inter_broker_listener),
+                    sasl=outbound_sasl(self._broker.config, self._broker.inter_broker_listener,
+                                       "sasl.mechanism.inter.broker.protocol"))
             return conn
 
     async def _drop(self, node_id: int) -> None:

@@ -28,6 +28,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import decode_response, encode_request
+from josef.protocol.sasl_client import SaslCredentials, authenticate
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +52,17 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "josef", request_timeout_ms: int = 30000,
                    connect_timeout_ms: int = 10000, max_versions: Mapping[int, int] | None = None,
-                   ssl_context: ssl.SSLContext | None = None) -> Connection:
+                   ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> Connection:
         """Connect and negotiate versions; ``max_versions`` caps the version of an API key this side writes.
 
         Without a cap, an API is spoken at the newest version both kio and
         the broker know; callers that do not handle a newer version's
         semantics (topic ids, say) cap it. With ``ssl_context`` (an SSL
         listener, :mod:`josef.protocol.tls`) the connection is TLS, its
-        handshake within the connect timeout.
+        handshake within the connect timeout. With ``sasl`` (a SASL
+        listener) it authenticates before it is returned
+        (:class:`josef.protocol.sasl_client.SaslAuthenticationFailed` when
+        refused).
         """
         conn = cls(host, port, client_id, request_timeout_ms, max_versions or {})
         loop = asyncio.get_running_loop()
@@ -78,6 +82,8 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await conn._negotiate()
+            if sasl is not None:
+                await authenticate(conn, sasl)
         except BaseException:
             conn._fail(KafkaConnectionError(f"connection to {host}:{port} closed"))
             raise

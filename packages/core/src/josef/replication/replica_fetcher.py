@@ -42,6 +42,7 @@ from josef.metadata.records import uuid_to_text
 from josef.replication.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
+from josef.protocol.sasl_client import outbound_sasl
 from josef.protocol.tls import outbound_context
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.fetch_session_handler import FetchSessionHandler
@@ -159,7 +160,8 @@ class ReplicaFetcher:
             self._conn = await Connection.open(
                 *endpoint, client_id=f"broker-{self.manager.broker_id}-fetcher-{self.index}",
                 request_timeout_ms=self.manager.config["replica.socket.timeout.ms"],
-                ssl_context=outbound_context(self.manager.config, self.manager.listener))
+                ssl_context=outbound_context(self.manager.config, self.manager.listener),
+                sasl=outbound_sasl(self.manager.config, self.manager.listener, "sasl.mechanism.inter.broker.protocol"))
             self._unreachable = False
         return self._conn
 

@@ -21,18 +21,18 @@ with the client's address alone.
 from __future__ import annotations
 
 import hmac
-import re
 from typing import Mapping, Protocol
 
 import attrs
 
 from josef.config import Config, ConfigError
+from josef.protocol.jaas import parse_jaas
 from josef.scram import BY_NAME as SCRAM_ALGORITHMS
 from josef.scram import ScramAlgorithm
 from josef.security import KafkaPrincipal, SaslAuthenticationError
 from josef.server.scram import CredentialLookup, ScramServer
 
-__all__ = ["SaslAuthenticationError", "ListenerSasl", "PlainMechanism", "ScramMechanism", "parse_jaas"]
+__all__ = ["SaslAuthenticationError", "ListenerSasl", "PlainMechanism", "ScramMechanism"]
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -40,31 +40,6 @@ SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's answer to any failed PLAIN authentication: it says nothing about which part was wrong.
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
-
-_JAAS = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)(?P<options>.*?);\s*$", re.S)
-_OPTION = re.compile(r'\s*(?P<key>[\w.\-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
-
-
-def parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
-    """The login module and options of one JAAS entry (``Module required a="b" c="d";``).
-
-    ``key`` names the configuration key in errors, never the value (it holds passwords).
-    """
-    match = _JAAS.fullmatch(text)
-    if match is None:
-        raise ConfigError(f"{key}: not a JAAS login module entry (expected: LoginModule required key=\"value\" ...;)")
-    options: dict[str, str] = {}
-    rest = match["options"]
-    pos = 0
-    while rest[pos:].strip():
-        option = _OPTION.match(rest, pos)
-        if option is None:
-            raise ConfigError(f"{key}: cannot read the options of {match['module']} (expected key=\"value\" pairs)")
-        quoted = option["quoted"]
-        options[option["key"]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else option["bare"]
-        pos = option.end()
-    return match["module"], options
-
 
 class SaslServer(Protocol):
     """One connection's exchange of one mechanism."""
