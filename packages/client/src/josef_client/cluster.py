@@ -20,7 +20,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaError
 from josef.protocol.topic_partition import TopicPartition
-from josef_client.config import ssl_context
+from josef_client.config import sasl_credentials, ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,10 @@ def parse_address(text: str) -> tuple[str, int]:
 class Cluster:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        #: TLS for every connection of this client (security.protocol=SSL), else None.
+        #: TLS for every connection of this client (security.protocol=SSL or SASL_SSL), else None.
         self.ssl_context = ssl_context(config)
+        #: What every connection authenticates with (security.protocol=SASL_*), else None.
+        self.sasl = sasl_credentials(config)
         self.bootstrap = [parse_address(s) for s in config["bootstrap.servers"]]
         self.brokers: dict[int, tuple[str, int]] = {}
         self.partitions: dict[str, dict[int, PartitionInfo]] = {}
@@ -128,7 +130,7 @@ class Cluster:
         return await Connection.open(address[0], address[1], client_id=self.config["client.id"],
                                      request_timeout_ms=self.config["request.timeout.ms"],
                                      connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
-                                     max_versions=MAX_VERSIONS, ssl_context=self.ssl_context)
+                                     max_versions=MAX_VERSIONS, ssl_context=self.ssl_context, sasl=self.sasl)
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one first, else the bootstrap servers in random order."""

@@ -12,6 +12,7 @@ import ssl
 from typing import Any, Callable, Iterable, Mapping
 
 from josef.config import ConfigError, ConfigKey, ConfigType, at_least, one_of
+from josef.protocol.sasl_client import SaslCredentials
 from josef.protocol.tls import CLIENT_SSL_KEYS, TlsSettings, client_context
 
 B, S, I, L, LST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
@@ -37,8 +38,16 @@ COMMON = (
     ConfigKey("metadata.max.age.ms", L, 300000, "Refresh metadata at least this often.", at_least(0)),
     ConfigKey("socket.connection.setup.timeout.ms", L, 10000, "How long a TCP connect may take.", at_least(1)),
     ConfigKey("security.protocol", S, "PLAINTEXT",
-              "PLAINTEXT or SSL (TLS, configured by the ssl.* keys as Kafka's clients are); SASL is not offered yet.",
-              one_of("PLAINTEXT", "SSL")),
+              "PLAINTEXT, SSL (TLS, configured by the ssl.* keys as Kafka's clients are), SASL_PLAINTEXT or SASL_SSL "
+              "(SASL, configured by the sasl.* keys).", one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigKey("sasl.mechanism", S, "GSSAPI", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI, Kafka's default, is not "
+              "offered)."),
+    ConfigKey("sasl.jaas.config", S, None,
+              "The login module and credentials, as Kafka's clients take them: "
+              "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"...\";",
+              sensitive=True),
+    ConfigKey("sasl.username", S, None, "The SASL user name, as librdkafka takes it (instead of sasl.jaas.config)."),
+    ConfigKey("sasl.password", S, None, "The SASL password, as librdkafka takes it.", sensitive=True),
     ConfigKey("interceptor.classes", LST, [], "Names of registered interceptors, called in this order."),
     *CLIENT_SSL_KEYS,
 )
@@ -111,14 +120,24 @@ def build_config(kind: str, keys: Iterable[ConfigKey], config: Mapping[str, Any]
     return values
 
 
+def sasl_credentials(config: Mapping[str, Any]) -> SaslCredentials | None:
+    """What a client's connections authenticate with: None unless ``security.protocol`` is SASL_PLAINTEXT or SASL_SSL.
+
+    Read once per client, so missing credentials fail when the client is made.
+    """
+    if not config["security.protocol"].startswith("SASL_"):
+        return None
+    return SaslCredentials.from_client_config(config.get)
+
+
 def ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:
-    """The TLS context of a client's connections: None unless ``security.protocol`` is SSL.
+    """The TLS context of a client's connections: None unless ``security.protocol`` is SSL or SASL_SSL.
 
     Built once per client from Kafka's client keys (trust store, key store
     for mutual TLS, ``ssl.endpoint.identification.algorithm``), so a bad
     store fails when the client is made, not at its first request.
     """
-    if config["security.protocol"] != "SSL":
+    if config["security.protocol"] not in ("SSL", "SASL_SSL"):
         return None
     return client_context(TlsSettings.from_lookup(config.get), "client")
 

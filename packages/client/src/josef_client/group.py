@@ -448,7 +448,8 @@ class ClassicGroupMember:
         self._conn = await Connection.open(host, port, client_id=config["client.id"],
                                            request_timeout_ms=config["request.timeout.ms"],
                                            connect_timeout_ms=config["socket.connection.setup.timeout.ms"],
-                                           max_versions=MAX_VERSIONS, ssl_context=self.consumer.cluster.ssl_context)
+                                           max_versions=MAX_VERSIONS, ssl_context=self.consumer.cluster.ssl_context,
+                                           sasl=self.consumer.cluster.sasl)
         self._coordinator = (host, port)
         return self._conn
 
