@@ -76,6 +76,11 @@ class Session:
     close_after_reply: bool = False
     #: Set by the quota stage: read no further request before this ``time.monotonic()`` (KIP-219); 0: not throttled.
     throttled_until: float = 0.0
+    #: When the authenticated session ends (``time.monotonic()``, KIP-368): a request after it, other than a
+    #: re-authentication, closes the connection; 0: never.
+    session_expires_at: float = 0.0
+    #: Whether an authenticated client is re-authenticating (KIP-368): SaslHandshake began a new exchange.
+    reauthenticating: bool = False
 
     def __str__(self) -> str:
         return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "

@@ -18,6 +18,7 @@ import collections
 import logging
 import socket
 import ssl
+import time
 from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -25,7 +26,7 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from josef import __version__
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from josef.protocol.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import decode_response, encode_request
 from josef.protocol.sasl_client import SaslCredentials, authenticate
@@ -45,6 +46,10 @@ class Connection:
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future[Any]]] = collections.deque()
         self._correlation = 0
         self.closed = False
+        #: What the connection authenticated with, and when (``time.monotonic()``) it re-authenticates (KIP-368).
+        self._sasl: SaslCredentials | None = None
+        self._reauthenticate_at = 0.0
+        self._reauthentication: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<Connection {self.host}:{self.port}>"
@@ -83,7 +88,8 @@ class Connection:
         try:
             await conn._negotiate()
             if sasl is not None:
-                await authenticate(conn, sasl)
+                conn._sasl = sasl
+                conn._authenticated(await authenticate(conn, sasl))
         except BaseException:
             conn._fail(KafkaConnectionError(f"connection to {host}:{port} closed"))
             raise
@@ -112,11 +118,27 @@ class Connection:
         ours = schema_name_map[api_key_map[api_key]]
         return min(ours), min(max(ours), self.max_versions.get(api_key, max(ours)))
 
+    def _authenticated(self, lifetime_ms: int) -> None:
+        """Re-authenticate at 85% of the session's lifetime, as Kafka's clients do (KIP-368)."""
+        self._reauthenticate_at = time.monotonic() + lifetime_ms * 0.85 / 1000 if lifetime_ms > 0 else 0.0
+
+    async def _reauthenticate(self) -> None:
+        """SaslHandshake and SaslAuthenticate again, among the requests in flight (the broker answers in order)."""
+        assert self._sasl is not None
+        try:
+            self._authenticated(await authenticate(self, self._sasl))
+        except Exception as exc:  # noqa: BLE001 - the connection is unusable either way: fail it with the reason
+            log.warning("re-authentication to %s:%d failed: %s", self.host, self.port, exc)
+            self._fail(exc if isinstance(exc, KafkaError) else KafkaConnectionError(str(exc)))
+
     def send(self, api_key: int, body: Mapping[str, Any], *, version: int | None = None,
              expect_response: bool = True) -> asyncio.Future[Any] | None:
         """Write a request now; returns a future of its response (None when none is expected, acks=0)."""
         if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
+        if self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
+            self._reauthenticate_at = 0.0
+            self._reauthentication = asyncio.get_running_loop().create_task(self._reauthenticate())
         if version is None:
             version = self.version(api_key)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF

@@ -170,9 +170,10 @@ def _attributes(message: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in message.split(",") if "=" in part)
 
 
-async def authenticate(conn: Any, credentials: SaslCredentials) -> None:
+async def authenticate(conn: Any, credentials: SaslCredentials) -> int:
     """SaslHandshake and SaslAuthenticate on ``conn`` (a :class:`josef.protocol.connection.Connection`, versions
-    negotiated); :class:`SaslAuthenticationFailed` with the broker's message when it refuses."""
+    negotiated); :class:`SaslAuthenticationFailed` with the broker's message when it refuses. Returns the session's
+    lifetime in ms (KIP-368; 0: it does not expire)."""
     handshake = await conn.request(ApiKey.SASL_HANDSHAKE, {"mechanism": credentials.mechanism}, version=1)
     if handshake.error_code != ErrorCode.none:
         raise SaslAuthenticationFailed(handshake.error_code,
@@ -181,8 +182,11 @@ async def authenticate(conn: Any, credentials: SaslCredentials) -> None:
     exchange = credentials.exchange()
     token: bytes | None = exchange.first()
     version = min(conn.versions.get(ApiKey.SASL_AUTHENTICATE, (0, 2))[1], 2)
+    lifetime_ms = 0
     while token is not None:
         answer = await conn.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=version)
         if answer.error_code != ErrorCode.none:
             raise SaslAuthenticationFailed(answer.error_code, answer.error_message or answer.error_code.name)
+        lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000) if version >= 1 else 0
         token = exchange.respond(answer.auth_bytes)
+    return lifetime_ms

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import attrs
@@ -241,6 +242,11 @@ class Dispatcher:
         if not session.authenticated and header.api_key not in BEFORE_AUTHENTICATION:
             # Kafka's SaslServerAuthenticator: "Unexpected Kafka request of type X during SASL handshake".
             raise MalformedRequestError(f"unexpected {api_key_map[header.api_key]} request before SASL authentication "
+                                        f"(client {header.client_id!r})")
+        if session.session_expires_at and header.api_key not in BEFORE_AUTHENTICATION \
+                and time.monotonic() > session.session_expires_at:
+            # KIP-368: the session ended and the client did not re-authenticate (or cannot).
+            raise MalformedRequestError(f"{session.principal}'s SASL session expired without re-authentication "
                                         f"(client {header.client_id!r})")
         if not api.min_version <= version <= api.max_version:
             if header.api_key == ApiKey.API_VERSIONS:

@@ -6,7 +6,18 @@ SaslAuthenticate (its tokens: one for PLAIN, two for SCRAM, the exchange
 kept in the session between them); anything else before that closes the
 connection (the dispatcher enforces it), and so does a failed
 authentication, after its answer. On a listener without SASL (and after a
-successful authentication) the SASL APIs are answered ILLEGAL_SASL_STATE.
+successful authentication, unless re-authenticating) the SASL APIs are
+answered ILLEGAL_SASL_STATE.
+
+KIP-368 re-authentication: with ``connections.max.reauth.ms`` (or a
+credential that expires: an OAUTHBEARER token) an authenticated session has
+a lifetime, told to the client in SaslAuthenticate v1+ (``session_lifetime_ms``).
+Before it ends the client sends SaslHandshake and SaslAuthenticate again on
+the same connection, with the same mechanism, and must prove to be the same
+principal; its other requests are served meanwhile. A connection whose
+session ended without that is closed at its next request (the dispatcher
+checks), which is also how clients that cannot re-authenticate are held to
+the lifetime, as Kafka does.
 Handshake v0 (raw tokens after it, without SaslAuthenticate) is answered, but
 its raw tokens are not read, whatever the mechanism: every client josef is
 tested with uses v1.
@@ -15,6 +26,7 @@ tested with uses v1.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -29,7 +41,14 @@ log = logging.getLogger(__name__)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, Any]:
     session = ctx.session
     listener = ctx.broker.sasl.get(ctx.listener_name)
-    if listener is None or session.authenticated or session.sasl_mechanism is not None:
+    if listener is None or session.sasl_server is not None:
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+    if session.authenticated:
+        # KIP-368: only a session that expires is re-authenticated, and with the mechanism it began with.
+        if not session.session_expires_at or request.mechanism != session.sasl_mechanism:
+            return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+        session.reauthenticating = True
+    elif session.sasl_mechanism is not None:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
     enabled = list(listener.mechanisms)
     if request.mechanism not in listener.mechanisms:
@@ -52,7 +71,7 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> dict[str, Any]
     session = ctx.session
     listener = ctx.broker.sasl.get(ctx.listener_name)
     exchange = session.sasl_server
-    if listener is None or session.authenticated or exchange is None:
+    if listener is None or (session.authenticated and not session.reauthenticating) or exchange is None:
         return _answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate is not expected in this state: authenticate "
                                                      "once, after a SaslHandshake, on a SASL listener")
     try:
@@ -68,12 +87,44 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> dict[str, Any]
     if not exchange.complete:
         return _answer(ErrorCode.none, None, challenge)  # SCRAM's server-first: the client answers it
     assert exchange.principal is not None
-    session.principal = exchange.principal
     session.sasl_server = None
-    session.authenticated = True
-    log.debug("authenticated %s", session)
-    return _answer(ErrorCode.none, None, challenge)
+    if session.reauthenticating:
+        session.reauthenticating = False
+        if exchange.principal != session.principal:
+            log.info("failed re-authentication with %s:%d on %s (%s): another principal", session.client_host,
+                     session.client_port, ctx.listener_name, session.sasl_mechanism)
+            session.close_after_reply = True
+            return _answer(ErrorCode.sasl_authentication_failed,
+                           f"Cannot change principals during re-authentication from {session.principal}: "
+                           f"{exchange.principal}")
+        log.debug("re-authenticated %s", session)
+    else:
+        session.principal = exchange.principal
+        session.authenticated = True
+        log.debug("authenticated %s", session)
+    lifetime_ms = _session_lifetime_ms(ctx, exchange)
+    if lifetime_ms is not None and lifetime_ms <= 0:
+        session.close_after_reply = True
+        return _answer(ErrorCode.sasl_authentication_failed, "Authentication failed: the credential has expired")
+    session.session_expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else 0.0
+    return _answer(ErrorCode.none, None, challenge, lifetime_ms or 0)
 
 
-def _answer(error: ErrorCode, message: str | None, token: bytes = b"") -> dict[str, Any]:
-    return {"error_code": error, "error_message": message, "auth_bytes": token, "session_lifetime_ms": 0}
+def _session_lifetime_ms(ctx: RequestContext, exchange: Any) -> int | None:
+    """How long the session lasts (KIP-368): the shorter of ``connections.max.reauth.ms`` (per listener and
+    mechanism, as Kafka allows) and what is left of the credential's life; None when neither limits it."""
+    mechanism = (ctx.session.sasl_mechanism or "").lower()
+    config = ctx.broker.config
+    override = config.unknown.get(f"listener.name.{ctx.listener_name.lower()}.{mechanism}.connections.max.reauth.ms")
+    limits = []
+    max_reauth_ms = int(override) if override is not None else config["connections.max.reauth.ms"]
+    if max_reauth_ms > 0:
+        limits.append(max_reauth_ms)
+    expires_at_ms = getattr(exchange, "expires_at_ms", None)
+    if expires_at_ms is not None:
+        limits.append(expires_at_ms - int(time.time() * 1000))
+    return min(limits) if limits else None
+
+
+def _answer(error: ErrorCode, message: str | None, token: bytes = b"", lifetime_ms: int = 0) -> dict[str, Any]:
+    return {"error_code": error, "error_message": message, "auth_bytes": token, "session_lifetime": lifetime_ms}
