@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -110,3 +111,21 @@ def test_aiokafka_produces_and_consumes_over_sasl_plain(sasl_broker):
         return values
 
     assert asyncio.run(run()) == {f"a{i}".encode() for i in range(20)}
+
+
+def test_librdkafka_re_authenticates_before_its_session_ends_and_keeps_its_connection(broker_factory):
+    """KIP-368 with confluent-kafka: sessions of 2 s, 6 s of producing, no connection closed for an expired session."""
+    broker = broker_factory(**SASL_OVERRIDES, **{"connections.max.reauth.ms": "2000"})
+    [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
+    broker.sasl_bootstrap = f"127.0.0.1:{port}"
+    producer = Producer(confluent(broker, **{"linger.ms": 10}))
+    failures: list[KafkaError] = []
+    sent = 0
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        producer.produce("reauth", f"r{sent}".encode(), on_delivery=lambda err, msg: err and failures.append(err))
+        sent += 1
+        producer.poll(0.02)
+    assert producer.flush(30) == 0
+    assert failures == [] and sent > 100
+    assert not any("session expired" in line for line in broker.log), "a connection outlived its session"
