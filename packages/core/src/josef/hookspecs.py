@@ -94,6 +94,19 @@ def register_authorizers(register: Register) -> None:
 
 
 @hookspec
+def register_principal_builders(register: Register) -> None:
+    """Offer principal builders: who a connection is once it authenticated (Kafka's ``KafkaPrincipalBuilder``).
+
+    Called when a broker is assembled. Call ``register(name, factory)``;
+    ``factory(config)`` returns a :class:`josef.security.PrincipalBuilder`.
+    Selected with ``principal.builder.class`` (default Kafka's
+    ``org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder``,
+    which the core registers: SASL's user name, or a client certificate's
+    subject through ``ssl.principal.mapping.rules``). Returns nothing.
+    """
+
+
+@hookspec
 def register_request_stages(register: Register) -> None:
     """Offer stages of the request pipeline: code that runs around every request, whatever its API.
 

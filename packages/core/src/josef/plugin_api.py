@@ -47,11 +47,12 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.plugin_api": ("PLUGIN_API_VERSION", "JosefDeprecationWarning"),
     "josef.plugins": ("PluginError", "Registry", "collect", "get_plugin_manager"),
     "josef.services": ("BrokerServices", "ProducerIdUnavailable"),
-    "josef.security": ("ANONYMOUS", "KafkaPrincipal", "Session"),
+    "josef.security": ("ANONYMOUS", "AuthenticationContext", "KafkaPrincipal", "PrincipalBuilder", "Session"),
     # Contracts and their data types.
     "josef.log": "*",
     "josef.authorizer": "*",
     "josef.acls": "*",
+    "josef.scram": "*",
     "josef.policy": ("PolicyViolation", "CreateTopicPolicy", "CreateTopicRequest", "AlterConfigPolicy",
                      "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
                      "ALTER_CONFIG_POLICY"),
@@ -84,6 +85,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.protocol.records": "*",
     "josef.protocol.topic_partition": "*",
     "josef.protocol.tls": "*",
+    "josef.protocol.sasl_client": "*",
+    "josef.protocol.jaas": "*",
     # Running and testing plugins.
     "josef.node.server_properties": ("load_config",),
     "josef.testing": "*",

@@ -10,7 +10,7 @@ authenticates). Authorizers and quotas decide on these, as Kafka's do.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -53,6 +53,32 @@ class SaslAuthenticationError(Exception):
 ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
 
+@attrs.frozen
+class AuthenticationContext:
+    """What a principal builder knows of a connection that just authenticated (Kafka's AuthenticationContext)."""
+
+    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    security_protocol: str
+    listener_name: str
+    client_address: str
+    #: The client certificate's subject (RFC 2253) on a TLS listener, when the client presented one.
+    peer_subject: str | None = None
+    #: On a SASL listener: the mechanism and the authorization id it authenticated (the user name).
+    sasl_mechanism: str | None = None
+    sasl_authorization_id: str | None = None
+
+
+class PrincipalBuilder(Protocol):
+    """Kafka's ``KafkaPrincipalBuilder`` (``principal.builder.class``): who a connection is, once it authenticated.
+
+    Called on the event loop once per connection (SSL: after the TLS
+    handshake; SASL: after each successful authentication): must not block.
+    A :class:`LookupError` or :class:`ValueError` refuses the connection.
+    """
+
+    def build(self, context: AuthenticationContext) -> KafkaPrincipal: ...
+
+
 @attrs.define
 class Session:
     """One connection's identity; the broker fills it in as the connection goes (authentication, ApiVersions)."""
@@ -81,6 +107,8 @@ class Session:
     session_expires_at: float = 0.0
     #: Whether an authenticated client is re-authenticating (KIP-368): SaslHandshake began a new exchange.
     reauthenticating: bool = False
+    #: The subject of the client's certificate (RFC 2253) on a TLS listener, for the principal builder.
+    peer_subject: str | None = None
 
     def __str__(self) -> str:
         return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "

@@ -36,6 +36,7 @@ from josef.node.broker_config import check_listeners, listener_security_protocol
     inter_broker_listener_name
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
+from josef.security import PrincipalBuilder
 from josef.services import BrokerServices
 from josef.node.peer_channel import PeerChannel
 from josef.log import LogStorage
@@ -146,6 +147,9 @@ class Broker:
             config["authorizer.class.name"])(config))
         if isinstance(self.authorizer, AclAuthorizer):
             self.authorizer.load_acls({})
+        #: Who each authenticated connection is (``principal.builder.class``).
+        self.principal_builder: PrincipalBuilder = collect(self.pm, "register_principal_builders", "principal builder").get(
+            config["principal.builder.class"])(config)
         # The request pipeline: authorization, client quotas, then the stages plugins add.
         for dispatcher in (self.dispatcher, self.controller_dispatcher):
             dispatcher.add_stage(Authorization(self.authorizer))

@@ -136,6 +136,10 @@ CORE_KEYS = (
     ConfigKey("authorizer.class.name", S, "allow-all",
               "Name of the authorizer that decides every request: allow-all (the default: no authorization), or "
               "org.apache.kafka.metadata.authorizer.StandardAuthorizer (alias acl) for Kafka's ACLs."),
+    ConfigKey("principal.builder.class", S, "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+              "Name of the principal builder (register_principal_builders) that names each authenticated connection: "
+              "Kafka's default takes SASL's user name, or a client certificate's subject through "
+              "ssl.principal.mapping.rules."),
     ConfigKey("super.users", S, None,
               "Principals the ACL authorizer allows everything, separated by semicolons: User:admin;User:broker."),
     ConfigKey("allow.everyone.if.no.acl.found", B, False,

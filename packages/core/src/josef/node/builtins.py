@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from josef.authorizer import AllowAll
+from josef.server.principals import DEFAULT_PRINCIPAL_BUILDER, DefaultKafkaPrincipalBuilder
 from josef.standard_authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
 from josef.node.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
@@ -26,6 +27,11 @@ def register_authorizers(register: Register) -> None:
     register("allow-all", AllowAll)
     register(STANDARD_AUTHORIZER, StandardAuthorizer)
     register("acl", StandardAuthorizer)
+
+
+@hookimpl
+def register_principal_builders(register: Register) -> None:
+    register(DEFAULT_PRINCIPAL_BUILDER, DefaultKafkaPrincipalBuilder)
 
 
 @hookimpl

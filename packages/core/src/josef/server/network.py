@@ -45,7 +45,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from josef.log import FileRegion
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import MalformedRequestError
-from josef.security import ANONYMOUS, KafkaPrincipal, Session
+from josef.security import ANONYMOUS, AuthenticationContext, KafkaPrincipal, PrincipalBuilder, Session
 from josef.server.dispatch import Dispatcher, Frame, Reply, UnanswerableRequestError
 from josef.server.tls import ListenerTls
 
@@ -71,6 +71,7 @@ class Connection:
         max_idle_ms: int | None = None,
         security_protocol: str = "PLAINTEXT",
         principal: KafkaPrincipal = ANONYMOUS,
+        peer_subject: str | None = None,
     ) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
@@ -79,7 +80,8 @@ class Connection:
         self.peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
         self.session = Session(listener_name, security_protocol, remote[0] if isinstance(remote, tuple) else str(remote),
                                remote[1] if isinstance(remote, tuple) else -1,
-                               principal=principal, authenticated=not security_protocol.startswith("SASL_"))
+                               principal=principal, authenticated=not security_protocol.startswith("SASL_"),
+                               peer_subject=peer_subject)
         self._buffer = b""
         self._pos = 0
         self._max_idle = None if max_idle_ms is None or max_idle_ms < 0 else max_idle_ms / 1000
@@ -562,14 +564,14 @@ async def serve_listener(
         # task group would otherwise take the whole broker down with it.
         try:
             _tune(stream)
-            principal = ANONYMOUS
+            principal, subject = ANONYMOUS, None
             if tls is not None:
-                secured = await _handshake(stream, tls)
+                secured = await _handshake(stream, tls, dispatcher.broker.principal_builder)
                 if secured is None:
                     return
-                stream, principal = secured
+                stream, principal, subject = secured
             await Connection(stream, dispatcher, listener_name, max_frame, max_idle_ms, security_protocol,
-                             principal).serve()
+                             principal, subject).serve()
         except OSError as exc:
             log.debug("connection failed: %s", exc)
             await stream.aclose()
@@ -580,14 +582,15 @@ async def serve_listener(
     await listener.serve(handle)
 
 
-async def _handshake(stream: anyio.abc.SocketStream,
-                     tls: ListenerTls) -> tuple[anyio.abc.ByteStream, KafkaPrincipal] | None:
-    """The TLS stream over ``stream`` and the connection's principal; None (the socket closed, one line logged) when
-    the handshake fails or does not finish within the listener's deadline, or no mapping rule names the client.
+async def _handshake(stream: anyio.abc.SocketStream, tls: ListenerTls, builder: PrincipalBuilder,
+                     ) -> tuple[anyio.abc.ByteStream, KafkaPrincipal, str | None] | None:
+    """The TLS stream over ``stream``, the connection's principal and its certificate's subject; None (the socket
+    closed, one line logged) when the handshake fails or does not finish within the listener's deadline, or the
+    principal builder refuses the client (no mapping rule names it).
 
     The context is read per connection, so a reloaded certificate serves
-    every connection accepted after the reload. On SSL the client
-    certificate names the principal; on SASL_SSL, SASL will.
+    every connection accepted after the reload. On SSL the principal
+    builder names the principal from the certificate; on SASL_SSL, SASL will.
     """
     remote = stream.extra(anyio.abc.SocketAttribute.remote_address, "?")
     peer = f"{remote[0]}:{remote[1]}" if isinstance(remote, tuple) else str(remote)
@@ -606,15 +609,16 @@ async def _handshake(stream: anyio.abc.SocketStream,
         await anyio.aclose_forcefully(stream)
         return None
     principal = ANONYMOUS
+    subject = tls.peer_subject(secured.extra(TLSAttribute.ssl_object))
     if tls.security_protocol == "SSL":
         try:
-            principal = tls.principal(secured.extra(TLSAttribute.ssl_object))
+            principal = builder.build(AuthenticationContext("SSL", tls.listener, peer.rpartition(":")[0],
+                                                            peer_subject=subject))
         except (LookupError, ValueError) as exc:
-            log.info("closing connection from %s on listener %s: ssl.principal.mapping.rules: %s", peer,
-                     tls.listener, exc)
+            log.info("closing connection from %s on listener %s: no principal: %s", peer, tls.listener, exc)
             await anyio.aclose_forcefully(secured)
             return None
-    return secured, principal
+    return secured, principal, subject
 
 
 async def bind(host: str, port: int) -> MultiListener | anyio.abc.SocketListener:

@@ -2,18 +2,18 @@
 
 Each TLS listener has a :class:`ListenerTls`: its ``ssl.*`` settings (each
 ``listener.name.<listener>.ssl.*`` value wins over the ``ssl.*`` one, as in
-Kafka), the server SSL context built from them, and the principal mapper of
-``ssl.principal.mapping.rules``. :meth:`ListenerTls.reload` builds a new
+Kafka) and the server SSL context built from them. :meth:`ListenerTls.reload` builds a new
 context when the settings or the store files changed (a dynamic broker
 config update, Kafka's ``kafka-configs --alter --add-config
 listener.name.<l>.ssl.keystore.location=...``): connections accepted later
 get the new certificate, open ones keep theirs. A reload that fails keeps
 the previous context and says why in the log, as Kafka refuses the update.
 
-On an SSL listener a client certificate names the connection's principal:
-``User:`` and its subject as RFC 2253 writes it (``CN=alice,OU=eng,O=acme``),
-through the mapping rules; a client without one is ``User:ANONYMOUS``. On
-SASL_SSL the principal is SASL's.
+On an SSL listener a client certificate names the connection's principal
+(the principal builder, :mod:`josef.server.principals`, maps its subject as
+RFC 2253 writes it, ``CN=alice,OU=eng,O=acme``, through
+``ssl.principal.mapping.rules``, :class:`SslPrincipalMapper`); a client
+without one is ``User:ANONYMOUS``. On SASL_SSL the principal is SASL's.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import attrs
 
 from josef.config import Config, ConfigError, ConfigKey, ConfigType, one_of
 from josef.protocol.tls import CLIENT_SSL_KEYS, TlsSettings, server_context
-from josef.security import ANONYMOUS, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +224,11 @@ def listener_settings(config: Config, listener: str) -> TlsSettings:
 
 @attrs.define
 class ListenerTls:
-    """A TLS listener's current server context and principal mapper; replaced whole on reload."""
+    """A TLS listener's current server context; replaced whole on reload."""
 
     listener: str
     security_protocol: str
     context: ssl.SSLContext
-    mapper: SslPrincipalMapper
     settings: TlsSettings
     #: The store files' (mtime_ns, size) when the context was built: a reload with equal settings looks at them.
     stamps: tuple[tuple[int, int], ...]
@@ -243,9 +241,7 @@ class ListenerTls:
         where = f"listener {listener}"
         idle = config["connections.max.idle.ms"]
         timeout = min(HANDSHAKE_TIMEOUT_S, idle / 1000) if idle is not None and idle > 0 else HANDSHAKE_TIMEOUT_S
-        return cls(listener, security_protocol, server_context(settings, where),
-                   SslPrincipalMapper(config.for_listener(listener, "ssl.principal.mapping.rules")), settings,
-                   _stamps(settings), timeout)
+        return cls(listener, security_protocol, server_context(settings, where), settings, _stamps(settings), timeout)
 
     def reload(self, config: Config) -> bool:
         """Take new settings or changed store files: True when the context was rebuilt.
@@ -265,17 +261,15 @@ class ListenerTls:
         except ConfigError as exc:
             log.error("listener %s: keeping its TLS certificate: the new one cannot be used: %s", self.listener, exc)
             return False
-        self.context, self.mapper, self.settings, self.stamps = fresh.context, fresh.mapper, fresh.settings, fresh.stamps
+        self.context, self.settings, self.stamps = fresh.context, fresh.settings, fresh.stamps
         log.info("listener %s: TLS key and trust stores reloaded; new connections use them", self.listener)
         return True
 
-    def principal(self, ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> KafkaPrincipal:
-        """The principal of an SSL connection: its client certificate's subject through the mapping rules, or
-        ANONYMOUS without one. :class:`LookupError` when no rule applies (the connection is then closed)."""
+    @staticmethod
+    def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:
+        """The subject of the client's certificate (RFC 2253), or None when it presented none."""
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        if not der:
-            return ANONYMOUS
-        return KafkaPrincipal("User", self.mapper.name(subject_rfc2253(der)))
+        return subject_rfc2253(der) if der else None
 
 
 def _stamps(settings: TlsSettings) -> tuple[tuple[int, int], ...]:

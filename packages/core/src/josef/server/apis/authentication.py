@@ -32,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from josef.scram import ScramAlgorithm, ScramCredential
+from josef.security import AuthenticationContext
 from josef.server.dispatch import RequestContext
 from josef.server.sasl import SaslAuthenticationError
 
@@ -88,18 +89,27 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> dict[str, Any]
         return _answer(ErrorCode.none, None, challenge)  # SCRAM's server-first: the client answers it
     assert exchange.principal is not None
     session.sasl_server = None
+    try:
+        principal = ctx.broker.principal_builder.build(AuthenticationContext(
+            session.security_protocol, ctx.listener_name, session.client_host, peer_subject=session.peer_subject,
+            sasl_mechanism=session.sasl_mechanism, sasl_authorization_id=exchange.principal.name))
+    except (LookupError, ValueError) as exc:
+        log.info("failed authentication with %s:%d on %s (%s): no principal: %s", session.client_host,
+                 session.client_port, ctx.listener_name, session.sasl_mechanism, exc)
+        session.close_after_reply = True
+        return _answer(ErrorCode.sasl_authentication_failed, "Authentication failed: no principal")
     if session.reauthenticating:
         session.reauthenticating = False
-        if exchange.principal != session.principal:
+        if principal != session.principal:
             log.info("failed re-authentication with %s:%d on %s (%s): another principal", session.client_host,
                      session.client_port, ctx.listener_name, session.sasl_mechanism)
             session.close_after_reply = True
             return _answer(ErrorCode.sasl_authentication_failed,
                            f"Cannot change principals during re-authentication from {session.principal}: "
-                           f"{exchange.principal}")
+                           f"{principal}")
         log.debug("re-authenticated %s", session)
     else:
-        session.principal = exchange.principal
+        session.principal = principal
         session.authenticated = True
         log.debug("authenticated %s", session)
     lifetime_ms = _session_lifetime_ms(ctx, exchange)
