@@ -167,3 +167,35 @@ def test_sasl_apis_out_of_order_or_off_a_sasl_listener_are_an_illegal_state(jose
     finally:
         client.close()
         plain.close()
+
+
+@pytest.mark.josef_config(**{**SASL.kwargs, "sasl.server.max.receive.size": "1024"})
+def test_a_large_request_before_authentication_closes_the_connection_and_after_it_is_served(josef_broker, caplog):
+    """Kafka's sasl.server.max.receive.size: an unauthenticated client cannot make the broker buffer a big frame."""
+    caplog.set_level(logging.INFO, logger="josef")
+    big = {"client_software_name": "x" * 2000, "client_software_version": "1"}
+    client = sasl_client(josef_broker)
+    try:
+        client.send(ApiKey.API_VERSIONS, 3, big)
+        assert closed(client)
+    finally:
+        client.close()
+    assert "exceeds sasl.server.max.receive.size (before SASL authentication) 1024" in caplog.text
+    client = sasl_client(josef_broker)
+    try:
+        assert authenticate(client, b"\x00alice\x00s3cr\"et").error_code == ErrorCode.none
+        answer = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "t" * 1500, "topic_id": None}],
+                                                   "allow_auto_topic_creation": False,
+                                                   "include_topic_authorized_operations": False})
+        assert answer.topics[0].name == "t" * 1500  # a 1.5 kB request, now within socket.request.max.bytes
+    finally:
+        client.close()
+
+
+@pytest.mark.josef_config(**{**SASL.kwargs, "connections.max.idle.ms": "500"})
+def test_a_client_that_never_authenticates_is_closed_when_idle(josef_broker):
+    client = sasl_client(josef_broker)
+    try:
+        assert closed(client)  # nothing sent: closed after connections.max.idle.ms, not kept forever
+    finally:
+        client.close()

@@ -165,6 +165,9 @@ CORE_KEYS = (
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),
+    ConfigKey("sasl.server.max.receive.size", I, 524288,
+              "The largest request a client may send on a SASL listener before it has authenticated; a larger one "
+              "closes the connection.", at_least(1)),
     ConfigKey("connections.max.reauth.ms", L, 0,
               "The longest an authenticated SASL session lasts before the client must re-authenticate (KIP-368); a "
               "connection that has not by then is closed at its next request. 0: sessions do not expire (unless their "

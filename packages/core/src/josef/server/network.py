@@ -93,7 +93,13 @@ class Connection:
         #: Answers handed to the writer task and not written yet.
         self._queued = 0
         self._writer: _Writer | None = None
-        self._wire = _Wire.attach(stream, max_frame, self.peer)
+        #: Before SASL authentication a request may be no larger than sasl.server.max.receive.size, as in Kafka:
+        #: a client that has proved nothing cannot make the broker buffer socket.request.max.bytes.
+        self._authenticated_max_frame = max_frame
+        if not self.session.authenticated:
+            max_frame = min(max_frame, dispatcher.broker.config["sasl.server.max.receive.size"])
+        self.max_frame = max_frame
+        self._wire = _Wire.attach(stream, max_frame, self.peer, self.session.authenticated)
 
     async def _read_frame(self) -> bytes | bytearray | memoryview | None:
         """The next request, without its size prefix; None when the connection closes first."""
@@ -112,8 +118,7 @@ class Connection:
             return None
         (size,) = _SIZE.unpack(size_bytes)
         if size < 0 or size > self.max_frame:
-            raise FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}"
-                                     + _tls_hint(size))
+            raise FrameTooLargeError(_too_large(size, self.max_frame, self.session.authenticated))
         return await self._read_exactly(size)
 
     async def _read_exactly(self, n: int) -> bytes | bytearray | memoryview | None:
@@ -169,6 +174,8 @@ class Connection:
                         return
                     self._owed += 1
                     reply = await self.dispatcher.handle(self.session, frame)
+                    if self.max_frame != self._authenticated_max_frame and self.session.authenticated:
+                        self._authenticated()
                     if reply is None:
                         self._owed -= 1
                     elif not self._queued and isinstance(reply, list):
@@ -183,6 +190,13 @@ class Connection:
                         writer.flush_held()
                         log.debug("closing connection from %s after its last answer", self.peer)
                         return
+
+    def _authenticated(self) -> None:
+        """The client authenticated: it may now send requests up to socket.request.max.bytes."""
+        self.max_frame = self._authenticated_max_frame
+        if self._wire is not None:
+            self._wire.max_frame = self.max_frame
+            self._wire.authenticated = True
 
     async def _sit_out_throttle(self) -> None:
         """Read nothing from a client over its quota until its throttle time is over (Kafka mutes the channel, KIP-219)."""
@@ -253,7 +267,7 @@ class _Wire(FrameReader):
     #: The receive buffer small requests are cut from (and the first bytes of a large one).
     BUFFER_SIZE = 256 << 10
 
-    def __init__(self, transport: asyncio.Transport, max_frame: int, peer: str) -> None:
+    def __init__(self, transport: asyncio.Transport, max_frame: int, peer: str, authenticated: bool = True) -> None:
         super().__init__(max_frame, self.BUFFER_SIZE)
         self.transport = transport
         self.write_event = asyncio.Event()
@@ -265,15 +279,17 @@ class _Wire(FrameReader):
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._paused = False
+        #: Whether ``max_frame`` is socket.request.max.bytes (else sasl.server.max.receive.size), for its errors.
+        self.authenticated = authenticated
 
     @classmethod
-    def attach(cls, stream: anyio.abc.SocketStream, max_frame: int, peer: str) -> _Wire | None:
+    def attach(cls, stream: anyio.abc.SocketStream, max_frame: int, peer: str, authenticated: bool = True) -> _Wire | None:
         """Take over ``stream``'s transport, with what anyio already received; None for a stream that is not anyio's asyncio one."""
         transport = getattr(stream, "_transport", None)
         previous = getattr(stream, "_protocol", None)
         if not hasattr(transport, "set_protocol") or not hasattr(previous, "read_queue"):
             return None
-        wire = cls(transport, max_frame, peer)
+        wire = cls(transport, max_frame, peer, authenticated)
         for chunk in previous.read_queue:
             wire.feed(chunk)
         previous.read_queue.clear()
@@ -317,8 +333,7 @@ class _Wire(FrameReader):
         self._wake()
 
     def frame_refused(self, size: int) -> None:
-        self._error = FrameTooLargeError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}"
-                                         + _tls_hint(size))
+        self._error = FrameTooLargeError(_too_large(size, self.max_frame, self.authenticated))
         self.transport.pause_reading()
         self._wake()
 
@@ -533,6 +548,11 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     while isinstance(found, BaseExceptionGroup):
         found = found.exceptions[0]
     return found
+
+
+def _too_large(size: int, limit: int, authenticated: bool) -> str:
+    key = "socket.request.max.bytes" if authenticated else "sasl.server.max.receive.size (before SASL authentication)"
+    return f"frame of {size} bytes exceeds {key} {limit}" + _tls_hint(size)
 
 
 def _tls_hint(size: int) -> str:
