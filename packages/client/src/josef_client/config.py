@@ -12,7 +12,7 @@ import ssl
 from typing import Any, Callable, Iterable, Mapping
 
 from josef.config import ConfigError, ConfigKey, ConfigType, at_least, one_of
-from josef.protocol.sasl_client import SaslCredentials
+from josef.protocol.sasl_client import ClientSasl, client_sasl
 from josef.protocol.tls import CLIENT_SSL_KEYS, TlsSettings, client_context
 
 B, S, I, L, LST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
@@ -40,14 +40,27 @@ COMMON = (
     ConfigKey("security.protocol", S, "PLAINTEXT",
               "PLAINTEXT, SSL (TLS, configured by the ssl.* keys as Kafka's clients are), SASL_PLAINTEXT or SASL_SSL "
               "(SASL, configured by the sasl.* keys).", one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-    ConfigKey("sasl.mechanism", S, "GSSAPI", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI, Kafka's default, is not "
-              "offered)."),
+    ConfigKey("sasl.mechanism", S, "GSSAPI", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (GSSAPI, Kafka's "
+              "default, is not offered)."),
     ConfigKey("sasl.jaas.config", S, None,
               "The login module and credentials, as Kafka's clients take them: "
               "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"...\";",
               sensitive=True),
     ConfigKey("sasl.username", S, None, "The SASL user name, as librdkafka takes it (instead of sasl.jaas.config)."),
     ConfigKey("sasl.password", S, None, "The SASL password, as librdkafka takes it.", sensitive=True),
+    ConfigKey("sasl.oauthbearer.token.provider", C, None,
+              "OAUTHBEARER: a callable returning a token (a JWT), called for every authentication and "
+              "re-authentication, in a worker thread (it may block); without it, sasl.oauthbearer.token.endpoint.url "
+              "or the unsecuredLogin* options of OAuthBearerLoginModule in sasl.jaas.config make the tokens.",
+              _callable_or_none),
+    ConfigKey("sasl.oauthbearer.token.endpoint.url", S, None,
+              "OAUTHBEARER: the OAuth token endpoint of the client-credentials flow, with "
+              "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+              "OAuthBearerLoginCallbackHandler and the clientId, clientSecret (and scope) options of "
+              "OAuthBearerLoginModule in sasl.jaas.config."),
+    ConfigKey("sasl.login.callback.handler.class", S, None,
+              "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler for the OAUTHBEARER "
+              "client-credentials flow (sasl.oauthbearer.token.endpoint.url); no other handler is offered."),
     ConfigKey("interceptor.classes", LST, [], "Names of registered interceptors, called in this order."),
     *CLIENT_SSL_KEYS,
 )
@@ -120,14 +133,14 @@ def build_config(kind: str, keys: Iterable[ConfigKey], config: Mapping[str, Any]
     return values
 
 
-def sasl_credentials(config: Mapping[str, Any]) -> SaslCredentials | None:
+def sasl_credentials(config: Mapping[str, Any]) -> ClientSasl | None:
     """What a client's connections authenticate with: None unless ``security.protocol`` is SASL_PLAINTEXT or SASL_SSL.
 
     Read once per client, so missing credentials fail when the client is made.
     """
     if not config["security.protocol"].startswith("SASL_"):
         return None
-    return SaslCredentials.from_client_config(config.get)
+    return client_sasl(config.get)
 
 
 def ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:

@@ -185,6 +185,8 @@ class Broker:
             self.replicas = ReplicaManager(self)
         try:
             async with anyio.create_task_group() as tg:
+                for sasl in self.sasl.values():  # e.g. OAUTHBEARER's JWKS, fetched before any listener accepts
+                    await tg.start(sasl.run)
                 await self._listen(tg, controller=True)
                 await self.quorum.start(self, tg)
                 self._apply_dynamic_broker_config()

@@ -176,7 +176,33 @@ CORE_KEYS = (
     ConfigKey("sasl.enabled.mechanisms", LST, ["GSSAPI"],
               "The SASL mechanisms SASL listeners offer (listener.name.<listener>.sasl.enabled.mechanisms overrides it "
               "per listener); each is configured by listener.name.<listener>.<mechanism>.sasl.jaas.config. josef "
-              "offers PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."),
+              "offers PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER."),
+    # SASL/OAUTHBEARER (josef.server.oauthbearer): the JWKS validator's settings, each also per listener
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.url", S, None,
+              "The JWKS (an http, https or file URL) whose keys verify OAUTHBEARER tokens on listeners with "
+              "listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class="
+              "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler; fetched at start-up "
+              "(a broker that cannot fetch it does not start) and refreshed in the background.", per_listener=True),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", L, 3600000,
+              "How often the JWKS is fetched again; a token naming a key id it lacks also triggers a fetch, at most "
+              "once a minute per key id.", at_least(1), per_listener=True),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", L, 100,
+              "The first wait before retrying a failed JWKS refresh; doubled after each failure.", at_least(0),
+              per_listener=True),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", L, 10000,
+              "The longest wait between retries of a failed JWKS refresh.", at_least(0), per_listener=True),
+    ConfigKey("sasl.oauthbearer.expected.audience", LST, None,
+              "Audiences of which an OAUTHBEARER token's aud claim must name one; unset, the audience is not checked.",
+              per_listener=True),
+    ConfigKey("sasl.oauthbearer.expected.issuer", S, None,
+              "The iss claim an OAUTHBEARER token must have; unset, the issuer is not checked.", per_listener=True),
+    ConfigKey("sasl.oauthbearer.sub.claim.name", S, "sub",
+              "The claim of an OAUTHBEARER token that names its principal (User:<value>).", per_listener=True),
+    ConfigKey("sasl.oauthbearer.scope.claim.name", S, "scope",
+              "The claim of an OAUTHBEARER token that holds its scope.", per_listener=True),
+    ConfigKey("sasl.oauthbearer.clock.skew.seconds", I, 30,
+              "Seconds of difference allowed between the broker's clock and the token issuer's (exp, iat, nbf).",
+              at_least(0), per_listener=True),
     ConfigKey("sasl.mechanism.inter.broker.protocol", S, "GSSAPI",
               "The SASL mechanism brokers authenticate to each other with when the inter-broker listener is a SASL "
               "one; the username and password options of that listener's JAAS entry for it are this broker's."),

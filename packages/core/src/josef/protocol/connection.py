@@ -29,7 +29,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.frames import FrameReader
 from josef.protocol.messages import decode_response, encode_request
-from josef.protocol.sasl_client import SaslCredentials, authenticate
+from josef.protocol.sasl_client import ClientSasl, authenticate
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Connection:
         self._correlation = 0
         self.closed = False
         #: What the connection authenticated with, and when (``time.monotonic()``) it re-authenticates (KIP-368).
-        self._sasl: SaslCredentials | None = None
+        self._sasl: ClientSasl | None = None
         self._reauthenticate_at = 0.0
         self._reauthentication: asyncio.Task[None] | None = None
 
@@ -57,7 +57,7 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "josef", request_timeout_ms: int = 30000,
                    connect_timeout_ms: int = 10000, max_versions: Mapping[int, int] | None = None,
-                   ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> Connection:
+                   ssl_context: ssl.SSLContext | None = None, sasl: ClientSasl | None = None) -> Connection:
         """Connect and negotiate versions; ``max_versions`` caps the version of an API key this side writes.
 
         Without a cap, an API is spoken at the newest version both kio and

@@ -14,14 +14,32 @@ and the ``username``/``password`` options of the listener's JAAS entry
 SCRAM (RFC 5802) checks the server too: a broker that cannot prove it knows
 the credential (a wrong ``v=`` in the server-final message) is refused.
 Passwords never reach a log line, an error message or a repr.
+
+OAUTHBEARER (RFC 7628, KIP-255) sends a bearer token
+(:class:`OAuthBearerCredentials`), obtained afresh for every authentication
+(and so every KIP-368 re-authentication) in a worker thread, from one of:
+Kafka's unsecured login options (``OAuthBearerLoginModule required
+unsecuredLoginStringClaim_sub="alice";``, an ``alg: none`` token for brokers
+that validate unsecured tokens); a callable of josef's client
+(``sasl.oauthbearer.token.provider``) returning the token; or Kafka's
+client-credentials flow (``sasl.oauthbearer.token.endpoint.url`` with
+``sasl.login.callback.handler.class`` set to OAuthBearerLoginCallbackHandler
+and the ``clientId``/``clientSecret``/``scope`` JAAS options), its token
+reused until 80 % of its lifetime (Kafka's ``sasl.login.refresh.window.factor``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
+import json
 import secrets
-from typing import Any, Callable, Protocol
+import threading
+import time
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Mapping, Protocol, Union
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -33,8 +51,16 @@ from josef.protocol.jaas import parse_jaas
 from josef.scram import BY_NAME as SCRAM_ALGORITHMS
 from josef.scram import ScramAlgorithm, client_key, salted_password
 
+#: The mechanisms that authenticate with a user name and a password (:class:`SaslCredentials`).
+PASSWORD_MECHANISMS = ("PLAIN", *SCRAM_ALGORITHMS)
 #: The mechanisms josef can authenticate with.
-MECHANISMS = ("PLAIN", *SCRAM_ALGORITHMS)
+MECHANISMS = (*PASSWORD_MECHANISMS, "OAUTHBEARER")
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+#: Kafka's login callback handler of the client-credentials flow (and its name before Kafka 3.4).
+OAUTHBEARER_LOGIN_HANDLERS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+                              "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler")
+#: A callable giving a bearer token (a JWT's compact serialization); it may block: it is called in a worker thread.
+TokenProvider = Callable[[], str]
 Lookup = Callable[[str], Any]
 
 
@@ -64,7 +90,7 @@ class SaslCredentials:
     def from_client_config(cls, get: Lookup, where: str = "client") -> SaslCredentials:
         """From Kafka's client keys (``sasl.mechanism``, ``sasl.jaas.config``) or librdkafka's user name and password."""
         mechanism = (get("sasl.mechanism") or "GSSAPI").upper()
-        if mechanism not in MECHANISMS:
+        if mechanism not in PASSWORD_MECHANISMS:
             raise ConfigError(f"{where}: sasl.mechanism {mechanism} is not supported; josef offers {', '.join(MECHANISMS)}")
         jaas = get("sasl.jaas.config")
         if jaas:
@@ -83,7 +109,149 @@ class SaslCredentials:
         return _Scram(self, SCRAM_ALGORITHMS[self.mechanism])
 
 
-def outbound_sasl(config: Any, listener: str, mechanism_key: str) -> SaslCredentials | None:
+def _unsecured_token(options: Mapping[str, str], where: str) -> str:
+    """An ``alg: none`` JWT from Kafka's OAuthBearerUnsecuredLoginCallbackHandler options: the
+    ``unsecuredLogin{String,Number,List}Claim_<name>`` claims, ``iat`` now, ``exp`` after
+    ``unsecuredLoginLifetimeSeconds`` (3600); the principal claim (``unsecuredLoginPrincipalClaimName``, sub) must
+    be there."""
+    claims: dict[str, Any] = {}
+    for key, value in options.items():
+        for prefix, convert in (("unsecuredLoginStringClaim_", str), ("unsecuredLoginNumberClaim_", float),
+                                ("unsecuredLoginListClaim_", lambda v: [e for e in v[1:].split(v[0]) if e] if v else [])):
+            if key.startswith(prefix) and len(key) > len(prefix):
+                name = key[len(prefix):]
+                if name in ("iat", "exp"):
+                    raise ConfigError(f"{where}: sasl.jaas.config: the {name} claim is set by the login module")
+                try:
+                    claims[name] = convert(value)
+                except ValueError:
+                    raise ConfigError(f"{where}: sasl.jaas.config: {key} is not a number") from None
+    principal_claim = options.get("unsecuredLoginPrincipalClaimName", "").strip() or "sub"
+    if not str(claims.get(principal_claim, "")).strip():
+        raise ConfigError(f"{where}: OAUTHBEARER needs a token: unsecuredLoginStringClaim_{principal_claim} in "
+                          f"sasl.jaas.config, sasl.oauthbearer.token.provider, or sasl.oauthbearer.token.endpoint.url")
+    try:
+        lifetime = int(options.get("unsecuredLoginLifetimeSeconds", "3600"))
+    except ValueError:
+        raise ConfigError(f"{where}: sasl.jaas.config: unsecuredLoginLifetimeSeconds is not an integer") from None
+    now_ms = time.time_ns() // 1_000_000  # iat in whole milliseconds, as Kafka writes it: never after the broker's now
+    claims.update(iat=now_ms / 1000, exp=now_ms // 1000 + lifetime)
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'none'})}.{part(claims)}."
+
+
+class ClientCredentialsTokens:
+    """Kafka's OAuthBearerLoginCallbackHandler: access tokens of the OAuth client-credentials grant, POSTed for at the
+    token endpoint with HTTP Basic authentication (RFC 6749 4.4), reused until 80 % of their lifetime."""
+
+    def __init__(self, url: str, client_id: str, client_secret: str, scope: str | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.url, self.client_id, self._secret, self.scope, self.timeout_s = url, client_id, client_secret, scope, timeout_s
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._renew_at = 0.0
+
+    def __repr__(self) -> str:
+        return f"ClientCredentialsTokens({self.url!r}, {self.client_id!r})"
+
+    def __call__(self) -> str:
+        with self._lock:
+            now = time.time()
+            if self._token is None or now >= self._renew_at:
+                self._token, expires_in = self._request()
+                self._renew_at = now + 0.8 * expires_in
+            return self._token
+
+    def _request(self) -> tuple[str, float]:
+        form = {"grant_type": "client_credentials", **({"scope": self.scope} if self.scope else {})}
+        basic = base64.b64encode(f"{self.client_id}:{self._secret}".encode()).decode()
+        request = urllib.request.Request(self.url, urllib.parse.urlencode(form).encode(), method="POST", headers={
+            "Authorization": f"Basic {basic}", "Accept": "application/json",
+            "Content-Type": "application/x-www-form-urlencoded"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:  # noqa: S310
+                body = json.loads(answer.read())
+        except (OSError, ValueError) as exc:  # the secret is in no part of these messages
+            raise SaslAuthenticationFailed(ErrorCode.sasl_authentication_failed,
+                                           f"cannot get an access token from {self.url}: {exc}") from None
+        token = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise SaslAuthenticationFailed(ErrorCode.sasl_authentication_failed,
+                                           f"the token endpoint {self.url} answered without an access_token")
+        expires_in = body.get("expires_in")
+        return token, float(expires_in) if isinstance(expires_in, (int, float)) and expires_in > 0 else 3600.0
+
+
+@attrs.frozen(repr=False)
+class OAuthBearerCredentials:
+    """OAUTHBEARER: where tokens come from, and the SASL extensions sent with them."""
+
+    #: Called for every authentication, in a worker thread; returns the token.
+    token_provider: TokenProvider
+    #: ``unsecuredLoginExtension_<key>`` options (Kafka's ``sasl.extensions``): sent as key=value pairs.
+    extensions: Mapping[str, str] = attrs.field(factory=dict)
+    #: Where the tokens come from, for repr and errors (never a token or a secret).
+    source: str = "a token provider"
+    mechanism: str = "OAUTHBEARER"
+
+    def __repr__(self) -> str:
+        return f"OAuthBearerCredentials({self.source})"
+
+    @classmethod
+    def from_client_config(cls, get: Lookup, where: str = "client") -> OAuthBearerCredentials:
+        """From josef's ``sasl.oauthbearer.token.provider`` callable, Kafka's client-credentials keys, or Kafka's
+        unsecured login options in ``sasl.jaas.config``, in that order."""
+        jaas = get("sasl.jaas.config")
+        options: dict[str, str] = {}
+        if jaas:
+            module, options = parse_jaas(str(jaas), f"{where}: sasl.jaas.config")
+            if module != OAUTHBEARER_LOGIN_MODULE:
+                raise ConfigError(f"{where}: OAUTHBEARER needs {OAUTHBEARER_LOGIN_MODULE} in sasl.jaas.config, "
+                                  f"not {module}")
+        extensions = {k.removeprefix("unsecuredLoginExtension_"): v for k, v in options.items()
+                      if k.startswith("unsecuredLoginExtension_") and k != "unsecuredLoginExtension_"}
+        if "auth" in extensions:
+            raise ConfigError(f"{where}: sasl.jaas.config: auth cannot be a SASL extension")
+        provider = get("sasl.oauthbearer.token.provider")
+        if provider is not None:
+            if not callable(provider):
+                raise ConfigError(f"{where}: sasl.oauthbearer.token.provider must be a callable returning a token")
+            return cls(provider, extensions, "sasl.oauthbearer.token.provider")
+        url = get("sasl.oauthbearer.token.endpoint.url")
+        if url:
+            handler = get("sasl.login.callback.handler.class")
+            if handler not in OAUTHBEARER_LOGIN_HANDLERS:
+                raise ConfigError(f"{where}: sasl.oauthbearer.token.endpoint.url needs sasl.login.callback.handler."
+                                  f"class={OAUTHBEARER_LOGIN_HANDLERS[0]}, as Kafka's clients do")
+            if not options.get("clientId") or not options.get("clientSecret"):
+                raise ConfigError(f"{where}: the client-credentials flow needs the clientId and clientSecret "
+                                  f"options of {OAUTHBEARER_LOGIN_MODULE} in sasl.jaas.config")
+            tokens = ClientCredentialsTokens(str(url), options["clientId"], options["clientSecret"],
+                                             options.get("scope"))
+            return cls(tokens, extensions, f"client credentials of {options['clientId']} at {url}")
+        _unsecured_token(options, where)  # refuses options that make no token now, not at the first connection
+        return cls(lambda: _unsecured_token(options, where), extensions, "an unsecured token")
+
+    def first_message(self, token: str) -> bytes:
+        """RFC 7628's client first message, as OAuthBearerClientInitialResponse writes it."""
+        extensions = "".join(f"\x01{key}={value}" for key, value in self.extensions.items())
+        return f"n,,\x01auth=Bearer {token}{extensions}\x01\x01".encode()
+
+
+#: What a connection authenticates with.
+ClientSasl = Union[SaslCredentials, OAuthBearerCredentials]
+
+
+def client_sasl(get: Lookup, where: str = "client") -> ClientSasl:
+    """The credentials of Kafka's client keys, for any mechanism josef offers."""
+    if str(get("sasl.mechanism") or "").upper() == "OAUTHBEARER":
+        return OAuthBearerCredentials.from_client_config(get, where)
+    return SaslCredentials.from_client_config(get, where)
+
+
+def outbound_sasl(config: Any, listener: str, mechanism_key: str) -> ClientSasl | None:
     """What a broker or controller authenticates with to ``listener`` of other nodes: None unless the listener is
     SASL (``listener.security.protocol.map``); else ``mechanism_key``'s mechanism
     (``sasl.mechanism.inter.broker.protocol`` or ``sasl.mechanism.controller.protocol``) and the ``username`` and
@@ -101,8 +269,7 @@ def outbound_sasl(config: Any, listener: str, mechanism_key: str) -> SaslCredent
     if not jaas:
         raise ConfigError(f"{where}: brokers authenticate to each other with the username and password options of "
                           f"{key}, which is not set")
-    return SaslCredentials.from_client_config(
-        {"sasl.mechanism": mechanism, "sasl.jaas.config": jaas}.get, where)
+    return client_sasl({"sasl.mechanism": mechanism, "sasl.jaas.config": jaas}.get, where)
 
 
 class SaslExchange(Protocol):
@@ -111,6 +278,21 @@ class SaslExchange(Protocol):
 
     def respond(self, challenge: bytes) -> bytes | None:
         """The answer to the server's message; None when the exchange is over (the server is verified)."""
+
+
+class _OAuthBearer:
+    """The client side of OAuthBearerSaslClient: the token, then ``\x01`` to acknowledge an error challenge."""
+
+    def __init__(self, message: bytes) -> None:
+        self._message = message
+
+    def first(self) -> bytes:
+        return self._message
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        # A successful exchange ends with SaslAuthenticate's empty answer; a challenge is the broker's JSON error,
+        # acknowledged so that the broker fails the exchange with it as the message.
+        return b"\x01" if challenge else None
 
 
 class _Plain:
@@ -170,7 +352,7 @@ def _attributes(message: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in message.split(",") if "=" in part)
 
 
-async def authenticate(conn: Any, credentials: SaslCredentials) -> int:
+async def authenticate(conn: Any, credentials: ClientSasl) -> int:
     """SaslHandshake and SaslAuthenticate on ``conn`` (a :class:`josef.protocol.connection.Connection`, versions
     negotiated); :class:`SaslAuthenticationFailed` with the broker's message when it refuses. Returns the session's
     lifetime in ms (KIP-368; 0: it does not expire)."""
@@ -179,7 +361,12 @@ async def authenticate(conn: Any, credentials: SaslCredentials) -> int:
         raise SaslAuthenticationFailed(handshake.error_code,
                                        f"the broker does not offer {credentials.mechanism} (it offers "
                                        f"{', '.join(handshake.mechanisms) or 'nothing'})")
-    exchange = credentials.exchange()
+    exchange: SaslExchange
+    if isinstance(credentials, OAuthBearerCredentials):
+        # The provider may block (an HTTP request to the token endpoint): never on the event loop.
+        exchange = _OAuthBearer(credentials.first_message(await asyncio.to_thread(credentials.token_provider)))
+    else:
+        exchange = credentials.exchange()
     token: bytes | None = exchange.first()
     version = min(conn.versions.get(ApiKey.SASL_AUTHENTICATE, (0, 2))[1], 2)
     lifetime_ms = 0

@@ -7,7 +7,10 @@ syntax. PLAIN checks the ``user_<name>="<password>"`` options of
 ``PlainLoginModule``, as Kafka's PlainServerCallbackHandler does.
 SCRAM-SHA-256 and SCRAM-SHA-512 need ``ScramLoginModule`` there, as Kafka
 does, and check the credentials of the metadata log
-(:mod:`josef.server.scram`).
+(:mod:`josef.server.scram`). OAUTHBEARER needs ``OAuthBearerLoginModule``
+and validates bearer tokens, unsecured or against a JWKS
+(:mod:`josef.server.oauthbearer`); a mechanism with work of its own while
+the broker runs (the JWKS refresh) does it in :meth:`ListenerSasl.run`.
 
 Each connection gets its own exchange (:class:`SaslServer`) at
 SaslHandshake: PLAIN's takes one token, SCRAM's two, and the exchange keeps
@@ -23,6 +26,8 @@ from __future__ import annotations
 import hmac
 from typing import Mapping, Protocol
 
+import anyio
+import anyio.abc
 import attrs
 
 from josef.config import Config, ConfigError
@@ -30,14 +35,16 @@ from josef.protocol.jaas import parse_jaas
 from josef.scram import BY_NAME as SCRAM_ALGORITHMS
 from josef.scram import ScramAlgorithm
 from josef.security import KafkaPrincipal, SaslAuthenticationError
+from josef.server.oauthbearer import MECHANISM as OAUTHBEARER
+from josef.server.oauthbearer import OAuthBearerMechanism
 from josef.server.scram import CredentialLookup, ScramServer
 
-__all__ = ["SaslAuthenticationError", "ListenerSasl", "PlainMechanism", "ScramMechanism"]
+__all__ = ["SaslAuthenticationError", "ListenerSasl", "OAuthBearerMechanism", "PlainMechanism", "ScramMechanism"]
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: The mechanisms josef's brokers answer.
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 #: Kafka's answer to any failed PLAIN authentication: it says nothing about which part was wrong.
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
 
@@ -166,6 +173,19 @@ class ListenerSasl:
             jaas = config.unknown.get(key)
             if jaas is None:
                 raise ConfigError(f"listener {listener}: {name} needs {key}")
-            mechanisms[name] = PlainMechanism.from_jaas(jaas, key) if name == "PLAIN" \
-                else ScramMechanism.from_jaas(name, jaas, key)
+            if name == "PLAIN":
+                mechanisms[name] = PlainMechanism.from_jaas(jaas, key)
+            elif name == OAUTHBEARER:
+                mechanisms[name] = OAuthBearerMechanism.from_config(config, listener, jaas, key)
+            else:
+                mechanisms[name] = ScramMechanism.from_jaas(name, jaas, key)
         return cls(listener, mechanisms)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The mechanisms' background work while the broker runs (OAUTHBEARER's JWKS refresh), reported started
+        once each is ready to authenticate (the JWKS fetched), so no client is refused for a cache still empty."""
+        async with anyio.create_task_group() as tg:
+            for mechanism in self.mechanisms.values():
+                if isinstance(mechanism, OAuthBearerMechanism):
+                    await tg.start(mechanism.run)
+            task_status.started()
