@@ -431,8 +431,9 @@ class OAuthBearerMechanism:
         OAuthBearerValidatorCallbackHandler validates against ``sasl.oauthbearer.jwks.endpoint.url``; unset, the
         unsecured validator takes the JAAS entry's ``unsecuredValidator*`` options.
 
-        Unlike Kafka, a JWKS URL without that handler class is refused rather than ignored: an operator who set it
-        means tokens to be verified, and the unsecured validator would accept anyone's ``alg: none`` token."""
+        Unlike Kafka, a JWKS URL without that handler class is refused rather than ignored (set for this listener,
+        or set for all while no listener has the handler): an operator who set it means tokens to be verified, and
+        the unsecured validator would accept anyone's ``alg: none`` token."""
         module, options = parse_jaas(jaas, key)
         if module != LOGIN_MODULE:
             raise ConfigError(f"{key}: OAUTHBEARER needs {LOGIN_MODULE}, not {module}")
@@ -441,7 +442,10 @@ class OAuthBearerMechanism:
         handler = (config.unknown.get(handler_key) or "").strip()
         url = config.for_listener(listener, "sasl.oauthbearer.jwks.endpoint.url")
         if not handler or handler == UNSECURED_VALIDATOR:
-            if url:
+            own_url = config.is_set(f"{prefix}sasl.oauthbearer.jwks.endpoint.url")
+            jwks_elsewhere = any(k.endswith(".oauthbearer.sasl.server.callback.handler.class") and
+                                 v.strip() in JWKS_VALIDATORS for k, v in config.unknown.items())
+            if url and (own_url or not jwks_elsewhere):
                 raise ConfigError(f"listener {listener}: sasl.oauthbearer.jwks.endpoint.url is set but tokens would "
                                   f"not be verified with it: set {handler_key}={JWKS_VALIDATORS[0]} (unset, Kafka's "
                                   f"unsecured validator accepts unsigned tokens)")

@@ -1,0 +1,197 @@
+"""SASL/OAUTHBEARER as real clients use it, against a broker process: librdkafka's unsecured tokens
+(``sasl.oauthbearer.config=principal=alice`` with ``enable.sasl.oauthbearer.unsecure.jwt``) on one listener, and signed JWTs on another whose broker verifies them
+against the JWKS of a real HTTP server on a free port of 127.0.0.1 (confluent-kafka's ``oauth_cb``, kafka-python's
+and aiokafka's ``sasl_oauth_token_provider``)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import re
+import threading
+import time
+from typing import Any, Iterator
+
+import jwt
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography.hazmat.primitives.asymmetric import rsa
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.net.sasl.oauth import AbstractTokenProvider
+
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+class Jwks:
+    """An identity provider's JWKS endpoint (GET) on a real HTTP server, and tokens signed with its key."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
+        body = json.dumps({"keys": [public | {"kid": "idp-1", "alg": "RS256", "use": "sig"}]}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def token(self, sub: str) -> tuple[str, float]:
+        now = int(time.time())
+        claims = {"sub": sub, "iat": now, "exp": now + 600, "aud": "josef", "iss": "https://idp.test"}
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "idp-1"}), now + 600.0
+
+
+@pytest.fixture(scope="module")
+def jwks() -> Iterator[Jwks]:
+    provider = Jwks()
+    provider.thread.start()
+    try:
+        yield provider
+    finally:
+        provider.server.shutdown()
+        provider.server.server_close()
+        provider.thread.join()
+
+
+@pytest.fixture
+def oauth_broker(broker_factory, jwks):
+    broker = broker_factory(**{
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SECURED://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SECURED:SASL_PLAINTEXT,"
+                                          "CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",
+        "listener.name.secured.oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",
+        "listener.name.secured.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": jwks.url,
+        "sasl.oauthbearer.expected.audience": "josef",
+        "sasl.oauthbearer.expected.issuer": "https://idp.test",
+    })
+    for name in ("SASL_PLAINTEXT", "SECURED"):
+        [port] = {int(m) for line in broker.log for m in re.findall(rf"{name}://127\.0\.0\.1:(\d+)", line)}
+        setattr(broker, name.lower(), f"127.0.0.1:{port}")
+    return broker
+
+
+def confluent_round_trip(settings: dict[str, Any], topic: str) -> set[bytes]:
+    """Create the topic (the admin call), produce 50 records, consume them in a group."""
+    admin = AdminClient(settings)  # kept: a destroyed handle fails its futures
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    producer = Producer({**settings, "enable.idempotence": True})
+    for i in range(50):
+        producer.produce(topic, f"{topic}-{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**settings, "group.id": f"{topic}-group", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    try:
+        for _ in range(600):
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+            if len(seen) == 50:
+                break
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_confluent_kafka_with_librdkafka_s_unsecured_tokens(oauth_broker):
+    settings = {"bootstrap.servers": oauth_broker.sasl_plaintext, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=alice",
+                "enable.sasl.oauthbearer.unsecure.jwt": True}
+    assert confluent_round_trip(settings, "oauth-rd") == {f"oauth-rd-{i}".encode() for i in range(50)}
+
+
+def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_refused(oauth_broker, jwks):
+    calls: list[str] = []
+
+    def oauth_cb(config: str) -> tuple[str, float]:
+        calls.append(config)
+        return jwks.token("alice")
+    settings = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
+    assert confluent_round_trip(settings, "oauth-jwks") == {f"oauth-jwks-{i}".encode() for i in range(50)}
+    assert calls
+    unsecured = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=mallory",
+                 "enable.sasl.oauthbearer.unsecure.jwt": True}
+    with pytest.raises(Exception):
+        AdminClient(unsecured).list_topics(timeout=5)
+    assert oauth_broker.wait_for_log('(OAUTHBEARER): {"status":"invalid_token"}')
+
+
+class Tokens(AbstractTokenProvider):
+    def __init__(self, jwks: Jwks) -> None:
+        self.jwks = jwks
+
+    def token(self) -> str:
+        return self.jwks.token("bob")[0]
+
+
+def test_kafka_python_with_a_token_provider(oauth_broker, jwks):
+    settings = {"bootstrap_servers": oauth_broker.secured, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": Tokens(jwks)}
+    producer = KafkaProducer(**settings)
+    for i in range(20):
+        producer.send("kp-oauth", f"k{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("kp-oauth", group_id="kp-oauth-group", auto_offset_reset="earliest",
+                             consumer_timeout_ms=15000, **settings)
+    values = {m.value for _, m in zip(range(20), consumer)}
+    consumer.close()
+    assert values == {f"k{i}".encode() for i in range(20)}
+
+
+class AioTokens(AioTokenProvider):
+    def __init__(self, jwks: Jwks) -> None:
+        self.jwks = jwks
+
+    async def token(self) -> str:
+        return self.jwks.token("carol")[0]
+
+
+def test_aiokafka_with_a_token_provider(oauth_broker, jwks):
+    settings = {"bootstrap_servers": oauth_broker.secured, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": AioTokens(jwks)}
+
+    async def run() -> set[bytes]:
+        producer = AIOKafkaProducer(**settings)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait("aio-oauth", f"a{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio-oauth", group_id="aio-oauth-group", auto_offset_reset="earliest", **settings)
+        await consumer.start()
+        values: set[bytes] = set()
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    values.add(message.value)
+                    if len(values) == 20:
+                        break
+        finally:
+            await consumer.stop()
+        return values
+
+    assert asyncio.run(run()) == {f"a{i}".encode() for i in range(20)}
