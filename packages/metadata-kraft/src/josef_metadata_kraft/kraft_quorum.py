@@ -43,7 +43,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
-from josef.protocol.sasl_client import outbound_sasl
+from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl
 from josef.protocol.tls import outbound_context
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
@@ -442,10 +442,23 @@ class KRaftQuorum:
             await self._drop(destination)
             if self._node is not None:
                 self._node.handle_send_failure(destination, request, _wall_ms())
+        except SaslAuthenticationFailed as exc:
+            # The credentials are this node's configuration: no retry mends them, so stop saying why.
+            assert self._sasl is not None
+            listener = self._raft_config.listener_name
+            raise ConfigError(f"node {self._node_id} cannot authenticate to controller {destination} on {listener} "
+                              f"with {self._sasl.mechanism} as {self._sasl.username!r}: {exc} (its credentials are the "
+                              f"username and password of listener.name.{listener.lower()}."
+                              f"{self._sasl.mechanism.lower()}.sasl.jaas.config)") from None
         else:
             if getattr(response, "error_code", None) == ErrorCode.inconsistent_cluster_id:
                 raise ConfigError(f"controller {destination} answered INCONSISTENT_CLUSTER_ID: this node was "
                                   f"formatted for cluster {self._cluster_id}, which is not the quorum's")
+            if getattr(response, "error_code", None) == ErrorCode.cluster_authorization_failed:
+                # Fatal, as in Kafka's KafkaRaftClient: the principal this node authenticates as may not CLUSTER_ACTION.
+                who = f"User:{self._sasl.username}" if self._sasl is not None else "this node's principal"
+                raise ConfigError(f"controller {destination} answered CLUSTER_AUTHORIZATION_FAILED: {who} may not "
+                                  f"CLUSTER_ACTION on the cluster (make it a super user or grant it ClusterAction)")
             if self._node is not None:
                 self._node.handle_response(destination, request, response, _wall_ms())
         self._wake.set()

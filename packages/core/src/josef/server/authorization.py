@@ -46,6 +46,7 @@ from kio.schema.errors import ErrorCode
 from josef.acls import SUPPORTED_OPERATIONS, ResourceType
 from josef.authorizer import CLUSTER_NAME, Action, AllowAll, Authorizer
 from josef.metadata.records import uuid_to_text
+from josef.protocol import fetch_codec
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.error_responses import error_response
 from josef.protocol.messages import build, response_type
@@ -288,6 +289,12 @@ async def _produce(check: Check, ctx: RequestContext, request: Any, handler: Han
 
 
 async def _fetch(check: Check, ctx: RequestContext, request: Any, handler: Handler) -> Answer:
+    if not isinstance(request, fetch_codec.FetchRequest):
+        # The metadata quorum's Fetch on a controller listener (kio's request, not the broker's codec): as Kafka's
+        # ControllerApis, only CLUSTER_ACTION principals (brokers, controllers) may read the metadata log.
+        if not check.may("CLUSTER_ACTION", CLUSTER):
+            return refuse(ctx, request, E.cluster_authorization_failed)
+        return await handler(ctx, request)
     image = ctx.broker.image
     names = _topic_names(ctx, request.topics)
     if request.session_id > 0:

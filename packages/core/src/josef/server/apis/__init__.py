@@ -37,6 +37,9 @@ from josef.server.dispatch import Dispatcher, Handler, RequestContext
 #: (API key, handler, lowest version, highest version) the controller answers: Kafka's ControllerApis.
 CONTROLLER_APIS = (
     (ApiKey.API_VERSIONS, api_versions.api_versions, 0, 4),
+    # A SASL controller listener (Kafka's ControllerApis answers these too); the broker registers its own below.
+    (ApiKey.SASL_HANDSHAKE, authentication.sasl_handshake, 0, 1),
+    (ApiKey.SASL_AUTHENTICATE, authentication.sasl_authenticate, 0, 2),
     (ApiKey.CREATE_TOPICS, admin.create_topics, 2, 7),
     (ApiKey.DELETE_TOPICS, admin.delete_topics, 1, 6),
     (ApiKey.ALTER_CONFIGS, configs.alter_configs, 0, 2),
