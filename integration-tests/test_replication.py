@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
@@ -24,6 +25,7 @@ from josef.node.broker_config import RACK_AWARE_SELECTOR
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
+from secured import client_settings, start_secured_cluster
 
 FAST = {
     "controller.quorum.election.timeout.ms": "500",
@@ -37,35 +39,41 @@ FAST = {
 PARTITIONS = 3
 
 
-def admin(cluster):
-    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+def settings(cluster, client: Mapping[str, str] | None = None, **extra) -> dict:
+    """librdkafka settings for ``cluster``'s brokers: ``client`` (security settings; none for PLAINTEXT), then ``extra``."""
+    return {"bootstrap.servers": cluster.bootstrap_servers, **(client or {}), **extra}
 
 
-def create_topic(cluster, name, partitions=PARTITIONS, min_isr=2):
-    client = admin(cluster)  # kept alive until the answer: a collected client fails its futures
+def admin(cluster, client=None):
+    return AdminClient(settings(cluster, client))
+
+
+def create_topic(cluster, name, partitions=PARTITIONS, min_isr=2, client=None):
+    client = admin(cluster, client)  # kept alive until the answer: a collected client fails its futures
     futures = client.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": str(min_isr)})])
     futures[name].result(30)
 
 
-def partitions_of(cluster, topic):
+def partitions_of(cluster, topic, client=None):
     """``{partition: (leader, replicas, isr)}`` as the brokers' Metadata tells it."""
-    metadata = admin(cluster).list_topics(topic, timeout=10)
+    metadata = admin(cluster, client).list_topics(topic, timeout=10)
     return {p.id: (p.leader, tuple(p.replicas), tuple(sorted(p.isrs))) for p in metadata.topics[topic].partitions.values()}
 
 
-def full_isr(cluster, topic):
+def full_isr(cluster, topic, client=None):
     """Once every partition has a leader and all three replicas in sync."""
-    eventually(lambda: all(leader >= 0 and len(isr) == 3 for leader, _, isr in partitions_of(cluster, topic).values()),
+    eventually(lambda: all(leader >= 0 and len(isr) == 3
+                           for leader, _, isr in partitions_of(cluster, topic, client).values()),
                timeout=60, what=f"every replica of {topic} back in the ISR")
 
 
 class Load:
     """An idempotent acks=all producer writing ``partition:sequence`` values to every partition until stopped."""
 
-    def __init__(self, cluster, topic: str, partitions: int = PARTITIONS) -> None:
+    def __init__(self, cluster, topic: str, partitions: int = PARTITIONS, client: Mapping[str, str] | None = None) -> None:
         self.topic, self.partitions = topic, partitions
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
+        self.producer = Producer(settings(cluster, client, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                                              "message.timeout.ms": 60000}))
         self.acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
         self.failed: list[KafkaError] = []
         self._lock = threading.Lock()
@@ -117,10 +125,10 @@ class Load:
         assert not self._thread.is_alive(), "the producer did not flush"
 
 
-def read_all(cluster, topic, partitions=PARTITIONS):
+def read_all(cluster, topic, partitions=PARTITIONS, client=None, group="checker"):
     """Every record of every partition, from the log start to the high watermark: ``{partition: [(offset, value)]}``."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "checker",
-                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
+    consumer = Consumer(settings(cluster, client, **{"group.id": group, "enable.auto.commit": False,
+                                                     "fetch.queue.backoff.ms": 10}))
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -150,47 +158,54 @@ def check_every_acknowledged_record(load: Load, records) -> int:
     return load.count()
 
 
-def test_no_acknowledged_write_is_lost_through_kills_pauses_and_controlled_shutdowns(josef_cluster):
-    cluster = josef_cluster(controllers=1, brokers=3, **FAST)
+@pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
+def test_no_acknowledged_write_is_lost_through_kills_pauses_and_controlled_shutdowns(josef_cluster, tmp_path, security):
+    if security == "sasl_ssl":  # every listener SASL_SSL, the StandardAuthorizer on every node (secured.py)
+        cluster, tls = start_secured_cluster(josef_cluster, tmp_path / "tls", controllers=1, brokers=3, **FAST)
+        client = client_settings(tls)
+    else:
+        cluster, client = josef_cluster(controllers=1, brokers=3, **FAST), None
     topic = "chaos"
-    create_topic(cluster, topic)
-    full_isr(cluster, topic)
-    with Load(cluster, topic) as load:
+    create_topic(cluster, topic, client=client)
+    full_isr(cluster, topic, client)
+    with Load(cluster, topic, client=client) as load:
         # SIGKILL the leader of partition 0; another replica takes over and writes go on.
-        victim = cluster.node(partitions_of(cluster, topic)[0][0])
+        victim = cluster.node(partitions_of(cluster, topic, client)[0][0])
         victim.kill()
-        eventually(lambda: partitions_of(cluster, topic)[0][0] not in (-1, victim.node_id), what="a new leader")
+        eventually(lambda: partitions_of(cluster, topic, client)[0][0] not in (-1, victim.node_id), what="a new leader")
         load.progress()
         victim.restart()
-        full_isr(cluster, topic)  # the killed broker caught up and rejoined every ISR
+        full_isr(cluster, topic, client)  # the killed broker caught up and rejoined every ISR
         load.progress()
 
         # SIGSTOP another broker past replica.lag.time.max.ms: the leaders it follows drop it from their ISR
         # (AlterPartition, well before its session ends); partitions it leads move once it is fenced.
         paused = next(b for b in cluster.brokers if b is not victim)
-        followed = [p for p, (leader, _, _) in partitions_of(cluster, topic).items() if leader != paused.node_id]
+        followed = [p for p, (leader, _, _) in partitions_of(cluster, topic, client).items()
+                    if leader != paused.node_id]
         paused.pause()
         try:
-            eventually(lambda: all(paused.node_id not in partitions_of(cluster, topic)[p][2] for p in followed),
+            eventually(lambda: all(paused.node_id not in partitions_of(cluster, topic, client)[p][2] for p in followed),
                        what=f"broker {paused.node_id} leaving the ISRs of the partitions it follows")
             assert any(f"shrinking the ISR of {topic}-{p} " in b.log for p in followed for b in cluster.brokers)
-            eventually(lambda: all(leader not in (-1, paused.node_id) for leader, _, _ in partitions_of(cluster, topic).values()),
+            eventually(lambda: all(leader not in (-1, paused.node_id)
+                                   for leader, _, _ in partitions_of(cluster, topic, client).values()),
                        what=f"leaders moving off the paused broker {paused.node_id}")
             load.progress()
         finally:
             paused.resume()
-        full_isr(cluster, topic)
+        full_isr(cluster, topic, client)
         load.progress()
 
         # A controlled shutdown moves leadership away first; the producer barely notices.
         stopped = next(b for b in cluster.brokers if b not in (victim, paused))
         assert stopped.stop() == 0
-        assert all(leader != stopped.node_id for leader, _, _ in partitions_of(cluster, topic).values())
+        assert all(leader != stopped.node_id for leader, _, _ in partitions_of(cluster, topic, client).values())
         load.progress()
         stopped.restart()
-        full_isr(cluster, topic)
+        full_isr(cluster, topic, client)
         load.progress()
-    acknowledged = check_every_acknowledged_record(load, read_all(cluster, topic))
+    acknowledged = check_every_acknowledged_record(load, read_all(cluster, topic, client=client))
     assert acknowledged >= 7 * 300  # what the seven load.progress() calls (one on entering Load) awaited
     print(f"\n{acknowledged} acknowledged records read back; {len(load.failed)} deliveries failed")
 

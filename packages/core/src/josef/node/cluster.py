@@ -313,6 +313,12 @@ class NodeProcess:
         except subprocess.TimeoutExpired:
             return self.kill()
 
+    def wait(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """Wait for the process to exit by itself (no signal) and reap it: its exit status; TimeoutExpired if it does not."""
+        if self.proc is None:
+            return None
+        return self._reap(timeout)
+
     def kill(self) -> int | None:
         """``kill -9`` by PID: no shutdown at all. Returns the exit status."""
         if self.proc is None:
@@ -349,7 +355,9 @@ class JosefCluster:
     ``CONTROLLER://`` for controller roles, in node order), names every controller in ``controller.quorum.voters`` and keeps
     its log directory under ``base_dir/node-<id>/``. ``overrides`` apply to
     every node and ``node_overrides[id]`` to one node, over the generated
-    keys; an override of None removes a key.
+    keys; an override of None removes a key. ``format_args`` go to every ``josef
+    storage format`` (``("--add-scram", "SCRAM-SHA-512=[name=admin,password=...]")``).
+    :meth:`add_broker` adds a broker to the running cluster.
 
     :meth:`start` formats each node's storage with one cluster id (``josef
     storage format``), starts every process and waits until each is ready.
@@ -361,7 +369,8 @@ class JosefCluster:
                  node_overrides: Mapping[int, Mapping[str, str | None]] | None = None,
                  cluster_id: str | None = None, host: str = "127.0.0.1", first_node_id: int = 1,
                  log_level: str = "INFO", env: Mapping[str, str] | None = None,
-                 start_timeout: float = START_TIMEOUT_S, base_port: int | None = None) -> None:
+                 start_timeout: float = START_TIMEOUT_S, base_port: int | None = None,
+                 format_args: Sequence[str] = ()) -> None:
         if min(combined, controllers, brokers) < 0:
             raise ValueError("node counts cannot be negative")
         if combined + controllers == 0:
@@ -370,6 +379,9 @@ class JosefCluster:
         self.host = host
         self.cluster_id = cluster_id
         self.start_timeout = start_timeout
+        self.format_args = tuple(format_args)
+        self._overrides = dict(overrides or {})
+        self._node_options = {"log_level": log_level, "env": env, "start_timeout": start_timeout}
         layout = ([("broker", "controller")] * combined + [("controller",)] * controllers + [("broker",)] * brokers)
         ids = list(range(first_node_id, first_node_id + len(layout)))
         unknown = set(node_overrides or {}) - set(ids)
@@ -382,24 +394,45 @@ class JosefCluster:
             names = ([BROKER_LISTENER] if "broker" in roles else []) + (
                 [CONTROLLER_LISTENER] if "controller" in roles else [])
             listeners[node_id] = {name: next(ports) for name in names}
-        voters = ",".join(f"{node_id}@{host}:{l[CONTROLLER_LISTENER]}" for node_id, l in listeners.items()
-                          if CONTROLLER_LISTENER in l)
-        self.nodes: list[NodeProcess] = []
-        for node_id, roles in zip(ids, layout):
-            properties: dict[str, str | None] = {
-                "node.id": str(node_id),
-                "process.roles": ",".join(roles),
-                "listeners": ",".join(f"{name}://{host}:{port}" for name, port in listeners[node_id].items()),
-                "controller.listener.names": CONTROLLER_LISTENER,
-                "controller.quorum.voters": voters,
-                "listener.security.protocol.map": f"{BROKER_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT",
-                "log.dirs": str(self.base_dir / f"node-{node_id}" / "data"),
-                **(overrides or {}),
-                **(node_overrides or {}).get(node_id, {}),
-            }
-            self.nodes.append(NodeProcess(
-                node_id, roles, {k: v for k, v in properties.items() if v is not None},
-                self.base_dir / f"node-{node_id}", log_level=log_level, env=env, start_timeout=start_timeout))
+        self._voters = ",".join(f"{node_id}@{host}:{l[CONTROLLER_LISTENER]}" for node_id, l in listeners.items()
+                                if CONTROLLER_LISTENER in l)
+        self.nodes: list[NodeProcess] = [
+            self._node(node_id, roles, listeners[node_id], (node_overrides or {}).get(node_id, {}))
+            for node_id, roles in zip(ids, layout)]
+
+    def _node(self, node_id: int, roles: Sequence[str], listeners: Mapping[str, int],
+              node_overrides: Mapping[str, str | None]) -> NodeProcess:
+        properties: dict[str, str | None] = {
+            "node.id": str(node_id),
+            "process.roles": ",".join(roles),
+            "listeners": ",".join(f"{name}://{self.host}:{port}" for name, port in listeners.items()),
+            "controller.listener.names": CONTROLLER_LISTENER,
+            "controller.quorum.voters": self._voters,
+            "listener.security.protocol.map": f"{BROKER_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT",
+            "log.dirs": str(self.base_dir / f"node-{node_id}" / "data"),
+            **self._overrides,
+            **node_overrides,
+        }
+        return NodeProcess(node_id, roles, {k: v for k, v in properties.items() if v is not None},
+                           self.base_dir / f"node-{node_id}", **self._node_options)
+
+    def add_broker(self, overrides: Mapping[str, str | None] | None = None, *, node_id: int | None = None,
+                   start: bool = True, wait: bool = True) -> NodeProcess:
+        """A broker joining the started cluster: the next node id (unless given), a free port, the cluster's
+        properties with ``overrides`` over them, its storage formatted with the cluster's id; started (and, with
+        ``wait``, ready) unless ``start`` is false. It is one of :attr:`nodes` from then on, stopped with the rest.
+        """
+        if self.cluster_id is None:
+            raise RuntimeError("add a broker to a formatted cluster: start() it first")
+        node_id = max(n.node_id for n in self.nodes) + 1 if node_id is None else node_id
+        if any(n.node_id == node_id for n in self.nodes):
+            raise ValueError(f"node {node_id} is already in this cluster")
+        [port] = free_ports(1, self.host)
+        node = self._node(node_id, ("broker",), {BROKER_LISTENER: port}, overrides or {})
+        self.nodes.append(node)
+        self._finish(self._josef("storage", "format", "-t", self.cluster_id, "-c", str(node.write_properties()),
+                                 "-g", *self.format_args), f"josef storage format of node {node_id}")
+        return node.start(wait=wait) if start else node
 
     def __repr__(self) -> str:
         return f"<JosefCluster {self.cluster_id or '(unformatted)'} nodes {[n.node_id for n in self.nodes]}>"
@@ -467,7 +500,8 @@ class JosefCluster:
         if self.cluster_id is None:
             self.cluster_id = self._finish(self._josef("storage", "random-uuid"), "josef storage random-uuid").strip()
         paths = self.write_properties()
-        running = [(self._josef("storage", "format", "-t", self.cluster_id, "-c", str(path), "-g"), node)
+        running = [(self._josef("storage", "format", "-t", self.cluster_id, "-c", str(path), "-g", *self.format_args),
+                    node)
                    for path, node in zip(paths, self.nodes)]
         for proc, node in running:
             self._finish(proc, f"josef storage format of node {node.node_id}")
