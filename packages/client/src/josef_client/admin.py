@@ -53,7 +53,8 @@ __all__ = [
     "AbortTransactionSpec", "AclBinding", "AclBindingFilter", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
     "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "LogDirDescription",
     "NewPartitions", "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment",
-    "ProducerState", "ReplicaInfo", "ResourceType", "ScramCredentialDeletion", "ScramCredentialInfo",
+    "ProducerState", "QuotaEntity", "QuotaFilterComponent", "ReplicaInfo", "ResourceType", "ScramCredentialDeletion",
+    "ScramCredentialInfo",
     "ScramCredentialUpsertion", "TopicDescription", "TopicListing", "TopicPartition",
     "TransactionDescription", "TransactionListing",
 ]
@@ -388,6 +389,21 @@ class ScramCredentialDeletion:
 
     user: str
     mechanism: str
+
+
+#: A client quota entity: (entity type, name) pairs, sorted by type; a None name is the type's default entity.
+#: Types: ``user``, ``client-id`` (alone or together), or ``ip``.
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
+
+@attrs.frozen
+class QuotaFilterComponent:
+    """One part of a DescribeClientQuotas filter (Kafka's ClientQuotaFilterComponent): an entity type and which of
+    its entities: ``name`` exactly, the ``default`` one, or (neither) any named one."""
+
+    entity_type: str
+    name: str | None = None
+    default: bool = False
 
 
 class AsyncAdmin:
@@ -1098,6 +1114,34 @@ class AsyncAdmin:
             for r in response.results}
         return _finish(results, raise_errors)
 
+    # Client quotas (KIP-546): kept in the metadata log, enforced by every broker.
+
+    async def describe_client_quotas(self, components: Iterable[QuotaFilterComponent] = (), *,
+                                     strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The quotas of every entity the filter matches (all of them without components); ``strict``: only
+        entities with no other entity type than the components name."""
+        match = [{"entity_type": c.entity_type, "match_type": 0 if c.name is not None else 1 if c.default else 2,
+                  "match": c.name} for c in components]
+        response = await (await self._any()).request(ApiKey.DESCRIBE_CLIENT_QUOTAS,
+                                                      {"components": match, "strict": strict})
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, response.error_message, "describe client quotas")
+        return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                {v.key: v.value for v in entry.values} for entry in response.entries or ()}
+
+    async def alter_client_quotas(self, changes: Mapping[QuotaEntity, Mapping[str, float | None]], *,
+                                  validate_only: bool = False) -> None:
+        """Set each entity's quotas (a None value removes the quota); raises the first entity's error."""
+        entries = [{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                    "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                            for k, v in values.items()]}
+                   for entity, values in changes.items()]
+        response = await (await self._any()).request(ApiKey.ALTER_CLIENT_QUOTAS,
+                                                      {"entries": entries, "validate_only": validate_only})
+        for entry in response.entries:
+            if entry.error_code != ErrorCode.none:
+                raise _error(entry.error_code, entry.error_message, "alter client quotas")
+
 
 # The sync client --------------------------------------------------------------------------------
 
@@ -1202,6 +1246,13 @@ class Admin:
     def alter_user_scram_credentials(self, alterations: Iterable[ScramCredentialUpsertion | ScramCredentialDeletion],
                                      **options: Any) -> dict[str, KafkaError | None]:
         return self._run(self._admin.alter_user_scram_credentials(list(alterations), **options))
+
+    def describe_client_quotas(self, components: Iterable[QuotaFilterComponent] = (), **options: Any,
+                               ) -> dict[QuotaEntity, dict[str, float]]:
+        return self._run(self._admin.describe_client_quotas(list(components), **options))
+
+    def alter_client_quotas(self, changes: Mapping[QuotaEntity, Mapping[str, float | None]], **options: Any) -> None:
+        return self._run(self._admin.alter_client_quotas(changes, **options))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

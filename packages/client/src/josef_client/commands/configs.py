@@ -1,4 +1,4 @@
-"""``josef configs``: describe and change topic and broker configs and users' SCRAM credentials, as ``kafka-configs.sh`` does.
+"""``josef configs``: topic and broker configs, client quotas and users' SCRAM credentials, as ``kafka-configs.sh`` does.
 
 ``--add-config`` takes Kafka's syntax, ``k1=v1,k2=[a,b,c]`` (square brackets
 around a value that contains commas); ``--delete-config`` takes ``k1,k2``.
@@ -11,13 +11,21 @@ Kafka's ConfigCommand does, the tool salts the password here (a random salt)
 and sends the salted password in AlterUserScramCredentials: the password
 never crosses the network. The controller takes one change per user and
 request, as Kafka's does, so two mechanisms are set with two commands.
+
+For ``users``, ``clients`` and ``ips`` the configs are also client quotas
+(``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``,
+``controller_mutation_rate``; ``connection_creation_rate`` for ips), kept by
+AlterClientQuotas. A user and a client id combine, as in Kafka:
+``--entity-type users --entity-name alice --entity-type clients --entity-name app``
+(names go to the types in order; ``--entity-default`` gives the remaining
+type its default entity), or ``--user alice --client-defaults``.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,19 +38,22 @@ from josef_client.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from josef_client.admin import AsyncAdmin, ConfigEntry, ConfigResource
+    from josef_client.admin import AsyncAdmin, ConfigEntry, ConfigResource, QuotaEntity
 
 ENTITY_TYPES = {"topics": "topics", "topic": "topics", "brokers": "brokers", "broker": "brokers",
-                "users": "users", "user": "users"}
+                "users": "users", "user": "users", "clients": "clients", "client": "clients", "ips": "ips", "ip": "ips"}
+#: The client quota entity type of each of the tool's quota entity kinds.
+QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 #: Kafka's ConfigCommand pattern of a SCRAM credential's value.
 _SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
-#: Kafka's user quota configs (QuotaConfig): josef configs does not alter them yet.
-_USER_QUOTAS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+#: Kafka's user and client-id quota configs (QuotaConfig), and the ip ones.
+_CLIENT_QUOTAS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+_IP_QUOTAS = {"connection_creation_rate"}
 
 
 @click.group("configs", cls=Group, actions=("describe", "alter"))
 def configs() -> None:
-    """Describe and alter topic and broker configs and users' SCRAM credentials (kafka-configs).
+    """Describe and alter topic and broker configs, client quotas and users' SCRAM credentials (kafka-configs).
 
     Kafka's spelling works too: josef configs --describe --entity-type topics ...
     """
@@ -52,44 +63,65 @@ def entity_options(func):  # type: ignore[no-untyped-def]
     for option in reversed([
         bootstrap_option,
         command_config_option,
-        click.option("--entity-type", type=click.Choice(sorted(ENTITY_TYPES), case_sensitive=False),
-                     help="topics, brokers or users."),
-        click.option("--entity-name", help="A topic name, broker id or user (describe: all of them when left out)."),
-        click.option("--entity-default", is_flag=True, help="The cluster-wide default of brokers."),
+        click.option("--entity-type", "entity_types", multiple=True,
+                     type=click.Choice(sorted(ENTITY_TYPES), case_sensitive=False),
+                     help="topics, brokers, users, clients or ips (users and clients together for a user's client)."),
+        click.option("--entity-name", "entity_names", multiple=True,
+                     help="A topic name, broker id, user, client id or ip, for the entity types in order (describe: "
+                          "all of them when left out)."),
+        click.option("--entity-default", is_flag=True,
+                     help="The default entity of the type without a name (brokers, users, clients or ips)."),
         click.option("--topic", "topic_name", help="Shorthand for --entity-type topics --entity-name TOPIC."),
         click.option("--broker", "broker_name", help="Shorthand for --entity-type brokers --entity-name ID."),
+        click.option("--user", "user_name", help="Shorthand for --entity-type users --entity-name USER."),
+        click.option("--client", "client_name", help="Shorthand for --entity-type clients --entity-name CLIENT_ID."),
+        click.option("--ip", "ip_name", help="Shorthand for --entity-type ips --entity-name IP."),
+        click.option("--user-defaults", is_flag=True, help="Shorthand for --entity-type users --entity-default."),
+        click.option("--client-defaults", is_flag=True, help="Shorthand for --entity-type clients --entity-default."),
+        click.option("--ip-defaults", is_flag=True, help="Shorthand for --entity-type ips --entity-default."),
     ]):
         func = option(func)
     return func
 
 
-def _entity(entity_type: str | None, entity_name: str | None, entity_default: bool, topic_name: str | None,
-            broker_name: str | None) -> tuple[str, str | None]:
-    """(``topics``|``brokers``, name, "" for the broker default, or None for all of them)."""
-    shorthands = [(t, n) for t, n in (("topics", topic_name), ("brokers", broker_name)) if n is not None]
-    if len(shorthands) > 1 or (shorthands and (entity_type or entity_name is not None)):
-        raise click.ClickException("give the entity once: --entity-type with --entity-name, or --topic, or --broker")
-    if shorthands:
-        entity_type, entity_name = shorthands[0]
-    if entity_type is None:
-        raise click.ClickException("--entity-type is required (topics or brokers)")
-    kind = ENTITY_TYPES[entity_type.lower()]
-    if kind == "users" and entity_default:
-        raise click.ClickException("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
-                                   "Credentials using --bootstrap-server.")
-    if entity_default:
-        if kind != "brokers":
-            raise click.ClickException("--entity-default is only for --entity-type brokers")
-        if entity_name is not None:
-            raise click.ClickException("--entity-name and --entity-default cannot be combined")
-        return kind, ""
-    if entity_name is not None:
-        if kind == "brokers" and not entity_name.strip().isdigit():
-            raise click.ClickException(f"the entity name for brokers must be a broker id, not {entity_name!r}")
-        if kind in ("topics", "users") and not entity_name:
-            raise click.ClickException("--entity-name must not be empty")
-        entity_name = entity_name.strip() if kind == "brokers" else entity_name
-    return kind, entity_name
+Entity = tuple[str, "str | None"]
+
+
+def _entities(options: dict) -> list[Entity]:  # type: ignore[type-arg]
+    """The entities the options name, as Kafka's ConfigCommand reads them: ``(kind, name)`` with name "" for a
+    default entity and None for all of them (describe)."""
+    flags = [(kind, name) for kind, name in (("topics", options["topic_name"]), ("brokers", options["broker_name"]),
+                                             ("users", options["user_name"]), ("clients", options["client_name"]),
+                                             ("ips", options["ip_name"])) if name is not None]
+    flags += [(kind, "") for kind, flag in (("users", options["user_defaults"]), ("clients", options["client_defaults"]),
+                                            ("ips", options["ip_defaults"])) if flag]
+    types, names = [ENTITY_TYPES[t.lower()] for t in options["entity_types"]], list(options["entity_names"])
+    if flags and (types or names or options["entity_default"]):
+        raise click.ClickException("--entity-{type,name,default} should not be used in conjunction with specific "
+                                   "entity flags")
+    if flags:
+        entities: list[Entity] = flags
+    else:
+        if not types:
+            raise click.ClickException("At least one entity type must be specified")
+        if len(names) > len(types):
+            raise click.ClickException("More entity names specified than entity types")
+        if options["entity_default"] and len(names) == len(types):
+            raise click.ClickException("--entity-default names the default entity of a type given no --entity-name")
+        entities = [(t, names[i] if i < len(names) else "" if options["entity_default"] else None)
+                    for i, t in enumerate(types)]
+    kinds = [k for k, _ in entities]
+    if len(set(kinds)) != len(kinds):
+        raise click.ClickException(f"Duplicate entity type(s) specified: {', '.join(sorted(set(k for k in kinds if kinds.count(k) > 1)))}")
+    if len(kinds) > 1 and set(kinds) != {"users", "clients"}:
+        raise click.ClickException("Only 'users' and 'clients' entity types may be specified together")
+    for kind, name in entities:
+        if name == "" and kind == "topics":
+            raise click.ClickException("--entity-default is not for topics")
+        if name is not None and name != "":
+            if kind == "brokers" and not name.strip().isdigit():
+                raise click.ClickException(f"the entity name for brokers must be a broker id, not {name!r}")
+    return [(k, n.strip() if k == "brokers" and n else n) for k, n in entities]
 
 
 def _resource(kind: str, name: str) -> ConfigResource:
@@ -152,16 +184,19 @@ async def _names(admin: AsyncAdmin, kind: str, name: str | None) -> list[str]:
 @configs.command()
 @entity_options
 @click.option("--all", "all_", is_flag=True, help="Every config, not only the dynamic overrides.")
-def describe(bootstrap_server: str, command_config: Path | None, entity_type: str | None, entity_name: str | None,
-             entity_default: bool, topic_name: str | None, broker_name: str | None, all_: bool) -> None:
-    """Describe the configs of topics or brokers: the dynamic overrides, or with --all every config."""
-    from josef_client.admin import ConfigSource
-
-    kind, name = _entity(entity_type, entity_name, entity_default, topic_name, broker_name)
-    if kind == "users":
-        for line in run(_describe_scram(bootstrap_server, command_config, name)):
+def describe(bootstrap_server: str, command_config: Path | None, all_: bool, **options: Any) -> None:
+    """Describe the configs of topics or brokers (the dynamic overrides, or with --all every config), or client
+    quotas and users' SCRAM credentials."""
+    entities = _entities(options)
+    kind, name = entities[0]
+    if kind in QUOTA_ENTITY_TYPES:
+        lines = run(_describe_quotas(bootstrap_server, command_config, entities))
+        if [k for k, _ in entities] == ["users"] and name != "":
+            lines += run(_describe_scram(bootstrap_server, command_config, name))
+        for line in lines:
             click.echo(line)
         return
+    from josef_client.admin import ConfigSource
 
     async def go() -> list[str]:
         async with admin_client(bootstrap_server, command_config) as admin:
@@ -195,15 +230,17 @@ def describe(bootstrap_server: str, command_config: Path | None, entity_type: st
               help="Configs to set, Kafka's syntax (repeatable).")
 @click.option("--delete-config", "delete_configs", multiple=True, metavar="K1,K2",
               help="Overrides to remove (repeatable, or comma-separated).")
-def alter(bootstrap_server: str, command_config: Path | None, entity_type: str | None, entity_name: str | None,
-          entity_default: bool, topic_name: str | None, broker_name: str | None, add_configs: tuple[str, ...],
-          delete_configs: tuple[str, ...]) -> None:
-    """Set (--add-config) or remove (--delete-config) config overrides of a topic or broker."""
+def alter(bootstrap_server: str, command_config: Path | None, add_configs: tuple[str, ...],
+          delete_configs: tuple[str, ...], **options: Any) -> None:
+    """Set (--add-config) or remove (--delete-config) config overrides of a topic or broker, client quotas, or a
+    user's SCRAM credentials."""
     from josef_client.admin import AlterConfigOp, AlterOp
 
-    kind, name = _entity(entity_type, entity_name, entity_default, topic_name, broker_name)
-    if name is None:
-        raise click.ClickException(f"--entity-name{' or --entity-default' if kind == 'brokers' else ''} is required to alter {kind}")
+    entities = _entities(options)
+    kind, name = entities[0]
+    if any(n is None for _, n in entities):
+        raise click.ClickException("An entity name must be specified for every entity type")
+    assert name is not None
     added: dict[str, str] = {}
     for text in add_configs:
         added.update(parse_add_config(text))
@@ -213,10 +250,15 @@ def alter(bootstrap_server: str, command_config: Path | None, entity_type: str |
     both = sorted(set(added) & set(deleted))
     if both:
         raise click.ClickException(f"config(s) both added and deleted: {', '.join(both)}")
-    if kind == "users":
-        alterations = scram_alterations(name, added, deleted)  # refused before connecting, as Kafka's tool does
-        run(_alter_scram(bootstrap_server, command_config, alterations))
-        click.echo(f"Completed updating config for user {name}.")
+    if kind in QUOTA_ENTITY_TYPES:
+        # Refused before connecting, as Kafka's tool does.
+        scram_changes = quota_or_scram(entities, added, deleted)
+        if scram_changes is not None:
+            run(_alter_scram(bootstrap_server, command_config, scram_changes))
+        else:
+            run(_alter_quotas(bootstrap_server, command_config, entities, added, deleted))
+        click.echo(f"Completed updating config for {kind[:-1]} {name}." if name
+                   else f"Completed updating default config for {kind} in the cluster.")
         return
     resource = _resource(kind, name)
 
@@ -238,6 +280,75 @@ def alter(bootstrap_server: str, command_config: Path | None, entity_type: str |
         click.echo(f"Completed updating config for {_title(kind, name)}.")
 
 
+def _quota_entity(entities: list[Entity]) -> QuotaEntity:
+    return tuple(sorted((QUOTA_ENTITY_TYPES[k], n or None) for k, n in entities))
+
+
+def quota_or_scram(entities: list[Entity], added: dict[str, str], deleted: list[str]) -> list | None:  # type: ignore[type-arg]
+    """Kafka's ConfigCommand checks of users', clients' and ips' configs: the SCRAM changes they ask for, or None
+    when they are quota changes."""
+    kinds = [k for k, _ in entities]
+    from josef import scram
+
+    keys = [*added, *deleted]
+    if kinds == ["ips"]:
+        unknown = [k for k in keys if k not in _IP_QUOTAS]
+        if unknown:
+            raise click.ClickException(f"Only connection quota configs can be added for 'ips' using "
+                                       f"--bootstrap-server. Unexpected config names: {','.join(unknown)}")
+        return None
+    if "clients" in kinds:
+        for verb, some in (("added", list(added)), ("deleted", deleted)):
+            unknown = [k for k in some if k not in _CLIENT_QUOTAS]
+            if unknown:
+                raise click.ClickException(f"Only quota configs can be {verb} for 'clients' using --bootstrap-server. "
+                                           f"Unexpected config names: Set({', '.join(unknown)})")
+        return None
+    for verb, some in (("added", list(added)), ("deleted", deleted)):
+        unknown = [k for k in some if k not in scram.BY_NAME and k not in _CLIENT_QUOTAS]
+        if unknown:
+            raise click.ClickException(f"Only quota and SCRAM credential configs can be {verb} for 'users' using "
+                                       f"--bootstrap-server. Unexpected config names: Set({', '.join(unknown)})")
+    if not any(k in scram.BY_NAME for k in keys):
+        return None
+    if entities[0][1] == "":
+        raise click.ClickException("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                                   "Credentials using --bootstrap-server.")
+    if any(k in _CLIENT_QUOTAS for k in keys):
+        raise click.ClickException("Cannot alter both quota and SCRAM credential configs simultaneously for 'users' "
+                                   "using --bootstrap-server.")
+    return scram_alterations(entities[0][1] or "", added, deleted)
+
+
+async def _alter_quotas(bootstrap_server: str, command_config: Path | None, entities: list[Entity],
+                        added: dict[str, str], deleted: list[str]) -> None:
+    values: dict[str, float | None] = {k: None for k in deleted}
+    for key, text in added.items():
+        try:
+            values[key] = float(text)
+        except ValueError:
+            raise click.ClickException(f"Invalid value {text!r} for quota {key}: a number is expected") from None
+    async with admin_client(bootstrap_server, command_config) as admin:
+        await admin.alter_client_quotas({_quota_entity(entities): values})
+
+
+async def _describe_quotas(bootstrap_server: str, command_config: Path | None, entities: list[Entity]) -> list[str]:
+    """Kafka's lines, one per entity with quotas: ``Quota configs for user-principal 'alice', client-id 'app' are
+    producer_byte_rate=1024.0``."""
+    from josef_client.admin import QuotaFilterComponent
+
+    components = [QuotaFilterComponent(QUOTA_ENTITY_TYPES[k], name=n or None, default=n == "") for k, n in entities]
+    async with admin_client(bootstrap_server, command_config) as admin:
+        described = await admin.describe_client_quotas(components, strict=True)
+    words = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+    lines = []
+    for entity, values in sorted(described.items(), key=lambda item: repr(item[0])):
+        parts = {t: f"{words[t]} '{n}'" if n is not None else f"the default {words[t]}" for t, n in entity}
+        who = ", ".join(parts[t] for t in ("user", "client-id", "ip") if t in parts)
+        lines.append(f"Quota configs for {who} are " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    return lines
+
+
 async def _describe_scram(bootstrap_server: str, command_config: Path | None, user: str | None) -> list[str]:
     """Kafka's lines: one per user with a credential (a user without one prints nothing), mechanisms by type."""
     async with admin_client(bootstrap_server, command_config) as admin:
@@ -257,14 +368,6 @@ def scram_alterations(user: str, added: dict[str, str], deleted: list[str]) -> l
     from josef import scram
     from josef_client.admin import ScramCredentialDeletion, ScramCredentialUpsertion
 
-    quotas = sorted(k for k in [*added, *deleted] if k in _USER_QUOTAS)
-    if quotas:
-        raise click.ClickException(f"josef configs does not alter user quotas yet: {', '.join(quotas)}")
-    for verb, keys in (("added", list(added)), ("deleted", deleted)):
-        unknown = [k for k in keys if k not in scram.BY_NAME]
-        if unknown:
-            raise click.ClickException(f"Only quota and SCRAM credential configs can be {verb} for 'users' using "
-                                       f"--bootstrap-server. Unexpected config names: Set({', '.join(unknown)})")
     alterations: list = [ScramCredentialDeletion(user, mechanism) for mechanism in deleted]  # type: ignore[type-arg]
     for mechanism, value in added.items():
         match = _SCRAM_VALUE.fullmatch(value)
