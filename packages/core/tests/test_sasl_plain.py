@@ -199,3 +199,16 @@ def test_a_client_that_never_authenticates_is_closed_when_idle(josef_broker):
         assert closed(client)  # nothing sent: closed after connections.max.idle.ms, not kept forever
     finally:
         client.close()
+
+
+def test_kafka_s_per_listener_sasl_keys_are_read_not_ignored(tmp_path, caplog):
+    """listener.name.<l>.<mechanism>.sasl.jaas.config and its kind are open-ended names no ConfigKey declares:
+    the broker reads them, so it must not log them as ignored (a typo still is)."""
+    from josef.node.broker import Broker
+
+    caplog.set_level(logging.WARNING, logger="josef.node.broker")
+    config = load_config(None, {**SASL.kwargs, "log.dirs": str(tmp_path), "listener.name.sasl_plaintext.typo": "1",
+                                "listener.name.sasl_plaintext.plain.connections.max.reauth.ms": "60000"})
+    Broker(config)
+    assert "ignoring configuration keys no plugin declares: listener.name.sasl_plaintext.typo" in caplog.text
+    assert "jaas" not in caplog.text and "max.reauth" not in caplog.text

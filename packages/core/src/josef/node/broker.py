@@ -57,6 +57,7 @@ from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.authorization import Authorization
 from josef.server.quotas import Quotas
+from josef.server.sasl import LISTENER_SASL_KEY
 from josef.server.dispatch import Dispatcher
 from josef.server.fetch_session import FetchSessionCache
 from josef.telemetry import ClientTelemetry
@@ -139,8 +140,9 @@ class Broker:
         self.replicas: ReplicaManager
         self._replicas_loaded = self._coordinating = False
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
-        if config.unknown:
-            log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(sorted(config.unknown)))
+        ignored = sorted(k for k in config.unknown if not LISTENER_SASL_KEY.fullmatch(k))
+        if ignored:
+            log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(ignored))
         #: The feature levels this node supports (KIP-584), from the ``register_features`` hook.
         self.features: dict[str, SupportedFeature] = dict(collect(self.pm, "register_features", "feature").items())
         self.authorizer: Authorizer = adapt(collect(self.pm, "register_authorizers", "authorizer").get(

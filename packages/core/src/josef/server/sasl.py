@@ -24,6 +24,7 @@ with the client's address alone.
 from __future__ import annotations
 
 import hmac
+import re
 from typing import Mapping, Protocol
 
 import anyio
@@ -41,6 +42,11 @@ from josef.server.scram import CredentialLookup, ScramServer
 
 __all__ = ["SaslAuthenticationError", "ListenerSasl", "OAuthBearerMechanism", "PlainMechanism", "ScramMechanism"]
 
+#: Kafka's per-listener (and per-mechanism) SASL keys, which the SASL listeners read although no ConfigKey declares
+#: them (their names are open-ended): ``listener.name.<l>.sasl.enabled.mechanisms``,
+#: ``listener.name.<l>.<mechanism>.sasl.jaas.config`` and the like.
+LISTENER_SASL_KEY = re.compile(r"listener\.name\.[^.]+\.(?:sasl\.enabled\.mechanisms|[a-z0-9-]+\.(?:sasl\.jaas\.config|"
+                               r"sasl\.server\.callback\.handler\.class|connections\.max\.reauth\.ms))")
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: The mechanisms josef's brokers answer.
