@@ -88,6 +88,12 @@ class BrokerProcess:
         """The port of the partition's leader: this broker leads every partition."""
         return self.port
 
+    def listener_bootstrap(self, name: str) -> str:
+        """``127.0.0.1:PORT`` of the listener ``name`` as the broker's ready line last gave it (after a restart too)."""
+        ports = [m for line in self.log for m in re.findall(rf"\b{name}://127\.0\.0\.1:(\d+)", line)]
+        assert ports, f"no {name} listener in the broker's log"
+        return f"127.0.0.1:{ports[-1]}"
+
     def wait_for_log(self, text: str, timeout: float = 10) -> bool:
         """Whether a line containing ``text`` is logged within ``timeout`` seconds (lines are read by a thread)."""
         with self._logged:

@@ -9,7 +9,6 @@ report for Kafka's.
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -18,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka.errors import GroupAuthorizationFailedError
+from round_trips import first_error, poll_values
 from kio.schema.errors import ErrorCode as E
 
 from josef.acls import AclOperation as Op
@@ -48,8 +48,7 @@ def acl_broker(tmp_path_factory):
         "auto.create.topics.enable": "false",
     }).start()
     try:
-        [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
-        broker.sasl_bootstrap = f"127.0.0.1:{port}"
+        broker.sasl_bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
         admin = RawClient(broker.port)
         created = admin.call(ApiKey.CREATE_TOPICS, 5, {"topics": [
             {"name": TOPIC, "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}],
@@ -80,14 +79,8 @@ def test_confluent_kafka_alice_produces_transactionally_and_consumes_in_her_grou
     consumer = Consumer(confluent(acl_broker, "alice", **{"group.id": GROUP, "auto.offset.reset": "earliest",
                                                           "isolation.level": "read_committed"}))
     consumer.subscribe([TOPIC])
-    seen: set[bytes] = set()
     try:
-        for _ in range(600):
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
-            if len(seen) == 50:
-                break
+        seen = set(poll_values(consumer, 50))
         committed = consumer.commit(asynchronous=False)
     finally:
         consumer.close()
@@ -106,16 +99,10 @@ def test_confluent_kafka_bob_is_refused_what_he_was_not_granted(acl_broker):
     assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     consumer = Consumer(confluent(acl_broker, "bob", **{"group.id": GROUP}))
     consumer.subscribe([TOPIC])
-    errors: list[int] = []
     try:
-        for _ in range(300):
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is not None:
-                errors.append(message.error().code())
-                break
+        assert first_error(consumer) == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
-    assert errors == [KafkaError.GROUP_AUTHORIZATION_FAILED]
     admin = AdminClient(confluent(acl_broker, "bob"))
     assert TOPIC not in admin.list_topics(timeout=30).topics  # Metadata hides it
     with pytest.raises(KafkaException) as create:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
-import re
 import threading
 import time
 from typing import Any, Iterator
@@ -17,11 +16,11 @@ import jwt
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
+from round_trips import confluent_round_trip, expected
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
@@ -84,40 +83,15 @@ def oauth_broker(broker_factory, jwks):
         "sasl.oauthbearer.expected.issuer": "https://idp.test",
     })
     for name in ("SASL_PLAINTEXT", "SECURED"):
-        [port] = {int(m) for line in broker.log for m in re.findall(rf"{name}://127\.0\.0\.1:(\d+)", line)}
-        setattr(broker, name.lower(), f"127.0.0.1:{port}")
+        setattr(broker, name.lower(), broker.listener_bootstrap(name))
     return broker
-
-
-def confluent_round_trip(settings: dict[str, Any], topic: str) -> set[bytes]:
-    """Create the topic (the admin call), produce 50 records, consume them in a group."""
-    admin = AdminClient(settings)  # kept: a destroyed handle fails its futures
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    producer = Producer({**settings, "enable.idempotence": True})
-    for i in range(50):
-        producer.produce(topic, f"{topic}-{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**settings, "group.id": f"{topic}-group", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    seen: set[bytes] = set()
-    try:
-        for _ in range(600):
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
-            if len(seen) == 50:
-                break
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    return seen
 
 
 def test_confluent_kafka_with_librdkafka_s_unsecured_tokens(oauth_broker):
     settings = {"bootstrap.servers": oauth_broker.sasl_plaintext, "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=alice",
                 "enable.sasl.oauthbearer.unsecure.jwt": True}
-    assert confluent_round_trip(settings, "oauth-rd") == {f"oauth-rd-{i}".encode() for i in range(50)}
+    assert confluent_round_trip(settings, "oauth-rd") == expected("oauth-rd")
 
 
 def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_refused(oauth_broker, jwks):
@@ -128,7 +102,7 @@ def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_re
         return jwks.token("alice")
     settings = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
-    assert confluent_round_trip(settings, "oauth-jwks") == {f"oauth-jwks-{i}".encode() for i in range(50)}
+    assert confluent_round_trip(settings, "oauth-jwks") == expected("oauth-jwks")
     assert calls
     unsecured = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
                  "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=mallory",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
+from round_trips import confluent_round_trip, expected
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
         'user_admin="admin-secret" user_alice="alice-secret";')
@@ -25,8 +25,7 @@ SASL_OVERRIDES = {
 @pytest.fixture
 def sasl_broker(broker_factory):
     broker = broker_factory(**SASL_OVERRIDES)
-    [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
-    broker.sasl_bootstrap = f"127.0.0.1:{port}"
+    broker.sasl_bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
     return broker
 
 
@@ -36,26 +35,7 @@ def confluent(broker, password: str = "alice-secret", **extra) -> dict:
 
 
 def test_confluent_kafka_produces_consumes_in_a_group_and_administers_as_alice(sasl_broker):
-    admin = AdminClient(confluent(sasl_broker))
-    admin.create_topics([NewTopic("secured", 2, 1)])["secured"].result(30)
-    producer = Producer(confluent(sasl_broker, **{"enable.idempotence": True}))
-    for i in range(100):
-        producer.produce("secured", f"v{i}".encode(), key=str(i).encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer(confluent(sasl_broker, **{"group.id": "sasl-group", "auto.offset.reset": "earliest"}))
-    consumer.subscribe(["secured"])
-    seen: set[bytes] = set()
-    try:
-        for _ in range(600):
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
-            if len(seen) == 100:
-                break
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    assert seen == {f"v{i}".encode() for i in range(100)}
+    assert confluent_round_trip(confluent(sasl_broker), "secured", 100) == expected("secured", 100)
 
 
 def test_a_wrong_password_fails_authentication_for_confluent_kafka_and_is_not_logged(sasl_broker):
@@ -116,8 +96,7 @@ def test_aiokafka_produces_and_consumes_over_sasl_plain(sasl_broker):
 def test_librdkafka_re_authenticates_before_its_session_ends_and_keeps_its_connection(broker_factory):
     """KIP-368 with confluent-kafka: sessions of 2 s, 6 s of producing, no connection closed for an expired session."""
     broker = broker_factory(**SASL_OVERRIDES, **{"connections.max.reauth.ms": "2000"})
-    [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
-    broker.sasl_bootstrap = f"127.0.0.1:{port}"
+    broker.sasl_bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
     producer = Producer(confluent(broker, **{"linger.ms": 10}))
     failures: list[KafkaError] = []
     sent = 0

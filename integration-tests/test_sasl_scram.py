@@ -12,7 +12,6 @@ its admin can log in at once.
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +19,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
+from round_trips import confluent_round_trip, expected
 
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 SCRAM_OVERRIDES = {
@@ -40,18 +40,13 @@ def josef(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "josef", *args], capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
-def sasl_bootstrap(broker) -> str:
-    [port] = {int(m) for line in broker.log for m in re.findall(r"SASL_PLAINTEXT://127\.0\.0\.1:(\d+)", line)}
-    return f"127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def scram_broker(tmp_path_factory):
     from conftest import BrokerProcess
 
     broker = BrokerProcess(tmp_path_factory.mktemp("scram-broker"), **SCRAM_OVERRIDES).start()
     try:
-        broker.sasl_bootstrap = sasl_bootstrap(broker)
+        broker.sasl_bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
         b = ("--bootstrap-server", broker.bootstrap_servers)
         for credential in ("SCRAM-SHA-512=[iterations=8192,password=alice-secret]", "SCRAM-SHA-256=[password=alice-secret]"):
             created = josef("configs", *b, "--alter", "--add-config", credential, "--entity-type", "users",
@@ -96,26 +91,7 @@ def confluent(broker, mechanism: str = "SCRAM-SHA-512", user: str = "alice", pas
 
 
 def test_confluent_kafka_administers_produces_and_consumes_in_a_group_with_scram_sha_512(scram_broker):
-    admin = AdminClient(confluent(scram_broker))
-    admin.create_topics([NewTopic("scram-secured", 2, 1)])["scram-secured"].result(30)
-    producer = Producer(confluent(scram_broker, **{"enable.idempotence": True}))
-    for i in range(50):
-        producer.produce("scram-secured", f"v{i}".encode(), key=str(i).encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer(confluent(scram_broker, **{"group.id": "scram-group", "auto.offset.reset": "earliest"}))
-    consumer.subscribe(["scram-secured"])
-    seen: set[bytes] = set()
-    try:
-        for _ in range(600):
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
-            if len(seen) == 50:
-                break
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    assert seen == {f"v{i}".encode() for i in range(50)}
+    assert confluent_round_trip(confluent(scram_broker), "scram-secured") == expected("scram-secured")
 
 
 def test_a_wrong_password_fails_in_kafka_s_words_for_confluent_kafka(scram_broker):
@@ -190,7 +166,7 @@ def test_an_admin_added_at_format_time_logs_in_at_once(broker_factory, tmp_path:
                       "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]")
     assert formatted.returncode == 0, formatted.stderr
     broker = broker_factory(data_dir, **SCRAM_OVERRIDES)
-    broker.sasl_bootstrap = sasl_bootstrap(broker)
+    broker.sasl_bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
     admin = AdminClient(confluent(broker, "SCRAM-SHA-256", "admin", "admin-secret"))
     admin.create_topics([NewTopic("from-the-start", 1, 1)])["from-the-start"].result(30)
     assert "from-the-start" in admin.list_topics(timeout=10).topics

@@ -9,7 +9,6 @@ uses its own topics and groups.
 from __future__ import annotations
 
 import asyncio
-import re
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic as KpNewTopic
 
 from conftest import BrokerProcess
+from round_trips import poll_values
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
 from josef.testing.tls import TlsFiles
@@ -50,8 +50,7 @@ def tls_broker(tls, tmp_path_factory):
     })
     broker.start()
     for name in ("SSL", "SASL_SSL"):
-        [port] = {int(m) for line in broker.log for m in re.findall(rf" {name}://127\.0\.0\.1:(\d+)", line)}
-        setattr(broker, name.lower(), f"127.0.0.1:{port}")
+        setattr(broker, name.lower(), broker.listener_bootstrap(name))
     try:
         yield broker
     finally:
@@ -63,17 +62,6 @@ def confluent_ssl(tls: TlsFiles, bootstrap: str, **extra) -> dict:
     client = tls.client("confluent")
     return {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(tls.ca_pem),
             "ssl.certificate.location": str(client.certificate), "ssl.key.location": str(client.key), **extra}
-
-
-def consume(consumer: Consumer, count: int) -> list[bytes]:
-    seen: list[bytes] = []
-    for _ in range(600):
-        message = consumer.poll(0.1)
-        if message is not None and message.error() is None:
-            seen.append(message.value())
-        if len(seen) >= count:
-            break
-    return seen
 
 
 def test_confluent_kafka_over_ssl_with_a_client_certificate(tls, tls_broker):
@@ -90,7 +78,7 @@ def test_confluent_kafka_over_ssl_with_a_client_certificate(tls, tls_broker):
                          "isolation.level": "read_committed"})
     consumer.subscribe(["cf-tls"])
     try:
-        seen = consume(consumer, 50)
+        seen = poll_values(consumer, 50)
         consumer.commit(asynchronous=False)
     finally:
         consumer.close()
@@ -185,7 +173,7 @@ def test_sasl_ssl_with_plain_for_confluent_kafka_and_kafka_python(tls, tls_broke
                          "isolation.level": "read_committed"})
     consumer.subscribe(["sasl-tls"])
     try:
-        seen = consume(consumer, 30)
+        seen = poll_values(consumer, 30)
     finally:
         consumer.close()
     assert sorted(seen) == sorted(f"s{i}".encode() for i in range(30))
@@ -250,7 +238,7 @@ def test_a_cluster_replicates_over_ssl_between_brokers_and_controllers(tls, jose
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
-        seen = consume(consumer, 200)
+        seen = poll_values(consumer, 200)
     finally:
         consumer.close()
     assert sorted(seen) == sorted(f"r{i}".encode() for i in range(200))

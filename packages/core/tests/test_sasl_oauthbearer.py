@@ -61,13 +61,6 @@ def handshake(client: RawClient) -> None:
     assert (answer.error_code, answer.mechanisms) == (ErrorCode.none, ("OAUTHBEARER",))
 
 
-def closed(client: RawClient) -> bool:
-    client.sock.settimeout(10)
-    try:
-        return client.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
 
 def authenticates(broker, token: str) -> Any:
     """The SaslAuthenticate answer to ``token``; the connection serves Metadata after it."""
@@ -92,7 +85,7 @@ def refused(broker, token: str, status: bytes = b'{"status":"invalid_token"}') -
         assert (challenge.error_code, challenge.auth_bytes) == (ErrorCode.none, status)
         failed = client.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\x01"})
         assert (failed.error_code, failed.error_message) == (ErrorCode.sasl_authentication_failed, status.decode())
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
 
@@ -149,7 +142,7 @@ def test_a_malformed_first_message_fails_at_once_in_kafka_s_words(josef_broker, 
         answer = client.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": message})
         assert (answer.error_code, answer.error_message) == (ErrorCode.sasl_authentication_failed,
                                                              invalid_credentials("OAUTHBEARER"))
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
     [line] = failure_lines(caplog)

@@ -84,13 +84,6 @@ def authenticate(client: RawClient, token: bytes, mechanism: str = "PLAIN"):
     return client.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
 
 
-def closed(client: RawClient) -> bool:
-    client.sock.settimeout(10)
-    try:
-        return client.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
 
 @SASL
 def test_a_client_that_authenticates_is_served_as_its_user(josef_broker, caplog):
@@ -118,7 +111,7 @@ def test_a_wrong_password_is_refused_in_kafka_s_words_and_the_connection_closed(
     try:
         answer = authenticate(client, b"\x00alice\x00hunter2")
         assert (answer.error_code, answer.error_message) == (ErrorCode.sasl_authentication_failed, INVALID_CREDENTIALS)
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
     assert "hunter2" not in caplog.text and "alice" not in caplog.text
@@ -138,7 +131,7 @@ def test_requests_before_authentication_close_the_connection(josef_broker):
     try:
         client.send(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                           "include_topic_authorized_operations": False})
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
 
@@ -149,7 +142,7 @@ def test_an_unknown_mechanism_is_refused_with_the_enabled_ones_and_the_connectio
     try:
         answer = client.call(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})
         assert (answer.error_code, answer.mechanisms) == (ErrorCode.unsupported_sasl_mechanism, ("PLAIN",))
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
 
@@ -177,7 +170,7 @@ def test_a_large_request_before_authentication_closes_the_connection_and_after_i
     client = sasl_client(josef_broker)
     try:
         client.send(ApiKey.API_VERSIONS, 3, big)
-        assert closed(client)
+        assert client.closed_by_broker()
     finally:
         client.close()
     assert "exceeds sasl.server.max.receive.size (before SASL authentication) 1024" in caplog.text
@@ -196,7 +189,7 @@ def test_a_large_request_before_authentication_closes_the_connection_and_after_i
 def test_a_client_that_never_authenticates_is_closed_when_idle(josef_broker):
     client = sasl_client(josef_broker)
     try:
-        assert closed(client)  # nothing sent: closed after connections.max.idle.ms, not kept forever
+        assert client.closed_by_broker()  # nothing sent: closed after connections.max.idle.ms, not kept forever
     finally:
         client.close()
 

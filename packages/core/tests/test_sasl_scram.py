@@ -187,13 +187,6 @@ def handshake(client: RawClient, mechanism: str) -> None:
     assert (answer.error_code, answer.mechanisms) == (ErrorCode.none, ("SCRAM-SHA-256", "SCRAM-SHA-512"))
 
 
-def closed(client: RawClient) -> bool:
-    client.sock.settimeout(10)
-    try:
-        return client.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
 
 def upsertion(name: str, algorithm: scram.ScramAlgorithm = scram.SCRAM_SHA_256, password: str = PASSWORD,
               iterations: int = 4096) -> dict:
@@ -264,7 +257,7 @@ def test_wrong_password_unknown_user_replay_wrong_nonce_and_truncation_fail_alik
             answer = authenticate(client, tamper(attempt.final(first.auth_bytes), first.auth_bytes))
             assert (answer.error_code, answer.error_message) == (ErrorCode.sasl_authentication_failed, SHA256_FAILED)
             assert answer.auth_bytes == b""
-            assert closed(client)
+            assert client.closed_by_broker()
         finally:
             client.close()
 
@@ -279,7 +272,7 @@ def test_wrong_password_unknown_user_replay_wrong_nonce_and_truncation_fail_alik
     handshake(client, "SCRAM-SHA-256")
     answer = authenticate(client, b"n,,n=ali")
     assert (answer.error_code, answer.error_message) == (ErrorCode.sasl_authentication_failed, SHA256_FAILED)
-    assert closed(client)
+    assert client.closed_by_broker()
     client.close()
     assert PASSWORD not in caplog.text and "hunter2" not in caplog.text
     failures = [r.getMessage() for r in caplog.records if "failed authentication" in r.getMessage()]

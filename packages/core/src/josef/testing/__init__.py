@@ -138,6 +138,15 @@ class RawClient:
             return None
         return self.receive()
 
+    def closed_by_broker(self, timeout: float = 10) -> bool:
+        """Whether the broker closes the connection (end of stream or a reset) within ``timeout``, rather than
+        answering: how a refused client (failed authentication, an oversized frame) is told."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
     def close(self) -> None:
         self.sock.close()
 
