@@ -191,7 +191,7 @@ def test_without_an_acl_authorizer_the_broker_says_security_is_disabled(josef_br
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--add", "--allow-principal", "User:a", "--operation", "Write", "--group", "g"),
-     "ResourceType GROUP only supports operations [READ, DESCRIBE, DELETE, ALL]"),
+     "ResourceType GROUP only supports operations [READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS, ALL]"),
     (("--add", "--allow-principal", "User:a", "--operation", "Read", "--cluster"),
      "ResourceType CLUSTER only supports operations [CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, "
      "IDEMPOTENT_WRITE, ALTER, DESCRIBE, ALL]"),
