@@ -148,3 +148,13 @@ def test_an_authorizer_of_plugin_api_1_0_is_wrapped_and_warned_about():
     assert wrapped.authorize(context("User:bob", "::1"), [read]) == [False]
     current = AllowAll()
     assert adapt(current) is current
+
+
+def test_plugins_of_plugin_api_1_0_may_still_call_the_one_action_form(josef_broker):
+    """A coordinator written for plugin API 1.0 asks ``services.authorizer.authorize(principal, host, action)``."""
+    services = josef_broker.broker.services
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert services.authorizer.authorize("User:alice", "10.0.0.1", Action("READ", "TOPIC", "t")) is True
+    assert any(issubclass(w.category, JosefDeprecationWarning) for w in caught)
+    assert services.authorizer.authorize(context("User:alice"), [Action("READ", "TOPIC", "t")]) == [True]

@@ -126,6 +126,39 @@ class _OneByOne:
         return self.authorize(context, [Action(operation, resource_type, "*")])[0]
 
 
+@attrs.frozen
+class _Caller:
+    """The request context a plugin of plugin API 1.0 gave as ``authorize(principal, host, action)``."""
+
+    principal: KafkaPrincipal
+    client_host: str
+    listener_name: str = ""
+    security_protocol: str = "PLAINTEXT"
+    api_key: int = -1
+    api_version: int = -1
+    client_id: str | None = None
+    correlation_id: int = -1
+
+
+class CallerFacade:
+    """The authorizer as plugins call it (``BrokerServices.authorizer``): the batch form, and, deprecated, plugin
+    API 1.0's ``authorize(principal, host, action) -> bool`` that coordinators of that API still call."""
+
+    def __init__(self, inner: Authorizer) -> None:
+        self.inner = inner
+
+    def authorize(self, context: Any, actions: Any, action: Action | None = None) -> Any:
+        if action is None:
+            return self.inner.authorize(context, actions)
+        warn_deprecated("calling authorize(principal, host, action)", "authorize(context, actions) -> list[bool]",
+                        "2.0", stacklevel=3)
+        return self.inner.authorize(_Caller(KafkaPrincipal.parse(str(context)), str(actions)), [action])[0]
+
+    def authorize_by_resource_type(self, context: AuthorizableRequestContext, operation: str,
+                                   resource_type: str) -> bool:
+        return self.inner.authorize_by_resource_type(context, operation, resource_type)
+
+
 def adapt(authorizer: Any) -> Authorizer:
     """``authorizer`` under the batch contract; one of plugin API 1.0's form is wrapped, with a deprecation warning."""
     parameters = list(inspect.signature(authorizer.authorize).parameters)

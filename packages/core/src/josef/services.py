@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pluggy
 from kio.schema.errors import ErrorCode
 
-from josef.authorizer import Authorizer
+from josef.authorizer import Authorizer, CallerFacade
 from josef.config import Config
 from josef.metadata.controller import ControllerError
 from josef.metadata.image import MetadataImage
@@ -66,7 +66,9 @@ class BrokerServices:
 
     @property
     def authorizer(self) -> Authorizer:
-        return self._broker.authorizer
+        """The broker's authorizer, ``authorize(context, actions)`` (plugin API 1.0's one-action call still works,
+        with a deprecation warning)."""
+        return CallerFacade(self._broker.authorizer)
 
     @property
     def coordinators(self) -> CoordinatorRuntime:
