@@ -15,16 +15,13 @@ import sys
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic as AioNewTopic
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic as KpNewTopic
+from kafka import KafkaConsumer
 
 from conftest import BrokerProcess
-from round_trips import poll_values
+from round_trips import aiokafka_transactional_round_trip, kafka_python_transactional_round_trip, poll_values
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
 from josef.testing.tls import TlsFiles
@@ -97,25 +94,7 @@ def test_kafka_python_over_ssl_with_a_client_certificate(tls, tls_broker):
     client = tls.client("kafka-python")
     settings = {"bootstrap_servers": tls_broker.ssl, "security_protocol": "SSL", "ssl_cafile": str(tls.ca_pem),
                 "ssl_certfile": str(client.certificate), "ssl_keyfile": str(client.key)}
-    admin = KafkaAdminClient(**settings)
-    admin.create_topics([KpNewTopic("kp-tls", 1, 1)])
-    admin.close()
-    producer = KafkaProducer(transactional_id="kp-tls-tx", **settings)
-    producer.init_transactions()
-    producer.begin_transaction()
-    for i in range(20):
-        producer.send("kp-tls", f"k{i}".encode())
-    producer.commit_transaction()
-    producer.close()
-    consumer = KafkaConsumer("kp-tls", group_id="kp-tls-group", auto_offset_reset="earliest",
-                             isolation_level="read_committed", consumer_timeout_ms=15000, **settings)
-    seen = []
-    for message in consumer:
-        seen.append(message.value)
-        if len(seen) == 20:
-            break
-    consumer.commit()
-    consumer.close()
+    seen = kafka_python_transactional_round_trip(settings, "kp-tls")
     assert sorted(seen) == sorted(f"k{i}".encode() for i in range(20))
 
 
@@ -123,38 +102,8 @@ def test_aiokafka_over_ssl_with_a_client_certificate(tls, tls_broker):
     client = tls.client("aiokafka")
     context = create_ssl_context(cafile=str(tls.ca_pem), certfile=str(client.certificate), keyfile=str(client.key))
     settings = {"bootstrap_servers": tls_broker.ssl, "security_protocol": "SSL", "ssl_context": context}
-
-    async def main() -> list[bytes]:
-        admin = AIOKafkaAdminClient(**settings)
-        await admin.start()
-        try:
-            await admin.create_topics([AioNewTopic("aio-tls", 1, 1)])
-        finally:
-            await admin.close()
-        producer = AIOKafkaProducer(transactional_id="aio-tls-tx", **settings)
-        await producer.start()
-        try:
-            async with producer.transaction():
-                for i in range(20):
-                    await producer.send("aio-tls", f"a{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer("aio-tls", group_id="aio-tls-group", auto_offset_reset="earliest",
-                                    isolation_level="read_committed", **settings)
-        await consumer.start()
-        seen: list[bytes] = []
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    seen.append(message.value)
-                    if len(seen) == 20:
-                        break
-            await consumer.commit()
-        finally:
-            await consumer.stop()
-        return seen
-
-    assert sorted(asyncio.run(main())) == sorted(f"a{i}".encode() for i in range(20))
+    seen = asyncio.run(aiokafka_transactional_round_trip(settings, "aio-tls"))
+    assert sorted(seen) == sorted(f"a{i}".encode() for i in range(20))
 
 
 def test_sasl_ssl_with_plain_for_confluent_kafka_and_kafka_python(tls, tls_broker):
