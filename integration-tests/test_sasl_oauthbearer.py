@@ -14,13 +14,17 @@ from typing import Any, Iterator
 
 import jwt
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
 from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.asymmetric import rsa
-from kafka import KafkaConsumer, KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
-from round_trips import confluent_round_trip, expected
+from round_trips import (
+    aiokafka_transactional_round_trip,
+    confluent_round_trip,
+    confluent_transactional_round_trip,
+    expected,
+    kafka_python_transactional_round_trip,
+)
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
@@ -103,6 +107,8 @@ def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_re
     settings = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
     assert confluent_round_trip(settings, "oauth-jwks") == expected("oauth-jwks")
+    assert sorted(confluent_transactional_round_trip(settings, "oauth-jwks-txn")) == sorted(
+        f"t{i}".encode() for i in range(20))
     assert calls
     unsecured = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
                  "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=mallory",
@@ -123,16 +129,8 @@ class Tokens(AbstractTokenProvider):
 def test_kafka_python_with_a_token_provider(oauth_broker, jwks):
     settings = {"bootstrap_servers": oauth_broker.secured, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": Tokens(jwks)}
-    producer = KafkaProducer(**settings)
-    for i in range(20):
-        producer.send("kp-oauth", f"k{i}".encode())
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer("kp-oauth", group_id="kp-oauth-group", auto_offset_reset="earliest",
-                             consumer_timeout_ms=15000, **settings)
-    values = {m.value for _, m in zip(range(20), consumer)}
-    consumer.close()
-    assert values == {f"k{i}".encode() for i in range(20)}
+    assert sorted(kafka_python_transactional_round_trip(settings, "kp-oauth")) == sorted(
+        f"k{i}".encode() for i in range(20))
 
 
 class AioTokens(AioTokenProvider):
@@ -146,26 +144,5 @@ class AioTokens(AioTokenProvider):
 def test_aiokafka_with_a_token_provider(oauth_broker, jwks):
     settings = {"bootstrap_servers": oauth_broker.secured, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": AioTokens(jwks)}
-
-    async def run() -> set[bytes]:
-        producer = AIOKafkaProducer(**settings)
-        await producer.start()
-        try:
-            for i in range(20):
-                await producer.send_and_wait("aio-oauth", f"a{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer("aio-oauth", group_id="aio-oauth-group", auto_offset_reset="earliest", **settings)
-        await consumer.start()
-        values: set[bytes] = set()
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    values.add(message.value)
-                    if len(values) == 20:
-                        break
-        finally:
-            await consumer.stop()
-        return values
-
-    assert asyncio.run(run()) == {f"a{i}".encode() for i in range(20)}
+    assert sorted(asyncio.run(aiokafka_transactional_round_trip(settings, "aio-oauth"))) == sorted(
+        f"a{i}".encode() for i in range(20))

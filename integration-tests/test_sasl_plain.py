@@ -6,11 +6,15 @@ import asyncio
 import time
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer, KafkaProducer
-from round_trips import confluent_round_trip, expected
+from round_trips import (
+    aiokafka_transactional_round_trip,
+    confluent_round_trip,
+    confluent_transactional_round_trip,
+    expected,
+    kafka_python_transactional_round_trip,
+)
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
         'user_admin="admin-secret" user_alice="alice-secret";')
@@ -50,47 +54,23 @@ def test_a_wrong_password_fails_authentication_for_confluent_kafka_and_is_not_lo
     assert not any("hunter2" in line or "alice-secret" in line for line in sasl_broker.log)
 
 
-def test_kafka_python_produces_and_consumes_over_sasl_plain(sasl_broker):
+def test_kafka_python_administers_and_writes_a_transaction_read_in_a_group_over_sasl_plain(sasl_broker):
     settings = {"bootstrap_servers": sasl_broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "PLAIN", "sasl_plain_username": "admin", "sasl_plain_password": "admin-secret"}
-    producer = KafkaProducer(**settings)
-    for i in range(20):
-        producer.send("kp-secured", f"k{i}".encode())
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer("kp-secured", group_id="kp-group", auto_offset_reset="earliest",
-                             consumer_timeout_ms=15000, **settings)
-    values = {m.value for _, m in zip(range(20), consumer)}
-    consumer.close()
-    assert values == {f"k{i}".encode() for i in range(20)}
+    assert sorted(kafka_python_transactional_round_trip(settings, "kp-secured")) == sorted(
+        f"k{i}".encode() for i in range(20))
 
 
-def test_aiokafka_produces_and_consumes_over_sasl_plain(sasl_broker):
+def test_aiokafka_administers_and_writes_a_transaction_read_in_a_group_over_sasl_plain(sasl_broker):
     settings = {"bootstrap_servers": sasl_broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+    assert sorted(asyncio.run(aiokafka_transactional_round_trip(settings, "aio-secured"))) == sorted(
+        f"a{i}".encode() for i in range(20))
 
-    async def run() -> set[bytes]:
-        producer = AIOKafkaProducer(**settings)
-        await producer.start()
-        try:
-            for i in range(20):
-                await producer.send_and_wait("aio-secured", f"a{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer("aio-secured", group_id="aio-group", auto_offset_reset="earliest", **settings)
-        await consumer.start()
-        values: set[bytes] = set()
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    values.add(message.value)
-                    if len(values) == 20:
-                        break
-        finally:
-            await consumer.stop()
-        return values
 
-    assert asyncio.run(run()) == {f"a{i}".encode() for i in range(20)}
+def test_confluent_kafka_writes_a_transaction_read_in_a_group_over_sasl_plain(sasl_broker):
+    assert sorted(confluent_transactional_round_trip(confluent(sasl_broker), "ck-txn-secured")) == sorted(
+        f"t{i}".encode() for i in range(20))
 
 
 def test_librdkafka_re_authenticates_before_its_session_ends_and_keeps_its_connection(broker_factory):
