@@ -28,7 +28,7 @@ from josef.testing import RawClient
 
 TOPIC, GROUP, TXN, CLUSTER = "mx", "mg", "mt", "kafka-cluster"
 AUTHORIZATION_ERRORS = {E.topic_authorization_failed, E.group_authorization_failed, E.cluster_authorization_failed,
-                        E.transactional_id_authorization_failed}
+                        E.transactional_id_authorization_failed, E.delegation_token_authorization_failed}
 NO_PERMISSION_NEEDED = {K.API_VERSIONS, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, K.GET_TELEMETRY_SUBSCRIPTIONS,
                         K.PUSH_TELEMETRY}
 
@@ -221,6 +221,11 @@ ROWS: list[Row] = [
     Row(K.ALTER_USER_SCRAM_CREDENTIALS, 0, lambda s: {"deletions": [], "upsertions": [
         {"name": "mx-user", "mechanism": 1, "iterations": 4096, "salt": b"salt", "salted_password": bytes(32)}]},
         (cluster(Op.ALTER),), E.cluster_authorization_failed),
+    # KIP-373: a token for another owner needs CREATE_TOKENS on that user. Granted, this broker (no
+    # delegation.token.secret.key) answers DELEGATION_TOKEN_AUTH_DISABLED: decided past authorization.
+    Row(K.CREATE_DELEGATION_TOKEN, 3, lambda s: {"owner_principal_type": "User", "owner_principal_name": "mx-owner",
+                                                 "renewers": [], "max_lifetime": -1},
+        ((R.USER, "User:mx-owner", Op.CREATE_TOKENS),), E.delegation_token_authorization_failed),
     Row(K.DESCRIBE_PRODUCERS, 0, lambda s: {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
         (topic(Op.READ),), E.topic_authorization_failed),
     Row(K.DESCRIBE_TRANSACTIONS, 0, lambda s: {"transactional_ids": [TXN]},
@@ -250,7 +255,11 @@ ROWS: list[Row] = [
         (cluster(Op.ALTER),), E.cluster_authorization_failed),
 ]
 #: APIs answered without refusal, whose answer shows only what the principal may see (checked separately).
-FILTERED = {K.LIST_GROUPS, K.LIST_TRANSACTIONS, K.DESCRIBE_CLUSTER}
+FILTERED = {K.LIST_GROUPS, K.LIST_TRANSACTIONS, K.DESCRIBE_CLUSTER,
+            # Decided by the token's owner and renewers (DESCRIBE and DESCRIBE_TOKENS only widen what Describe
+            # shows): test_delegation_token_apis_need_an_authenticated_connection_not_an_acl, and
+            # packages/core/tests/test_delegation_tokens.py with tokens enabled.
+            K.RENEW_DELEGATION_TOKEN, K.EXPIRE_DELEGATION_TOKEN, K.DESCRIBE_DELEGATION_TOKEN}
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="pw" '
         + " ".join(f'user_row{i}="pw"' for i in range(len(ROWS))) + ' user_bob="pw" user_carol="pw";')
@@ -403,3 +412,20 @@ def test_deny_by_default_and_acls_survive_a_restart(secured):
         assert codes == {TOPIC: E.none, "mx-open": E.topic_authorization_failed}
     finally:
         writer.close()
+
+
+def test_delegation_token_apis_need_an_authenticated_connection_not_an_acl(secured):
+    """Renew, Expire and Describe ask no ACL: bob, with none, reaches the token check (tokens are disabled on this
+    broker); over PLAINTEXT even the super user is refused first (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED), as Kafka."""
+    bodies = {K.RENEW_DELEGATION_TOKEN: (2, {"hmac": b"x" * 64, "renew_period": -1}),
+              K.EXPIRE_DELEGATION_TOKEN: (2, {"hmac": b"x" * 64, "expiry_time_period": -1}),
+              K.DESCRIBE_DELEGATION_TOKEN: (3, {"owners": None}),
+              K.CREATE_DELEGATION_TOKEN: (3, {"owner_principal_type": None, "owner_principal_name": None,
+                                              "renewers": [], "max_lifetime": -1})}
+    bob = user_client(secured, "bob")
+    try:
+        for key, (version, body) in bodies.items():
+            assert bob.call(key, version, body).error_code == E.delegation_token_auth_disabled, K(key).name
+            assert secured.admin.call(key, version, body).error_code == E.delegation_token_request_not_allowed
+    finally:
+        bob.close()

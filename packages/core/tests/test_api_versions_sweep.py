@@ -73,6 +73,10 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
                                               "salted_password": bytes(32)}]},
         57: {"timeout": 5000, "validate_only": True, "feature_updates": [
             {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
+        38: {"owner_principal_type": None, "owner_principal_name": None, "renewers": [], "max_lifetime": -1},
+        39: {"hmac": b"hmac", "renew_period": -1},
+        40: {"hmac": b"hmac", "expiry_time_period": -1},
+        41: {"owners": None},
     }
 
 
@@ -88,6 +92,8 @@ EXPECTED_ERRORS = {
     45: ErrorCode.no_reassignment_in_progress,  # cancelling what is not happening
     17: ErrorCode.illegal_sasl_state,  # SASL on a PLAINTEXT listener
     36: ErrorCode.illegal_sasl_state,
+    # Delegation tokens over PLAINTEXT, refused before anything else, as Kafka does.
+    **dict.fromkeys((38, 39, 40, 41), ErrorCode.delegation_token_request_not_allowed),
 }
 
 

@@ -109,6 +109,11 @@ class Session:
     reauthenticating: bool = False
     #: The subject of the client's certificate (RFC 2253) on a TLS listener, for the principal builder.
     peer_subject: str | None = None
+    #: Whether the client authenticated with a delegation token (SCRAM ``tokenauth=true``): it may not create,
+    #: renew, expire or describe tokens, as in Kafka (a token must not beget tokens or outlive itself).
+    token_authenticated: bool = False
+    #: Whether this is the client of a request a broker forwarded in an Envelope (the controller's view of it).
+    forwarded: bool = False
 
     def __str__(self) -> str:
         return (f"{self.principal} from {self.client_host}:{self.client_port} on {self.listener_name} "

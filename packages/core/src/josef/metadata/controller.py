@@ -19,7 +19,7 @@ import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
-from josef import scram
+from josef import delegation_tokens, scram
 from josef.acls import AclBinding, AclBindingFilter, InvalidAcl
 from josef.config import AlterOp, Config, ConfigError
 from josef.metadata import client_quotas, partition_changes
@@ -61,6 +61,7 @@ from josef.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -68,6 +69,7 @@ from josef.metadata.records import (
     random_uuid,
     uuid_from_text,
 )
+from josef.security import KafkaPrincipal
 from josef.policy import (
     AlterConfigPolicy,
     AlterConfigRequest,
@@ -230,6 +232,22 @@ def _check_scram_user(name: str, mechanism: int) -> tuple[ErrorCode, str] | None
     return None
 
 
+@attrs.frozen(repr=False)
+class CreatedToken:
+    """A delegation token the controller created (CreateDelegationToken's answer), with its HMAC."""
+
+    token: delegation_tokens.TokenInformation
+    hmac: bytes
+
+    def __repr__(self) -> str:
+        return f"CreatedToken({self.token.token_id!r}, owner={self.token.owner})"
+
+
+def _sum_ms(now: int, duration: int) -> int:
+    """``now + duration``, capped at Long.MAX_VALUE as Kafka caps it."""
+    return min(now + duration, delegation_tokens.INT64_MAX)
+
+
 class Controller:
     def __init__(self, quorum: MetadataQuorum, config: Config, image: Callable[[], MetadataImage]) -> None:
         self._quorum = quorum
@@ -242,6 +260,9 @@ class Controller:
         self._clock: Callable[[], float] = time.monotonic
         self._next_unclean_check = 0.0
         self._next_balance_check = 0.0
+        #: Wall-clock milliseconds: token timestamps are absolute times clients compare with theirs.
+        self._wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+        self._next_token_sweep = 0.0
 
     @contextlib.asynccontextmanager
     async def _active(self) -> AsyncIterator[None]:
@@ -397,6 +418,100 @@ class Controller:
             await self._commit(records)
         return ([(n, ErrorCode.none, None) for n in deleting] + [(n, ErrorCode.none, None) for n in upserting]
                 + [(n, code, message) for n, (code, message) in failed.items()])
+
+    # Delegation tokens (Kafka's DelegationTokenControlManager) -------------------------
+
+    def _token_secret(self) -> str:
+        """The secret key signing tokens; DELEGATION_TOKEN_AUTH_DISABLED when it is not set."""
+        secret = self._config[delegation_tokens.SECRET_KEY]
+        if not secret:
+            raise ControllerError(ErrorCode.delegation_token_auth_disabled, "Delegation Token feature is not enabled.")
+        return str(secret)
+
+    async def create_delegation_token(self, requester: KafkaPrincipal, owner: KafkaPrincipal | None,
+                                      renewers: Sequence[KafkaPrincipal], max_lifetime_ms: int) -> CreatedToken:
+        """A new token for ``owner`` (the requester when None), renewable by ``renewers``.
+
+        Its maximum lifetime is ``delegation.token.max.lifetime.ms`` or the
+        request's, whichever is shorter (-1 or 0: the default); it expires
+        after ``delegation.token.expiry.time.ms`` unless renewed. Renewers
+        must be users (INVALID_PRINCIPAL_TYPE), as in Kafka. Raises
+        :class:`ControllerError` with Kafka's code.
+        """
+        async with self._active():
+            secret = self._token_secret()
+            if any(r.principal_type != "User" for r in renewers):
+                raise ControllerError(ErrorCode.invalid_principal_type, "Renewers must be users (User:<name>).")
+            now = self._wall_ms()
+            max_lifetime = self._config[delegation_tokens.MAX_LIFETIME_MS]
+            if max_lifetime_ms > 0:
+                max_lifetime = min(max_lifetime, max_lifetime_ms)
+            max_timestamp = _sum_ms(now, max_lifetime)
+            expiry = min(max_timestamp, _sum_ms(now, self._config[delegation_tokens.EXPIRY_TIME_MS]))
+            token = delegation_tokens.TokenInformation(random_uuid(), owner or requester, requester, tuple(renewers),
+                                                       now, max_timestamp, expiry)
+            await self._commit([token.to_record()])
+            return CreatedToken(token, delegation_tokens.create_hmac(token.token_id, secret))
+
+    def _token_for(self, token_hmac: bytes, secret: str) -> delegation_tokens.TokenInformation:
+        token = delegation_tokens.token_for_hmac(self._image().delegation_tokens, token_hmac, secret)
+        if token is None:
+            raise ControllerError(ErrorCode.delegation_token_not_found, "Delegation Token is not found on server.")
+        return token
+
+    async def renew_delegation_token(self, principal: KafkaPrincipal, token_hmac: bytes, renew_period_ms: int) -> int:
+        """Kafka's renewDelegationToken: the token's new expiry, ``renew_period_ms`` from now (-1: the default,
+        and never more than the default) but never past its maximum; only its owner or a renewer may."""
+        async with self._active():
+            secret = self._token_secret()
+            now = self._wall_ms()
+            token = self._token_for(token_hmac, secret)
+            if token.expired(now):
+                raise ControllerError(ErrorCode.delegation_token_expired, "Delegation Token is expired.")
+            if not token.owner_or_renewer(principal):
+                raise ControllerError(ErrorCode.delegation_token_owner_mismatch,
+                                      "Specified Principal is not valid Owner/Renewer.")
+            period = self._config[delegation_tokens.EXPIRY_TIME_MS]
+            if renew_period_ms > 0:
+                period = min(period, renew_period_ms)
+            expiry = min(token.max_timestamp, _sum_ms(now, period))
+            await self._commit([attrs.evolve(token, expiry_timestamp=expiry).to_record()])
+            return expiry
+
+    async def expire_delegation_token(self, principal: KafkaPrincipal, token_hmac: bytes, expiry_period_ms: int) -> int:
+        """Kafka's expireDelegationToken: a negative period removes the token now; else it expires that long from
+        now (never past its maximum). Only its owner or a renewer may; the new expiry timestamp is returned."""
+        async with self._active():
+            secret = self._token_secret()
+            now = self._wall_ms()
+            token = self._token_for(token_hmac, secret)
+            if not token.owner_or_renewer(principal):
+                raise ControllerError(ErrorCode.delegation_token_owner_mismatch,
+                                      "Specified Principal is not valid Owner/Renewer.")
+            if expiry_period_ms < 0:
+                await self._commit([RemoveDelegationTokenRecord(token_id=token.token_id)])
+                return now
+            if token.expired(now):
+                raise ControllerError(ErrorCode.delegation_token_expired, "Delegation Token is expired.")
+            expiry = min(token.max_timestamp, _sum_ms(now, expiry_period_ms))
+            await self._commit([attrs.evolve(token, expiry_timestamp=expiry).to_record()])
+            return expiry
+
+    async def expire_delegation_tokens_when_due(self) -> list[str]:
+        """The active controller's sweep, every ``delegation.token.expiry.check.interval.ms``: tokens past their
+        expiry or maximum lifetime are removed from the metadata log (Kafka's sweepExpiredDelegationTokens).
+        Returns the ids removed. Call it about once a second."""
+        async with self._active():
+            now = self._clock()
+            if now < self._next_token_sweep:
+                return []
+            self._next_token_sweep = now + self._config[delegation_tokens.EXPIRY_CHECK_INTERVAL_MS] / 1000
+            wall = self._wall_ms()
+            expired = [t for t in self._image().delegation_tokens.values() if t.expired(wall)]
+            for token in expired:
+                log.info("Delegation token expired for token: %s for owner: %s", token.token_id, token.owner)
+            await self._commit([RemoveDelegationTokenRecord(token_id=t.token_id) for t in expired])
+            return [t.token_id for t in expired]
 
     # Brokers ---------------------------------------------------------------
 

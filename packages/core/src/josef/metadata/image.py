@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Mapping
 import attrs
 
 from josef.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from josef.delegation_tokens import TokenInformation
 from josef.scram import ScramCredential
 from josef.metadata.records import (
     NO_LEADER_CHANGE,
@@ -26,6 +27,7 @@ from josef.metadata.records import (
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     EntityData,
     Endpoint,
     FeatureLevelRecord,
@@ -37,6 +39,7 @@ from josef.metadata.records import (
     QuotaEntity,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -241,6 +244,8 @@ class MetadataImage:
     acls: Mapping[uuid.UUID, AclBinding] = attrs.field(factory=dict)
     #: SCRAM credentials by (user, mechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) (UserScramCredentialRecord).
     scram_credentials: Mapping[tuple[str, int], ScramCredential] = attrs.field(factory=dict)
+    #: Delegation tokens by token id (DelegationTokenRecord); their HMACs are derived, never stored.
+    delegation_tokens: Mapping[str, TokenInformation] = attrs.field(factory=dict)
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
@@ -307,6 +312,8 @@ class MetadataImage:
             yield acl_record(acl_id, acl)
         for (user, mechanism), credential in self.scram_credentials.items():
             yield scram_record(user, mechanism, credential)
+        for token in self.delegation_tokens.values():
+            yield token.to_record()
         if self.next_producer_id:
             yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id)
 
@@ -336,6 +343,7 @@ class _Builder:
         self.features: dict = base.features  # type: ignore[assignment]
         self.acls: dict = base.acls  # type: ignore[assignment]
         self.scram: dict = base.scram_credentials  # type: ignore[assignment]
+        self.tokens: dict = base.delegation_tokens  # type: ignore[assignment]
         self._owned: set[str] = set()
         self.next_producer_id = base.next_producer_id
         #: Partition maps copied in this commit, by topic name; frozen into topics at the end.
@@ -448,12 +456,16 @@ class _Builder:
                 record.salt, record.stored_key, record.server_key, record.iterations)
         elif isinstance(record, RemoveUserScramCredentialRecord):
             self._own("scram").pop((record.name, record.mechanism), None)
+        elif isinstance(record, DelegationTokenRecord):
+            self._own("tokens")[record.token_id] = TokenInformation.from_record(record)
+        elif isinstance(record, RemoveDelegationTokenRecord):
+            self._own("tokens").pop(record.token_id, None)
 
     def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
         for name, partitions in self.partitions.items():
             self._own("topics")[name] = attrs.evolve(self.topics[name], partitions=partitions)
         image = MetadataImage(offset, self.brokers, self.topics, self.names, self.configs, self.next_producer_id,
-                              self.quotas, self.features, self.acls, self.scram)
+                              self.quotas, self.features, self.acls, self.scram, self.tokens)
         delta = MetadataDelta(
             tuple(self.topics[name] for name in self.created), tuple(self.deleted), tuple(self.changed_partitions),
             tuple(self.changed_configs), tuple(self.changed_brokers), tuple(self.changed_features),

@@ -361,6 +361,38 @@ class RemoveUserScramCredentialRecord:
 
 
 @_record
+class DelegationTokenRecord:
+    """Creates or updates (renewal, a later expiry) one delegation token; its HMAC is never stored, only derived.
+
+    Principals are stored as Kafka writes them (``User:alice``), so Kafka's
+    metadata tools read the record as theirs.
+    """
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 10
+    owner: str = _f("string")
+    requester: str = _f("string")
+    renewers: tuple[str, ...] = _f("string", ())
+    issue_timestamp: i64 = _f("int64")
+    max_timestamp: i64 = _f("int64")
+    expiration_timestamp: i64 = _f("int64")
+    token_id: str = _f("string")
+
+
+@_record
+class RemoveDelegationTokenRecord:
+    """Removes one delegation token: expired by its owner or a renewer, or past its expiry (the controller's sweep)."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 26
+    token_id: str = _f("string")
+
+
+@_record
 class NoOpRecord:
     """Written by an idle controller so followers see the log advance (Kafka's NoOpRecord)."""
 
@@ -374,7 +406,8 @@ MetadataRecord = Union[
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord, PartitionChangeRecord,
     FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord, FeatureLevelRecord, ClientQuotaRecord,
     ProducerIdsRecord, BrokerRegistrationChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
-    NoOpRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
+    NoOpRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord, DelegationTokenRecord,
+    RemoveDelegationTokenRecord,
 ]
 _TYPES: tuple[type, ...] = MetadataRecord.__args__  # type: ignore[attr-defined]
 _BY_KEY: dict[int, type] = {cls.api_key: cls for cls in _TYPES}

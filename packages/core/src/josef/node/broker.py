@@ -270,7 +270,7 @@ class Broker:
         self.coordinators.on_metadata(MetadataDelta(), self.image)
 
     async def _controller_duties(self, controller: Controller) -> None:
-        """While this node is the active controller: finalize a new cluster's features, fence silent brokers, elect leaders."""
+        """While this node is the active controller: finalize a new cluster's features, fence silent brokers, elect leaders, remove expired delegation tokens."""
         levels = bootstrap.levels(self.config, self.features)
         first_records = bootstrap.records(self.config)
         while True:
@@ -279,6 +279,7 @@ class Broker:
                     await controller.bootstrap(levels, first_records)
                     await controller.fence_expired_brokers()
                     await controller.elect_leaders_when_due()
+                    await controller.expire_delegation_tokens_when_due()
                 except ControllerError as exc:
                     log.debug("controller duties: %s", exc.message)
             else:

@@ -150,6 +150,18 @@ CORE_KEYS = (
     ConfigKey("alter.config.policy.class.name", S, None,
               "Name of the alter-config policy (registered through register_policies, josef.policy) that every "
               "AlterConfigs and IncrementalAlterConfigs change the controller decides must satisfy; unset, none."),
+    # Delegation tokens (josef.delegation_tokens)
+    ConfigKey("delegation.token.secret.key", ConfigType.PASSWORD, None,
+              "The secret that signs delegation tokens (their HMAC-SHA512); the same on every broker and controller. "
+              "Unset, delegation tokens are disabled (DELEGATION_TOKEN_AUTH_DISABLED).", sensitive=True),
+    ConfigKey("delegation.token.max.lifetime.ms", L, 604800000,
+              "The longest a delegation token may live, renewals included; a token's own maximum may be shorter.",
+              at_least(1)),
+    ConfigKey("delegation.token.expiry.time.ms", L, 86400000,
+              "How long a delegation token lives before it must be renewed (and the longest one renewal extends it).",
+              at_least(1)),
+    ConfigKey("delegation.token.expiry.check.interval.ms", L, 3600000,
+              "How often the active controller removes the delegation tokens past their expiry.", at_least(1)),
     # Network
     ConfigKey("listeners", LST, ["PLAINTEXT://localhost:9092"], "Addresses the broker listens on, NAME://HOST:PORT (port 0 picks a free one).", _listeners),
     ConfigKey("listener.security.protocol.map", LST,

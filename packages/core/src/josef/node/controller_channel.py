@@ -137,7 +137,7 @@ class ControllerChannel:
         # A client's request travels in an Envelope, with the client it came from (Kafka's ForwardingManager).
         frame = encode_request(api_key, ctx.api_version, ctx.correlation_id, (ctx.client_id or "").encode(), request)
         wrapped = await conn.request(ApiKey.ENVELOPE, {
-            "request_data": frame[4:], "request_principal": principal_bytes(ctx.principal),
+            "request_data": frame[4:], "request_principal": principal_bytes(ctx.principal, ctx.session.token_authenticated),
             "client_host_address": address_bytes(ctx.client_host)})
         if wrapped.error_code != ErrorCode.none or wrapped.response_data is None:
             return error_response(api_key, ctx.api_version, request, wrapped.error_code or ErrorCode.unknown_server_error,

@@ -82,9 +82,12 @@ class SaslCredentials:
     mechanism: str
     username: str
     password: str
+    #: SCRAM with a delegation token (Kafka's ScramLoginModule ``tokenauth="true"``): the user name is the token id,
+    #: the password its HMAC (base64), and the client-first message carries the ``tokenauth=true`` extension.
+    token_auth: bool = False
 
     def __repr__(self) -> str:
-        return f"SaslCredentials({self.mechanism}, {self.username!r})"
+        return f"SaslCredentials({self.mechanism}, {self.username!r}{', tokenauth' if self.token_auth else ''})"
 
     @classmethod
     def from_client_config(cls, get: Lookup, where: str = "client") -> SaslCredentials:
@@ -93,15 +96,17 @@ class SaslCredentials:
         if mechanism not in PASSWORD_MECHANISMS:
             raise ConfigError(f"{where}: sasl.mechanism {mechanism} is not supported; josef offers {', '.join(MECHANISMS)}")
         jaas = get("sasl.jaas.config")
+        token_auth = False
         if jaas:
             _, options = parse_jaas(str(jaas), f"{where}: sasl.jaas.config")
             username, password = options.get("username"), options.get("password")
+            token_auth = mechanism in SCRAM_ALGORITHMS and options.get("tokenauth", "").lower() == "true"
         else:
             username, password = get("sasl.username"), get("sasl.password")
         if not username or password is None:
             raise ConfigError(f"{where}: SASL needs a user name and password: sasl.jaas.config with username and "
                               f"password options, or sasl.username and sasl.password")
-        return cls(mechanism, str(username), str(password))
+        return cls(mechanism, str(username), str(password), token_auth)
 
     def exchange(self) -> SaslExchange:
         if self.mechanism == "PLAIN":
@@ -314,7 +319,7 @@ class _Scram:
         self.algorithm = algorithm
         self.nonce = base64.b64encode(secrets.token_bytes(24)).decode()
         user = credentials.username.replace("=", "=3D").replace(",", "=2C")
-        self.client_first_bare = f"n={user},r={self.nonce}"
+        self.client_first_bare = f"n={user},r={self.nonce}" + (",tokenauth=true" if credentials.token_auth else "")
         self._server_signature: bytes | None = None
 
     def first(self) -> bytes:

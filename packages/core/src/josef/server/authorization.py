@@ -31,7 +31,9 @@ and the hot path costs nothing.
 
 APIs not listed need no permission (ApiVersions, the SASL APIs, the
 telemetry APIs), or are CLUSTER_ACTION, which brokers and controllers send
-each other (:data:`CLUSTER_ACTIONS`).
+each other (:data:`CLUSTER_ACTIONS`). RenewDelegationToken and
+ExpireDelegationToken ask no ACL either: the controller allows only a
+token's owner and renewers, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -45,11 +47,14 @@ from kio.schema.errors import ErrorCode
 
 from josef.acls import SUPPORTED_OPERATIONS, ResourceType
 from josef.authorizer import CLUSTER_NAME, Action, AllowAll, Authorizer
+from josef.delegation_tokens import allow_token_requests
 from josef.metadata.records import uuid_to_text
 from josef.protocol import fetch_codec
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.error_responses import error_response
 from josef.protocol.messages import build, response_type
+from josef.security import KafkaPrincipal
+from josef.server.apis.delegation_tokens import create_answer, requested_owner
 from josef.server.dispatch import Handler, Later, RequestContext, UnanswerableRequestError
 
 E = ErrorCode
@@ -558,6 +563,40 @@ def _replica_rule(topics: Rule) -> Rule:
     return rule
 
 
+async def _create_delegation_token(check: Check, ctx: RequestContext, request: Any, handler: Handler) -> Answer:
+    """KIP-373: a token for another owner needs CREATE_TOKENS on that user (the requester's own needs nothing).
+    A connection that may not ask for tokens at all is answered that first, by the handler, as in Kafka."""
+    owner = requested_owner(ctx, request)
+    if allow_token_requests(ctx.session) and owner != ctx.principal \
+            and not check.may("CREATE_TOKENS", "USER", str(owner)):
+        return create_answer(ctx, E.delegation_token_authorization_failed, owner)
+    return await handler(ctx, request)
+
+
+async def _describe_delegation_token(check: Check, ctx: RequestContext, request: Any, handler: Handler) -> Answer:
+    """Kafka's DelegationTokenManager.filterToken: a principal sees the tokens it owns or renews, those it may
+    DESCRIBE (DELEGATION_TOKEN, by token id) and those of owners it may DESCRIBE_TOKENS (USER); the others are hidden."""
+    answer = await handler(ctx, request)
+    me = ctx.principal
+
+    def owner(token: Any) -> str:
+        return f"{_get(token, 'principal_type')}:{_get(token, 'principal_name')}"
+
+    def own(token: Any) -> bool:
+        renewers = {KafkaPrincipal(_get(r, "principal_type"), _get(r, "principal_name"))
+                    for r in _get(token, "renewers")}
+        return owner(token) == str(me) or me in renewers
+
+    def hide(body: dict[str, Any]) -> None:
+        others = [t for t in body["tokens"] if not own(t)]
+        by_id = check.allowed("DESCRIBE", "DELEGATION_TOKEN", (_get(t, "token_id") for t in others))
+        by_owner = check.allowed("DESCRIBE_TOKENS", "USER", (owner(t) for t in others if _get(t, "token_id")
+                                                             not in by_id))
+        body["tokens"] = [t for t in body["tokens"]
+                          if own(t) or _get(t, "token_id") in by_id or owner(t) in by_owner]
+    return then(answer, _edit(ctx, hide))
+
+
 _GROUP_READ = _one("READ", GROUP, _group_id, E.group_authorization_failed)
 
 RULES: dict[int, Rule] = {
@@ -606,6 +645,8 @@ RULES: dict[int, Rule] = {
     ApiKey.ALTER_CONFIGS: _config_resource_rule("ALTER_CONFIGS", "responses"),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule("ALTER_CONFIGS", "responses"),
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
+    ApiKey.CREATE_DELEGATION_TOKEN: _create_delegation_token,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: _describe_delegation_token,
 }
 
 

@@ -14,14 +14,20 @@ Every failure answers Kafka's one sentence ("Authentication failed during
 authentication due to invalid credentials with SASL mechanism ...") and
 ends the exchange: wrong password, unknown user, a replayed or altered
 client-final, a wrong nonce, messages out of order or malformed. The only
-exceptions are those that reveal nothing about credentials: an authorization
-id that is not the user (Kafka's own message), and the ``tokenauth``
-extension (delegation tokens, which josef does not issue). An unknown user is
+exception is one that reveals nothing about credentials: an authorization
+id that is not the user (Kafka's own message). An unknown user is
 not refused at client-first, as Kafka does, but walked through the exchange
 with a salt derived from its name and refused at client-final exactly like a
 wrong password (RFC 5802 section 5.1), so the server-first answer does not
 tell which users exist. The reason kept for the log names no user and no
 secret.
+
+With the ``tokenauth=true`` extension (Kafka's ScramLoginModule option) the
+user name is a delegation token id and the password the token's HMAC: the
+credential is the token's (:func:`josef.delegation_tokens.token_credential`,
+on listeners where tokens are enabled), the principal the token's owner, and
+the session ends when the token expires (``expires_at_ms``, KIP-368). An
+unknown, expired or disabled token fails exactly like a wrong password.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import re
 import secrets
 from typing import Callable
 
+from josef.delegation_tokens import TokenLookup
 from josef.scram import MIN_ITERATIONS, ScramAlgorithm, ScramCredential, random_string
 from josef.security import KafkaPrincipal, SaslAuthenticationError
 
@@ -87,12 +94,19 @@ class ScramServer:
     """One connection's SCRAM exchange; :meth:`evaluate` takes each client message and returns the answer."""
 
     def __init__(self, algorithm: ScramAlgorithm, credentials: CredentialLookup,
-                 nonce: Callable[[], str] = random_string) -> None:
+                 nonce: Callable[[], str] = random_string, tokens: TokenLookup | None = None) -> None:
         self.algorithm = algorithm
         self._credentials = credentials
         self._nonce = nonce
+        #: Delegation tokens' credentials by token id; None where tokens are disabled (``tokenauth`` then fails).
+        #: Set by SaslHandshake on brokers with ``delegation.token.secret.key``.
+        self.tokens = tokens
         self._state = _State.CLIENT_FIRST
         self.principal: KafkaPrincipal | None = None
+        #: Whether the client authenticated with a delegation token; its expiry (ms) ends the session.
+        self.token_authenticated = False
+        self.expires_at_ms: int | None = None
+        self._owner: KafkaPrincipal | None = None
         # Kept between the two steps, dropped as soon as the exchange ends.
         self._credential: ScramCredential | None = None
         self._known = False
@@ -145,15 +159,20 @@ class ScramServer:
         if match["cbind"].startswith("p="):
             raise ScramFailure("the client asked for channel binding, which this mechanism does not offer")
         extensions = dict(item.split("=", 1) for item in match["extensions"].split(",")[1:])
-        if extensions.get(TOKEN_AUTH, "false").lower() == "true":
-            raise SaslAuthenticationError("Authentication failed: delegation token authentication (tokenauth=true) "
-                                          "is not supported", "delegation token requested")
         user = _username(match["user"])
         authzid = match["authzid"]
         if authzid is not None and _username(authzid) != user:
             raise SaslAuthenticationError("Authentication failed: Client requested an authorization id that is "
                                           "different from username", "authorization id is not the user")
-        credential = self._credentials(user, self.algorithm)
+        credential: ScramCredential | None
+        if extensions.get(TOKEN_AUTH, "false").lower() == "true":
+            token = self.tokens(user, self.algorithm) if self.tokens is not None else None
+            credential = token.credential if token is not None else None
+            self._owner = token.owner if token is not None else None
+            self.expires_at_ms = token.expiry_timestamp if token is not None else None
+            self.token_authenticated = True
+        else:
+            credential = self._credentials(user, self.algorithm)
         self._known = credential is not None and credential.iterations >= MIN_ITERATIONS
         if not self._known:
             # Walk on with a credential no proof matches, so the answer looks like a real user's.
@@ -192,6 +211,7 @@ class ScramServer:
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
         if not hmac.compare_digest(self.algorithm.digest(client_key), credential.stored_key) or not self._known:
             raise ScramFailure("invalid client proof")
-        self.principal = KafkaPrincipal("User", self._user)
+        # A token's owner, named as Kafka's DefaultKafkaPrincipalBuilder names it: a User with the owner's name.
+        self.principal = KafkaPrincipal("User", self._owner.name if self._owner is not None else self._user)
         server_signature = self.algorithm.hmac(credential.server_key, auth_message)
         return b"v=" + base64.b64encode(server_signature)

@@ -17,6 +17,7 @@ from josef.server.apis import (
     client_quotas,
     cluster,
     configs,
+    delegation_tokens,
     elect_leaders,
     envelope,
     features,
@@ -54,6 +55,9 @@ CONTROLLER_APIS = (
     (ApiKey.DESCRIBE_ACLS, acls.describe_acls, 1, 3),
     (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, scram_credentials.alter_user_scram_credentials, 0, 0),
     (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, scram_credentials.describe_user_scram_credentials, 0, 0),
+    (ApiKey.CREATE_DELEGATION_TOKEN, delegation_tokens.controller_create_delegation_token, 1, 3),
+    (ApiKey.RENEW_DELEGATION_TOKEN, delegation_tokens.controller_renew_delegation_token, 1, 2),
+    (ApiKey.EXPIRE_DELEGATION_TOKEN, delegation_tokens.controller_expire_delegation_token, 1, 2),
     (ApiKey.DESCRIBE_CLUSTER, cluster.describe_cluster, 0, 2),
     (ApiKey.UPDATE_FEATURES, features.update_features, 0, 2),
     (ApiKey.BROKER_REGISTRATION, brokers.broker_registration, 0, 4),
@@ -65,7 +69,7 @@ CONTROLLER_APIS = (
 )
 
 #: Admin requests a broker passes to the active controller (in an Envelope) and answers with its response.
-FORWARDED = envelope.ENVELOPED - envelope.QUORUM_APIS_ON_BROKERS
+FORWARDED = envelope.ENVELOPED - envelope.QUORUM_APIS_ON_BROKERS - envelope.CHECKED_BEFORE_FORWARDING
 async def forward(ctx: RequestContext, request: Any) -> Any:
     """A client's admin request, decided by the active controller (Kafka's ForwardingManager)."""
     return await ctx.broker.channel.forward(ctx, request)
@@ -89,6 +93,11 @@ CORE_APIS = tuple((key, forward if key in FORWARDED else handler, low, high) for
     (ApiKey.DESCRIBE_CLIENT_QUOTAS, client_quotas.describe_client_quotas, 0, 1),
     (ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs, 1, 5),
     (ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs, 1, 2),
+    # Refused on the client's own connection when it cannot hold a token (Kafka's allowTokenRequests), else forwarded.
+    (ApiKey.CREATE_DELEGATION_TOKEN, delegation_tokens.create_delegation_token, 1, 3),
+    (ApiKey.RENEW_DELEGATION_TOKEN, delegation_tokens.renew_delegation_token, 1, 2),
+    (ApiKey.EXPIRE_DELEGATION_TOKEN, delegation_tokens.expire_delegation_token, 1, 2),
+    (ApiKey.DESCRIBE_DELEGATION_TOKEN, delegation_tokens.describe_delegation_token, 1, 3),
     *(api for api in CONTROLLER_APIS
       if api[0] in FORWARDED or api[0] in (ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_ACLS,
                                            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)),

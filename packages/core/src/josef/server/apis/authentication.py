@@ -31,10 +31,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from josef import delegation_tokens
 from josef.scram import ScramAlgorithm, ScramCredential
 from josef.security import AuthenticationContext
 from josef.server.dispatch import RequestContext
 from josef.server.sasl import SaslAuthenticationError
+from josef.server.scram import ScramServer
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,15 @@ async def sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, Any]:
         return broker.image.scram_credentials.get((user, algorithm.type))
 
     session.sasl_mechanism = request.mechanism
-    session.sasl_server = listener.mechanisms[request.mechanism].server(credentials)
+    exchange = listener.mechanisms[request.mechanism].server(credentials)
+    secret = broker.config[delegation_tokens.SECRET_KEY]
+    if isinstance(exchange, ScramServer) and secret:
+        def tokens(token_id: str, algorithm: ScramAlgorithm) -> delegation_tokens.TokenCredential | None:
+            # SCRAM with tokenauth=true: the token as the image has it now (expired or removed: no credential).
+            return delegation_tokens.token_credential(broker.image.delegation_tokens, str(secret), token_id,
+                                                      algorithm, time.time_ns() // 1_000_000)
+        exchange.tokens = tokens
+    session.sasl_server = exchange
     return {"error_code": ErrorCode.none, "mechanisms": enabled}
 
 
@@ -112,6 +122,8 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> dict[str, Any]
         session.principal = principal
         session.authenticated = True
         log.debug("authenticated %s", session)
+    # A connection authenticated with a delegation token may not ask for tokens (Kafka's allowTokenRequests).
+    session.token_authenticated = bool(getattr(exchange, "token_authenticated", False))
     lifetime_ms = _session_lifetime_ms(ctx, exchange)
     if lifetime_ms is not None and lifetime_ms <= 0:
         session.close_after_reply = True

@@ -26,6 +26,9 @@ from josef.security import ANONYMOUS, KafkaPrincipal, Session
 from josef.server.dispatch import RequestContext, UnanswerableRequestError
 
 _VERSION = struct.Struct(">h")
+#: Forwarded by brokers only once the client's own connection passed Kafka's allowTokenRequests.
+CHECKED_BEFORE_FORWARDING = frozenset({ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                                       ApiKey.EXPIRE_DELEGATION_TOKEN})
 #: Quorum APIs Kafka serves on broker listeners too, by forwarding them (their schemas list both listeners).
 QUORUM_APIS_ON_BROKERS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
 #: What a broker may forward in an Envelope: the admin requests the controller decides (Kafka's forwardable APIs).
@@ -34,22 +37,28 @@ ENVELOPED = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_
                        ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                        ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
                        ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
-                      | QUORUM_APIS_ON_BROKERS)
-def principal_bytes(principal: KafkaPrincipal) -> bytes:
-    """A principal as Kafka serialises it into an Envelope: a version prefix, then DefaultPrincipalData."""
+                      | QUORUM_APIS_ON_BROKERS | CHECKED_BEFORE_FORWARDING)
+def principal_bytes(principal: KafkaPrincipal, token_authenticated: bool = False) -> bytes:
+    """A principal as Kafka serialises it into an Envelope: a version prefix, then DefaultPrincipalData
+    (with whether the client authenticated with a delegation token, which the controller refuses token APIs)."""
     out = io.BytesIO()
     out.write(_VERSION.pack(0))
     data = DefaultPrincipalData(type_=principal.principal_type, name=principal.name,  # type: ignore[call-arg]
-                                token_authenticated=False)
+                                token_authenticated=token_authenticated)
     entity_writer(DefaultPrincipalData)(out, data)  # type: ignore[arg-type]
     return out.getvalue()
 
 
 def read_principal(data: bytes) -> KafkaPrincipal:
+    return read_principal_data(data)[0]
+
+
+def read_principal_data(data: bytes) -> tuple[KafkaPrincipal, bool]:
+    """The principal of an Envelope, and whether it authenticated with a delegation token."""
     if _VERSION.unpack_from(data, 0)[0] != 0:
         raise ValueError("unknown principal serialisation version")
     principal, _ = entity_reader(DefaultPrincipalData)(data, _VERSION.size)  # type: ignore[arg-type]
-    return KafkaPrincipal(principal.type_, principal.name)
+    return KafkaPrincipal(principal.type_, principal.name), bool(principal.token_authenticated)
 
 
 def address_bytes(host: str) -> bytes:
@@ -61,7 +70,8 @@ def address_bytes(host: str) -> bytes:
 
 async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
-        principal = ANONYMOUS if request.request_principal is None else read_principal(request.request_principal)
+        principal, token_authenticated = (ANONYMOUS, False) if request.request_principal is None \
+            else read_principal_data(request.request_principal)
         host = str(ipaddress.ip_address(request.client_host_address)) if request.client_host_address else ""
     except ValueError:
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
@@ -69,7 +79,8 @@ async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
         if parse_header(request.request_data, is_flexible).api_key not in ENVELOPED:
             return {"response_data": None, "error_code": ErrorCode.invalid_request}
         # The client the broker forwarded for, as the controller's handlers see it.
-        origin = Session(ctx.listener_name, ctx.session.security_protocol, host, principal=principal)
+        origin = Session(ctx.listener_name, ctx.session.security_protocol, host, principal=principal,
+                         token_authenticated=token_authenticated, forwarded=True)
         response = await ctx.broker.controller_dispatcher.handle(origin, request.request_data)
     except (MalformedRequestError, UnanswerableRequestError):
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
