@@ -51,7 +51,8 @@ from josef_client.sync import LoopThread
 
 __all__ = [
     "AbortTransactionSpec", "AclBinding", "AclBindingFilter", "Admin", "AlterConfigOp", "AlterOp", "AsyncAdmin", "BrokerInfo", "ClusterDescription",
-    "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "ElectionType", "LogDirDescription",
+    "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigSynonym", "CreatedTopic", "DelegationToken", "ElectionType",
+    "LogDirDescription",
     "NewPartitions", "NewTopic", "OffsetInfo", "OffsetSpec", "PartitionDescription", "PartitionReassignment",
     "ProducerState", "QuotaEntity", "QuotaFilterComponent", "ReplicaInfo", "ResourceType", "ScramCredentialDeletion",
     "ScramCredentialInfo",
@@ -389,6 +390,59 @@ class ScramCredentialDeletion:
 
     user: str
     mechanism: str
+
+
+@attrs.frozen(repr=False)
+class DelegationToken:
+    """A delegation token (Kafka's DelegationToken and TokenInformation): principals as ``User:alice``, times in ms.
+
+    ``hmac`` is the token's password: whoever holds it and the id can
+    authenticate as the owner (SCRAM with ``tokenauth="true"``), so it stays out
+    of the repr.
+    """
+
+    token_id: str
+    hmac: bytes
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_timestamp: int
+    expiry_timestamp: int
+    max_timestamp: int
+
+    @property
+    def hmac_base64(self) -> str:
+        """The HMAC as Kafka's tools print it, and as a client's ``password`` for SCRAM ``tokenauth``."""
+        return base64.b64encode(self.hmac).decode()
+
+    def __repr__(self) -> str:
+        return (f"DelegationToken(token_id={self.token_id!r}, owner={self.owner!r}, requester={self.requester!r}, "
+                f"renewers={self.renewers!r}, expiry_timestamp={self.expiry_timestamp})")
+
+
+#: Kafka's messages of the token errors (the responses carry none).
+_TOKEN_MESSAGES = {
+    ErrorCode.delegation_token_auth_disabled: "Delegation Token feature is not enabled.",
+    ErrorCode.delegation_token_not_found: "Delegation Token is not found on server.",
+    ErrorCode.delegation_token_owner_mismatch: "Specified Principal is not valid Owner/Renewer.",
+    ErrorCode.delegation_token_request_not_allowed: "Delegation Token requests are not allowed on PLAINTEXT/1-way SSL "
+                                                    "channels and on delegation token authenticated channels.",
+    ErrorCode.delegation_token_authorization_failed: "Delegation Token authorization failed.",
+    ErrorCode.delegation_token_expired: "Delegation Token is expired.",
+    ErrorCode.invalid_principal_type: "Supplied principalType is not supported.",
+}
+
+
+def _token_error(code: ErrorCode) -> KafkaError:
+    return KafkaError(code, _TOKEN_MESSAGES.get(code, code.name))
+
+
+def _principal(text: str) -> tuple[str, str]:
+    """``User:alice`` -> ("User", "alice"), as Kafka's SecurityUtils.parseKafkaPrincipal reads it."""
+    kind, sep, name = text.partition(":")
+    if not sep or not kind:
+        raise ValueError(f"Invalid principal string: {text!r} (expected principalType:name, e.g. User:alice)")
+    return kind, name
 
 
 #: A client quota entity: (entity type, name) pairs, sorted by type; a None name is the type's default entity.
@@ -1114,6 +1168,57 @@ class AsyncAdmin:
             for r in response.results}
         return _finish(results, raise_errors)
 
+    # Delegation tokens (KIP-48, KIP-373): any broker answers Describe from its image and
+    # forwards Create, Renew and Expire to the controller. Only over an authenticated
+    # connection that was not itself authenticated with a token (Kafka refuses the rest).
+
+    async def create_delegation_token(self, *, owner: str | None = None, renewers: Iterable[str] = (),
+                                      max_lifetime_ms: int = -1) -> DelegationToken:
+        """A new token for ``owner`` (``User:bob``; the requester by default: another owner needs CREATE_TOKENS on
+        them), renewable by ``renewers``; ``max_lifetime_ms`` -1: the broker's ``delegation.token.max.lifetime.ms``."""
+        owner_type, owner_name = _principal(owner) if owner else (None, None)
+        body = {"owner_principal_type": owner_type, "owner_principal_name": owner_name,
+                "renewers": [dict(zip(("principal_type", "principal_name"), _principal(r))) for r in renewers],
+                "max_lifetime": max_lifetime_ms}
+        response = await (await self._any()).request(ApiKey.CREATE_DELEGATION_TOKEN, body)
+        if response.error_code != ErrorCode.none:
+            raise _token_error(response.error_code)
+        return DelegationToken(response.token_id, bytes(response.hmac),
+                               f"{response.principal_type}:{response.principal_name}",
+                               f"{response.token_requester_principal_type}:{response.token_requester_principal_name}",
+                               tuple(renewers), _millis(response.issue_timestamp),
+                               _millis(response.expiry_timestamp), _millis(response.max_timestamp))
+
+    async def renew_delegation_token(self, hmac: bytes, *, renew_time_period_ms: int = -1) -> int:
+        """Renew the token with this HMAC (its owner or a renewer may); its new expiry timestamp (ms)."""
+        response = await (await self._any()).request(ApiKey.RENEW_DELEGATION_TOKEN,
+                                                      {"hmac": hmac, "renew_period": renew_time_period_ms})
+        if response.error_code != ErrorCode.none:
+            raise _token_error(response.error_code)
+        return _millis(response.expiry_timestamp)
+
+    async def expire_delegation_token(self, hmac: bytes, *, expiry_time_period_ms: int = -1) -> int:
+        """Expire the token with this HMAC that much later (-1: now, which removes it); its expiry timestamp (ms)."""
+        response = await (await self._any()).request(ApiKey.EXPIRE_DELEGATION_TOKEN,
+                                                      {"hmac": hmac, "expiry_time_period": expiry_time_period_ms})
+        if response.error_code != ErrorCode.none:
+            raise _token_error(response.error_code)
+        return _millis(response.expiry_timestamp)
+
+    async def describe_delegation_tokens(self, owners: Iterable[str] | None = None) -> list[DelegationToken]:
+        """The tokens owned or renewable by ``owners`` (None: every token), of those the principal owns, renews or
+        may describe (DESCRIBE on the token, DESCRIBE_TOKENS on its owner)."""
+        body = {"owners": None if owners is None else [dict(zip(("principal_type", "principal_name"), _principal(o)))
+                                                       for o in owners]}
+        response = await (await self._any()).request(ApiKey.DESCRIBE_DELEGATION_TOKEN, body)
+        if response.error_code != ErrorCode.none:
+            raise _token_error(response.error_code)
+        return [DelegationToken(t.token_id, bytes(t.hmac), f"{t.principal_type}:{t.principal_name}",
+                                f"{t.token_requester_principal_type}:{t.token_requester_principal_name}",
+                                tuple(f"{r.principal_type}:{r.principal_name}" for r in t.renewers),
+                                _millis(t.issue_timestamp), _millis(t.expiry_timestamp), _millis(t.max_timestamp))
+                for t in response.tokens]
+
     # Client quotas (KIP-546): kept in the metadata log, enforced by every broker.
 
     async def describe_client_quotas(self, components: Iterable[QuotaFilterComponent] = (), *,
@@ -1253,6 +1358,18 @@ class Admin:
 
     def alter_client_quotas(self, changes: Mapping[QuotaEntity, Mapping[str, float | None]], **options: Any) -> None:
         return self._run(self._admin.alter_client_quotas(changes, **options))
+
+    def create_delegation_token(self, **options: Any) -> DelegationToken:
+        return self._run(self._admin.create_delegation_token(**options))
+
+    def renew_delegation_token(self, hmac: bytes, **options: Any) -> int:
+        return self._run(self._admin.renew_delegation_token(hmac, **options))
+
+    def expire_delegation_token(self, hmac: bytes, **options: Any) -> int:
+        return self._run(self._admin.expire_delegation_token(hmac, **options))
+
+    def describe_delegation_tokens(self, owners: Iterable[str] | None = None) -> list[DelegationToken]:
+        return self._run(self._admin.describe_delegation_tokens(None if owners is None else list(owners)))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

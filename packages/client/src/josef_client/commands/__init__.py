@@ -4,7 +4,7 @@
 and ``console-consumer``, ``perf produce``/``perf consume``
 (kafka-producer-perf-test, kafka-consumer-perf-test), ``consumer-groups``
 (kafka-consumer-groups), ``transactions`` (kafka-transactions), ``log-dirs``
-(kafka-log-dirs) and ``acls`` (kafka-acls). Each module imports the client only when its command runs,
+(kafka-log-dirs), ``acls`` (kafka-acls) and ``delegation-tokens`` (kafka-delegation-tokens). Each module imports the client only when its command runs,
 so ``josef --help`` stays quick.
 """
 
@@ -17,6 +17,7 @@ def register(cli: click.Group) -> None:
     from josef_client.commands.acls import acls
     from josef_client.commands.configs import configs
     from josef_client.commands.console import console_consumer, console_producer
+    from josef_client.commands.delegation_tokens import delegation_tokens
     from josef_client.commands.groups import consumer_groups
     from josef_client.commands.log_dirs import log_dirs
     from josef_client.commands.perf import perf
@@ -24,5 +25,5 @@ def register(cli: click.Group) -> None:
     from josef_client.commands.transactions import transactions
 
     for command in (topics, configs, console_producer, console_consumer, perf, consumer_groups, transactions, log_dirs,
-                    acls):
+                    acls, delegation_tokens):
         cli.add_command(command)
