@@ -6,18 +6,14 @@ and aiokafka's ``sasl_oauth_token_provider``)."""
 from __future__ import annotations
 
 import asyncio
-import http.server
-import json
-import threading
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
-import jwt
 import pytest
 from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
 from confluent_kafka.admin import AdminClient
-from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka.net.sasl.oauth import AbstractTokenProvider
+from josef.testing.oauth import IdentityProvider
 from round_trips import (
     aiokafka_transactional_round_trip,
     confluent_round_trip,
@@ -29,45 +25,16 @@ from round_trips import (
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
-class Jwks:
-    """An identity provider's JWKS endpoint (GET) on a real HTTP server, and tokens signed with its key."""
-
-    def __init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        public = jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
-        body = json.dumps({"keys": [public | {"kid": "idp-1", "alg": "RS256", "use": "sig"}]}).encode()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def token(self, sub: str) -> tuple[str, float]:
-        now = int(time.time())
-        claims = {"sub": sub, "iat": now, "exp": now + 600, "aud": "josef", "iss": "https://idp.test"}
-        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "idp-1"}), now + 600.0
+def signed(idp: IdentityProvider, sub: str) -> tuple[str, float]:
+    """A token of ``sub`` and its expiry, as confluent-kafka's oauth_cb returns them."""
+    return idp.token("idp-1", sub=sub), time.time() + idp.lifetime_s
 
 
 @pytest.fixture(scope="module")
-def jwks() -> Iterator[Jwks]:
-    provider = Jwks()
-    provider.thread.start()
-    try:
+def jwks() -> Iterator[IdentityProvider]:
+    with IdentityProvider() as provider:
+        provider.add_key("idp-1")
         yield provider
-    finally:
-        provider.server.shutdown()
-        provider.server.server_close()
-        provider.thread.join()
 
 
 @pytest.fixture
@@ -103,7 +70,7 @@ def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_re
 
     def oauth_cb(config: str) -> tuple[str, float]:
         calls.append(config)
-        return jwks.token("alice")
+        return signed(jwks, "alice")
     settings = {"bootstrap.servers": oauth_broker.secured, "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
     assert confluent_round_trip(settings, "oauth-jwks") == expected("oauth-jwks")
@@ -119,11 +86,11 @@ def test_confluent_kafka_with_signed_tokens_from_oauth_cb_and_an_unsigned_one_re
 
 
 class Tokens(AbstractTokenProvider):
-    def __init__(self, jwks: Jwks) -> None:
+    def __init__(self, jwks: IdentityProvider) -> None:
         self.jwks = jwks
 
     def token(self) -> str:
-        return self.jwks.token("bob")[0]
+        return self.jwks.token("idp-1", sub="bob")
 
 
 def test_kafka_python_with_a_token_provider(oauth_broker, jwks):
@@ -134,11 +101,11 @@ def test_kafka_python_with_a_token_provider(oauth_broker, jwks):
 
 
 class AioTokens(AioTokenProvider):
-    def __init__(self, jwks: Jwks) -> None:
+    def __init__(self, jwks: IdentityProvider) -> None:
         self.jwks = jwks
 
     async def token(self) -> str:
-        return self.jwks.token("carol")[0]
+        return self.jwks.token("idp-1", sub="carol")
 
 
 def test_aiokafka_with_a_token_provider(oauth_broker, jwks):

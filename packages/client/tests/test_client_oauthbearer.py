@@ -4,21 +4,15 @@ JWKS of that identity provider (a real HTTP server on a free port of 127.0.0.1).
 
 from __future__ import annotations
 
-import base64
-import http.server
-import json
 import threading
-import time
-import urllib.parse
 from typing import Any, Iterator
 
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from josef.config import ConfigError
 from josef.node.runner import BrokerThread
 from josef.protocol.sasl_client import SaslAuthenticationFailed
+from josef.testing.oauth import IdentityProvider
 from josef.testing import broker_overrides
 from josef_client.admin import Admin
 from josef_client.consumer import Consumer
@@ -29,59 +23,11 @@ LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCa
 CLIENT_SECRET = "s3cret-of-the-app"
 
 
-class IdentityProvider:
-    """GET /jwks and POST /token (client credentials, HTTP Basic) on a real HTTP server."""
-
-    def __init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.tokens_issued = 0
-        provider = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _json(self, status: int, value: Any) -> None:
-                body = json.dumps(value).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802
-                jwk = jwt.algorithms.RSAAlgorithm.to_jwk(provider.key.public_key(), as_dict=True)
-                self._json(200, {"keys": [jwk | {"kid": "k1", "alg": "RS256", "use": "sig"}]})
-
-            def do_POST(self) -> None:  # noqa: N802
-                form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-                expected = "Basic " + base64.b64encode(f"app:{CLIENT_SECRET}".encode()).decode()
-                if form.get("grant_type") != ["client_credentials"] or self.headers["Authorization"] != expected:
-                    self._json(401, {"error": "invalid_client"})
-                    return
-                provider.tokens_issued += 1
-                self._json(200, {"access_token": provider.token("app"), "token_type": "Bearer", "expires_in": 300})
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def token(self, sub: str) -> str:
-        now = int(time.time())
-        return jwt.encode({"sub": sub, "iat": now, "exp": now + 300, "aud": "josef"}, self.key, algorithm="RS256",
-                          headers={"kid": "k1"})
-
-
 @pytest.fixture(scope="module")
 def idp() -> Iterator[IdentityProvider]:
-    provider = IdentityProvider()
-    provider.thread.start()
-    try:
+    with IdentityProvider(client_secrets={"app": CLIENT_SECRET}) as provider:
+        provider.add_key("k1")
         yield provider
-    finally:
-        provider.server.shutdown()
-        provider.server.server_close()
-        provider.thread.join()
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +42,7 @@ def broker(idp, tmp_path_factory) -> Iterator[BrokerThread]:
         "listener.name.secured.oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",
         "listener.name.secured.oauthbearer.sasl.server.callback.handler.class":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
-        "listener.name.secured.sasl.oauthbearer.jwks.endpoint.url": f"{idp.base}/jwks",
+        "listener.name.secured.sasl.oauthbearer.jwks.endpoint.url": idp.url,
         "listener.name.secured.sasl.oauthbearer.expected.audience": "josef"}))
     thread.start()
     try:
@@ -145,7 +91,7 @@ def test_a_token_provider_s_signed_tokens_produce_and_consume_and_an_unsigned_on
 
     def provider() -> str:
         calls.append(threading.get_ident())
-        return idp.token("bob")
+        return idp.token("k1", sub="bob")
     config = settings(broker, "SECURED", **{"sasl.oauthbearer.token.provider": provider})
     assert produce_and_consume(config, "oauth-signed") == sorted(f"oauth-signed-{i}".encode() for i in range(10))
     assert calls and threading.get_ident() not in calls  # called for each connection, never on the caller's thread
@@ -157,7 +103,7 @@ def test_a_token_provider_s_signed_tokens_produce_and_consume_and_an_unsigned_on
 
 def test_the_client_credentials_flow_gets_a_token_once_for_all_connections(broker, idp):
     config = settings(broker, "SECURED", **{
-        "sasl.oauthbearer.token.endpoint.url": f"{idp.base}/token", "sasl.login.callback.handler.class": LOGIN_HANDLER,
+        "sasl.oauthbearer.token.endpoint.url": idp.token_url, "sasl.login.callback.handler.class": LOGIN_HANDLER,
         "sasl.jaas.config": f'{LOGIN_MODULE} required clientId="app" clientSecret="{CLIENT_SECRET}";'})
     issued = idp.tokens_issued
     assert produce_and_consume(config, "oauth-credentials") == \

@@ -4,16 +4,14 @@ a real HTTP server on a free port of 127.0.0.1; Kafka's error challenge, and not
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import logging
-import threading
 import time
 from typing import Any, Iterator
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 from kio.schema.errors import ErrorCode
 
 from josef.config import ConfigError
@@ -25,6 +23,7 @@ from josef.security import KafkaPrincipal
 from josef.server.oauthbearer import OAuthBearerServer, UnsecuredValidator, parse_client_first
 from josef.server.sasl import SaslAuthenticationError
 from josef.server.scram import invalid_credentials
+from josef.testing.oauth import IdentityProvider
 from josef.testing import RawClient, broker_overrides, eventually
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -214,65 +213,12 @@ def test_an_oauthbearer_listener_that_cannot_work_stops_start_up(overrides, erro
 # JWKS ---------------------------------------------------------------------------------------------------------
 
 
-class IdentityProvider:
-    """A JWKS endpoint (GET /jwks) on a real HTTP server on a free port of 127.0.0.1, counting its fetches."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, Any] = {}
-        self.fetches = 0
-        self.fetched = threading.Condition()
-        provider = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                body = json.dumps({"keys": [jwt.algorithms.get_default_algorithms()[alg].to_jwk(
-                    key.public_key(), as_dict=True) | {"kid": kid, "alg": alg, "use": "sig"}
-                    for kid, (key, alg) in provider.keys.items()]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                with provider.fetched:
-                    provider.fetches += 1
-                    provider.fetched.notify_all()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def add_key(self, kid: str, alg: str = "RS256") -> Any:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if alg.startswith("RS") \
-            else ec.generate_private_key(ec.SECP256R1())
-        self.keys[kid] = (key, alg)
-        return key
-
-    def token(self, kid: str, **claims: Any) -> str:
-        key, alg = self.keys[kid]
-        now = int(time.time())
-        return jwt.encode({"sub": "alice", "iat": now, "exp": now + 300, "aud": "josef", "iss": "https://idp.test",
-                           **claims}, key, algorithm=alg, headers={"kid": kid})
-
-    def wait_for_fetches(self, count: int) -> None:
-        with self.fetched:
-            assert self.fetched.wait_for(lambda: self.fetches >= count, timeout=30), self.fetches
-
-
 @pytest.fixture(scope="module")
 def idp() -> Iterator[IdentityProvider]:
-    provider = IdentityProvider()
-    provider.add_key("rsa-1")
-    provider.add_key("ec-1", "ES256")
-    provider.thread.start()
-    try:
+    with IdentityProvider() as provider:
+        provider.add_key("rsa-1")
+        provider.add_key("ec-1", "ES256")
         yield provider
-    finally:
-        provider.server.shutdown()
-        provider.server.server_close()
-        provider.thread.join()
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.testing.metadata_quorum": "*",
     "josef.testing.authorizer": "*",
     "josef.testing.coordinator": "*",
+    "josef.testing.oauth": "*",
     "josef.testing.tls": "*",
 }
 
