@@ -21,7 +21,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
 from conftest import BrokerProcess
-from round_trips import aiokafka_transactional_round_trip, kafka_python_transactional_round_trip, poll_values
+from round_trips import (
+    aiokafka_transactional_round_trip,
+    confluent_transactional_round_trip,
+    kafka_python_transactional_round_trip,
+    poll_values,
+)
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
 from josef.testing.tls import TlsFiles
@@ -62,24 +67,8 @@ def confluent_ssl(tls: TlsFiles, bootstrap: str, **extra) -> dict:
 
 
 def test_confluent_kafka_over_ssl_with_a_client_certificate(tls, tls_broker):
-    settings = confluent_ssl(tls, tls_broker.ssl)
-    admin = AdminClient(settings)
-    admin.create_topics([NewTopic("cf-tls", 2, 1)])["cf-tls"].result(30)
-    producer = Producer({**settings, "transactional.id": "cf-tls-tx"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(50):
-        producer.produce("cf-tls", f"v{i}".encode(), key=str(i).encode())
-    producer.commit_transaction(30)
-    consumer = Consumer({**settings, "group.id": "cf-tls-group", "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed"})
-    consumer.subscribe(["cf-tls"])
-    try:
-        seen = poll_values(consumer, 50)
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    assert sorted(seen) == sorted(f"v{i}".encode() for i in range(50))
+    seen = confluent_transactional_round_trip(confluent_ssl(tls, tls_broker.ssl), "cf-tls", 50)
+    assert sorted(seen) == sorted(f"t{i}".encode() for i in range(50))
 
 
 def test_the_ssl_listener_refuses_a_client_without_a_certificate(tls, tls_broker):
