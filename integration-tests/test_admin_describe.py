@@ -38,7 +38,9 @@ def test_describe_cluster_and_controller_endpoint(broker_factory):
     cluster = client.describe_cluster(include_authorized_operations=True).result(30)
     assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(1, "127.0.0.1", broker.port)]
     assert cluster.controller.id == 1 and len(cluster.cluster_id) == 22
-    assert cluster.authorized_operations is None  # the broker computes no ACL operations yet
+    # The authorizer's answer (allow-all here): every operation Kafka defines on the cluster.
+    assert sorted(op.name for op in cluster.authorized_operations) == sorted(
+        ["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "IDEMPOTENT_WRITE"])
 
     # KIP-919: the controller listener (controller.listener.names) answers for controllers only.
     controller_port = int(re.search(r"CONTROLLER://[^:\s]+:(\d+)", "".join(broker.log)).group(1))
