@@ -9,7 +9,7 @@ import pytest
 
 from josef.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from josef.authorizer import Action
-from josef.testing.authorizer import AuthorizerContract, Grant
+from josef.testing.authorizer import AclAuthorizerContract, AuthorizerContract, Grant
 
 
 class AllowAllHarness:
@@ -48,7 +48,7 @@ class TestAllowAllContract(AuthorizerContract):
         assert set(self.answers(self.build(authorizer_harness)).values()) == {True}
 
 
-class TestStandardAuthorizerContract(AuthorizerContract):
+class TestStandardAuthorizerContract(AclAuthorizerContract):
     @pytest.fixture
     def authorizer_harness(self) -> StandardAuthorizerHarness:
         return StandardAuthorizerHarness()

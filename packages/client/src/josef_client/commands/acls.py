@@ -37,7 +37,14 @@ from josef.acls import (
     PatternType,
     ResourceType,
 )
-from josef_client.commands.common import Command, admin_client, bootstrap_option, command_config_option, run
+from josef_client.commands.common import (
+    Command,
+    admin_client,
+    bootstrap_option,
+    command_config_option,
+    principals,
+    run,
+)
 
 if TYPE_CHECKING:
     from josef_client.admin import AsyncAdmin
@@ -150,17 +157,6 @@ class Flags:
 
 def fail(message: str) -> None:
     raise click.ClickException(message)
-
-
-def principals(names: Iterable[str]) -> list[str]:
-    """Principals as ``Type:name`` (Kafka's ``SecurityUtils.parseKafkaPrincipal``)."""
-    parsed = []
-    for raw in names:
-        text = raw.strip()
-        if ":" not in text:
-            fail(f"expected a string in format principalType:principalName but got {text}")
-        parsed.append(text)
-    return parsed
 
 
 def resources(flags: Flags, die_if_none: bool = True) -> list[Resource]:

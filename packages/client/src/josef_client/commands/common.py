@@ -202,6 +202,17 @@ def unescape(text: str) -> str:
         return text
 
 
+def principals(values: Iterable[str]) -> list[str]:
+    """Kafka's ``SecurityUtils.parseKafkaPrincipal`` on each value (trimmed): ``principalType:name``."""
+    parsed = []
+    for value in values:
+        text = value.strip()
+        if ":" not in text:
+            raise click.ClickException(f"expected a string in format principalType:principalName but got {text}")
+        parsed.append(text)
+    return parsed
+
+
 def parse_bool(value: str, name: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("true", "yes", "1", "on"):

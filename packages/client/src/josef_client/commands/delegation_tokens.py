@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from josef_client.commands.common import Command, admin_client, run
+from josef_client.commands.common import Command, admin_client, principals, run
 
 if TYPE_CHECKING:
     from josef_client.admin import DelegationToken
@@ -65,17 +65,6 @@ def token_table(tokens: Sequence[DelegationToken]) -> str:
         out += "\n" + row((t.token_id, t.hmac_base64, t.owner, t.requester, java_list(t.renewers),
                            date(t.issue_timestamp), date(t.expiry_timestamp), date(t.max_timestamp))) + "\n"
     return out
-
-
-def principals(values: Sequence[str]) -> list[str]:
-    """Kafka's SecurityUtils.parseKafkaPrincipal on each value (trimmed): ``principalType:name``."""
-    parsed = []
-    for value in values:
-        text = value.strip()
-        if ":" not in text:
-            fail(f"expected a string in format principalType:principalName but got {text}")
-        parsed.append(text)
-    return parsed
 
 
 #: Kafka's checkInvalidArgs, per action: the options it may not be given with, in Kafka's order.

@@ -48,6 +48,7 @@ from josef.config import ConfigError
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaError
 from josef.protocol.jaas import parse_jaas
+from josef.protocol.tls import listener_security_protocol
 from josef.scram import BY_NAME as SCRAM_ALGORITHMS
 from josef.scram import ScramAlgorithm, client_key, salted_password
 
@@ -261,8 +262,7 @@ def outbound_sasl(config: Any, listener: str, mechanism_key: str) -> ClientSasl 
     SASL (``listener.security.protocol.map``); else ``mechanism_key``'s mechanism
     (``sasl.mechanism.inter.broker.protocol`` or ``sasl.mechanism.controller.protocol``) and the ``username`` and
     ``password`` of the listener's JAAS entry for it, as Kafka's brokers take theirs."""
-    protocols = dict(entry.upper().split(":", 1) for entry in config["listener.security.protocol.map"])
-    if not protocols.get(listener.upper(), "").startswith("SASL_"):
+    if not (listener_security_protocol(config, listener) or "").startswith("SASL_"):
         return None
     mechanism = str(config[mechanism_key]).upper()
     key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"

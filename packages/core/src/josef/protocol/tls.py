@@ -208,6 +208,16 @@ def client_context(settings: TlsSettings, where: str) -> ssl.SSLContext:
     return context
 
 
+def listener_security_protocol(config: Any, listener: str) -> str | None:
+    """The security protocol ``listener.security.protocol.map`` gives ``listener`` (None when it names none): what a
+    node connecting to that listener of other nodes must speak."""
+    for entry in config["listener.security.protocol.map"]:
+        name, _, protocol = entry.partition(":")
+        if name.strip().upper() == listener.upper():
+            return protocol.strip().upper()
+    return None
+
+
 def outbound_context(config: Any, listener: str) -> ssl.SSLContext | None:
     """What a broker or controller connects to ``listener`` of other nodes with: None when that listener is not
     TLS (``listener.security.protocol.map``), else a client context from the node's own ``ssl.*`` settings with
@@ -215,11 +225,7 @@ def outbound_context(config: Any, listener: str) -> ssl.SSLContext | None:
 
     ``config`` is the node's :class:`josef.config.Config`.
     """
-    protocols = {}
-    for entry in config["listener.security.protocol.map"]:
-        name, _, protocol = entry.partition(":")
-        protocols[name.strip().upper()] = protocol.strip().upper()
-    if protocols.get(listener.upper()) not in ("SSL", "SASL_SSL"):
+    if listener_security_protocol(config, listener) not in ("SSL", "SASL_SSL"):
         return None
     settings = TlsSettings.from_lookup(lambda name: config.for_listener(listener, name))
     return client_context(settings, f"listener {listener} (as a client of other nodes)")

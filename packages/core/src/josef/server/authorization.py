@@ -300,21 +300,21 @@ async def _fetch(check: Check, ctx: RequestContext, request: Any, handler: Handl
         if not check.may("CLUSTER_ACTION", CLUSTER):
             return refuse(ctx, request, E.cluster_authorization_failed)
         return await handler(ctx, request)
+    if request.replica_id >= 0 and check.may("CLUSTER_ACTION", CLUSTER):
+        return await handler(ctx, request)
     image = ctx.broker.image
-    names = _topic_names(ctx, request.topics)
+    names = set(_topic_names(ctx, request.topics))
     if request.session_id > 0:
+        # The session's partitions are read too, not only the ones this request names (Kafka authorizes them all).
         session = ctx.broker.fetch_sessions.get(request.session_id)
         if session is not None:
-            names += [c.topic or image.topic_names.get(uuid_to_text(c.topic_id), "") if c.topic_id else c.topic or ""
-                      for c in session.partitions.values()]
-    names = [n for n in names if n]
-    if request.replica_id >= 0:
-        # A follower: Kafka refuses every partition of a fetch from a broker without CLUSTER_ACTION.
-        allowed = set(names) if check.may("CLUSTER_ACTION", CLUSTER) else set()
-    else:
-        allowed = check.allowed("READ", TOPIC, names)
-    if len(allowed) < len(set(names)):
-        request.refused_topics = frozenset(names) - allowed
+            names.update(c.topic or (image.topic_names.get(uuid_to_text(c.topic_id), "") if c.topic_id else "")
+                         for c in session.partitions.values())
+    names.discard("")
+    # A follower without CLUSTER_ACTION: Kafka refuses every partition of its fetch.
+    allowed = set() if request.replica_id >= 0 else check.allowed("READ", TOPIC, names)
+    if len(allowed) < len(names):
+        request.refused_topics = frozenset(names - allowed)
     return await handler(ctx, request)
 
 

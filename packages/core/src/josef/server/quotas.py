@@ -52,7 +52,7 @@ from josef.protocol.error_responses import error_response
 from josef.protocol.messages import build, response_type
 from josef.replication.replication_quota import Rate
 from josef.server.authorization import CLUSTER_ACTIONS, then
-from josef.server.dispatch import Encoded, Handler, Later, RequestContext
+from josef.server.dispatch import Encoded, Handler, RequestContext
 
 PRODUCE, FETCH, REQUEST, MUTATION = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
                                      "controller_mutation_rate")
@@ -177,10 +177,8 @@ def _partitions_mutated(ctx: RequestContext, request: Any) -> int:
 
 
 def _with_throttle(ctx: RequestContext, body: Any, throttle_ms: int) -> Any:
-    """The response with its throttle time set, and the connection muted for as long (KIP-219)."""
+    """The (finished) response with its throttle time set, and the connection muted for as long (KIP-219)."""
     ctx.session.throttled_until = max(ctx.session.throttled_until, time.monotonic() + throttle_ms / 1000)
-    if isinstance(body, Later):
-        return then(body, lambda done: _with_throttle(ctx, done, throttle_ms))
     if isinstance(body, Encoded):
         return body.throttled(throttle_ms)
     if body is None:

@@ -23,8 +23,10 @@ every request that touches a resource:
   socket, no subprocess, no sleep: Python's audit events are watched while
   it runs); how fast it answers is a benchmark's question, not a test's;
 - calls from several threads at once get the answers one thread gets;
-- where the plugin can grant (:meth:`AuthorizerHarness.grant`), a granted
-  principal may and a principal without the grant may not.
+- with :class:`GrantingAuthorizerContract` (for a plugin that can grant,
+  :meth:`AuthorizerHarness.grant`), a granted principal may and a principal
+  without the grant may not; with :class:`AclAuthorizerContract`, ACLs
+  handed again replace the previous ones.
 
 The tests use only the contract in :mod:`josef.authorizer` and the
 ``register_authorizers`` hook. The class is not named ``Test*``: pytest
@@ -49,8 +51,8 @@ from josef.security import KafkaPrincipal
 from josef.node.server_properties import load_config
 from josef.plugins import collect, get_plugin_manager
 
-__all__ = ["OPERATIONS", "RESOURCE_TYPES", "AuthorizerContract", "AuthorizerHarness", "BlockingWatch", "Grant",
-           "RequestContext", "context", "kafka_actions"]
+__all__ = ["OPERATIONS", "RESOURCE_TYPES", "AclAuthorizerContract", "AuthorizerContract", "AuthorizerHarness",
+           "BlockingWatch", "Grant", "GrantingAuthorizerContract", "RequestContext", "context", "kafka_actions"]
 
 #: Kafka's ACL operations an authorization is asked for (``AclOperation``), by name, with their codes;
 #: ``UNKNOWN``, ``ANY`` and ``ALL`` only appear in ACL bindings and filters.
@@ -331,12 +333,14 @@ class AuthorizerContract:
         assert failures == [], f"authorize failed when called from several threads: {failures[0]!r}"
         assert all(result == expected for result in results)
 
-    # Grants ----------------------------------------------------------------------------------------------------
+
+
+class GrantingAuthorizerContract(AuthorizerContract):
+    """The contract, and what an authorizer that grants (its harness's ``grant`` never returns None) must do."""
 
     def test_a_granted_principal_may_and_one_without_the_grant_may_not(self, authorizer_harness):
         grant = authorizer_harness.grant("User:alice", self.GRANTED)
-        if grant is None:
-            pytest.skip(f"authorizer {authorizer_harness.name!r} has no grants")
+        assert grant is not None, f"the harness of {authorizer_harness.name!r} grants nothing"
         authorizer = self.build(authorizer_harness, grant)
         for host in HOSTS:
             assert authorizer.authorize(context("User:alice", host), [self.GRANTED]) == [True]
@@ -350,10 +354,15 @@ class AuthorizerContract:
         assert swapped.authorize(context("User:mallory"), [self.GRANTED]) == [True]
         assert swapped.authorize(context("User:alice"), [self.GRANTED]) == [False]
 
+
+
+class AclAuthorizerContract(GrantingAuthorizerContract):
+    """The contract of an authorizer deciding on Kafka's ACLs (:class:`josef.authorizer.AclAuthorizer`), which its
+    harness grants with."""
+
     def test_acls_handed_again_replace_the_previous_ones(self, authorizer_harness):
         grant = authorizer_harness.grant("User:alice", self.GRANTED)
-        if grant is None or not grant.acls:
-            pytest.skip(f"authorizer {authorizer_harness.name!r} does not grant with ACLs")
+        assert grant is not None and grant.acls, f"the harness of {authorizer_harness.name!r} grants with no ACLs"
         authorizer = self.build(authorizer_harness, grant)
         assert isinstance(authorizer, AclAuthorizer)
         authorizer.load_acls(authorizer_harness.grant("User:mallory", self.GRANTED).acls)
