@@ -428,10 +428,31 @@ class KRaftQuorum:
         response = node.handle_request(_source(request), request, _wall_ms())
         self._wake.set()
         if response is not None:
+            if self._in_process and ctx.api_key == ApiKey.DESCRIBE_QUORUM:
+                return self._with_own_listeners(response)
             return response
         answer = self._deferred[id(request)] = _Answer()
         await answer.ready.wait()
         return answer.response
+
+    def _with_own_listeners(self, response: Any) -> Any:
+        """A DescribeQuorum answer of the in-process voter, naming where it can be reached.
+
+        Kafka names each voter's controller listeners (DescribeQuorum v2's
+        nodes). The in-process voter has none: its endpoint is a placeholder
+        (no host, port -1), which no Listener entry can hold. What reaches it
+        is the node's own client listeners, as its registration in the image
+        advertises them, with the ports they are bound to (port 0 in
+        ``listeners`` picks one): those are named instead. Before the node
+        registered, the answer names no node rather than a wrong one.
+        """
+        if not isinstance(response, messages.dq_resp.DescribeQuorumResponse) or response.nodes \
+                or self._listener is None:
+            return response  # (only v2 has nodes)
+        registration = self._listener.current_image().brokers.get(self._node_id)
+        if registration is None or any(p.error_code != ErrorCode.none for t in response.topics for p in t.partitions):
+            return response
+        return messages.with_nodes(response, {self._node_id: [(e.name, e.host, e.port) for e in registration.endpoints]})
 
     async def _send(self, destination: int, request: Any) -> None:
         try:

@@ -24,9 +24,11 @@ meanwhile, and the answers still go out in request order.
 A handler that raises fails its request, not its connection: the request
 is answered with UNKNOWN_SERVER_ERROR in every error code of its response
 (:func:`josef.protocol.error_responses.error_response`) and the connection
-serves the next one, as Kafka's ``KafkaApis`` does. Only a request no error
-response can answer (acks=0 produce) closes the connection, as do frames
-that cannot be parsed.
+serves the next one, as Kafka's ``KafkaApis`` does. So is a request whose
+response cannot be encoded in its version (a value out of a field's range):
+the response is only written here, and a dropped connection would tell the
+client nothing. Only a request no error response can answer (acks=0
+produce) closes the connection, as do frames that cannot be parsed.
 """
 
 from __future__ import annotations
@@ -272,29 +274,51 @@ class Dispatcher:
             return self._later(header, request, frame, body.body)
         if body is None:
             return None
-        return self._encode(header.correlation_id, header.api_key, version, body)
+        return self._answer(header, request, frame, body)
 
     async def _later(self, header: Any, request: Any, frame: bytes | memoryview,
                      body: Awaitable[dict[str, Any] | Encoded]) -> Frame:
         try:
-            return self._encode(header.correlation_id, header.api_key, header.api_version, await body)
+            answer = await body
         except Exception:
             return self._failed(header, request, frame)
+        return self._answer(header, request, frame, answer)
 
-    def _failed(self, header: Any, request: Any, frame: bytes | memoryview) -> Frame:
-        """UNKNOWN_SERVER_ERROR for a request whose handler raised (called in its ``except`` block)."""
+    def _answer(self, header: Any, request: Any, frame: bytes | memoryview, body: dict[str, Any] | Encoded) -> Frame:
+        """The response frame of ``body``, or UNKNOWN_SERVER_ERROR when ``body`` cannot be written in the request's
+        version (a value out of its field's wire range, a field missing: a bug of whatever built it). The client
+        gets an answer it can act on, the log gets the request, and the connection goes on."""
+        try:
+            return self._encode(header.correlation_id, header.api_key, header.api_version, body)
+        except Exception:
+            return self._failed(header, request, frame, encoding=True)
+
+    def _failed(self, header: Any, request: Any, frame: bytes | memoryview, encoding: bool = False) -> Frame:
+        """UNKNOWN_SERVER_ERROR for a request whose handler raised, or whose response could not be encoded
+        (``encoding``); called in the ``except`` block, whose exception is logged, once."""
         version = header.api_version
-        if self.apis[header.api_key].decode is not None:
-            request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
-        response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
-                                  UNKNOWN_SERVER_ERROR_MESSAGE)
         name = api_key_map[header.api_key]
-        log.exception("%s v%d request from client %r failed; %s", name, version, header.client_id,
-                      "closing the connection: no error response can answer it" if response is None
-                      else "answering UNKNOWN_SERVER_ERROR")
-        if response is None:
+        try:
+            if self.apis[header.api_key].decode is not None:
+                request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
+            response = error_response(header.api_key, version, request, ErrorCode.unknown_server_error,
+                                      UNKNOWN_SERVER_ERROR_MESSAGE)
+            answer = None if response is None else encode_response(header.api_key, version, header.correlation_id,
+                                                                     response)
+        except Exception as exc:  # the error response cannot be built either: say so along with the first failure
+            log.error("%s v%d request from client %r: no error response either (%r)", name, version,
+                      header.client_id, exc)
+            answer = None
+        outcome = ("closing the connection: no error response can answer it" if answer is None
+                   else "answering UNKNOWN_SERVER_ERROR")
+        if encoding:
+            log.exception("%s v%d response to client %r (correlation id %d) cannot be encoded; %s; the request: %s",
+                          name, version, header.client_id, header.correlation_id, outcome, _shown(request))
+        else:
+            log.exception("%s v%d request from client %r failed; %s", name, version, header.client_id, outcome)
+        if answer is None:
             raise UnanswerableRequestError(f"{name} v{version} request failed and cannot be answered") from None
-        return [encode_response(header.api_key, version, header.correlation_id, response)]
+        return [answer]
 
     def _encode(self, correlation_id: int, key: int, version: int, body: dict[str, Any] | Encoded) -> Frame:
         if isinstance(body, Encoded):
@@ -319,6 +343,12 @@ def _link(stage: Stage, inner: Handler) -> Handler:
     async def linked(ctx: RequestContext, request: Any) -> Any:
         return await stage(ctx, request, inner)
     return linked
+
+
+def _shown(request: Any, limit: int = 2000) -> str:
+    """``request`` for a log line, cut at ``limit`` characters (a produce request's records would fill the log)."""
+    text = repr(request)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def _read_only(frame: bytes | bytearray | memoryview) -> bytes | memoryview:

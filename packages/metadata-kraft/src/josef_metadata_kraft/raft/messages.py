@@ -20,7 +20,7 @@ import importlib
 import io
 import struct
 import uuid
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kio.schema.begin_quorum_epoch.v1 import request as bqe_req
 from kio.schema.begin_quorum_epoch.v1 import response as bqe_resp
@@ -345,6 +345,14 @@ def describe_quorum_response(*, partition_error: ErrorCode = NONE, leader_id: in
     return dq_resp.DescribeQuorumResponse(error_code=NONE, error_message=None,
                                           topics=(dq_resp.TopicData(topic_name=topic, partitions=(partition,)),),
                                           nodes=nodes)
+
+
+def with_nodes(response: dq_resp.DescribeQuorumResponse,
+               listeners: Mapping[int, Sequence[tuple[str, str, int]]]) -> dq_resp.DescribeQuorumResponse:
+    """``response`` naming ``(listener, host, port)`` of each node in ``listeners`` in its nodes."""
+    return dataclasses.replace(response, nodes=tuple(
+        dq_resp.Node(node_id=node, listeners=tuple(dq_resp.Listener(name=n, host=h, port=p) for n, h, p in found))
+        for node, found in sorted(listeners.items())))
 
 
 def describe_quorum_at_version(response: dq_resp.DescribeQuorumResponse, version: int) -> Any:
