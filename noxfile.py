@@ -36,7 +36,7 @@ CONTRACTS = {
     "coordinator-group": ("test_group_coordinator_contract.py", ("storage-local", "metadata-kraft")),
     "coordinator-txn": ("test_txn_coordinator_contract.py", ("storage-local", "metadata-kraft")),
 }
-TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1"]
+TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
 SPARK_CONNECTOR = "packages/spark-connector"
