@@ -35,7 +35,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from josef.testing.faults import Faults, Network
 
 #: How long a node may take to log that it is ready, and to stop after SIGTERM, by default.
 START_TIMEOUT_S = 60.0
@@ -99,7 +102,7 @@ class NodeProcess:
 
     def __init__(self, node_id: int, roles: Sequence[str], properties: Mapping[str, str], directory: Path, *,
                  log_level: str = "INFO", env: Mapping[str, str] | None = None,
-                 start_timeout: float = START_TIMEOUT_S) -> None:
+                 start_timeout: float = START_TIMEOUT_S, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         self.node_id = node_id
         self.roles = tuple(roles)
         self.properties = dict(properties)
@@ -107,6 +110,8 @@ class NodeProcess:
         self.log_level = log_level
         self.env = dict(env) if env is not None else None
         self.start_timeout = start_timeout
+        #: Turns the node's command into the one started (``ip netns exec NS ...`` on a fault-harness network).
+        self.wrap = wrap
         #: Every line the node printed, over all its starts.
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
@@ -163,7 +168,12 @@ class NodeProcess:
 
     @property
     def controller_address(self) -> str | None:
-        found = self.listener(CONTROLLER_LISTENER)
+        """``HOST:PORT`` where other nodes reach this controller: its entry in ``controller.quorum.voters``."""
+        for voter in self.properties.get("controller.quorum.voters", "").split(","):
+            node_id, sep, address = voter.strip().partition("@")
+            if sep and node_id == str(self.node_id):
+                return address
+        found = self.listener(CONTROLLER_LISTENER) if self.is_controller else None
         return f"{found[0]}:{found[1]}" if found else None
 
     @property
@@ -247,6 +257,8 @@ class NodeProcess:
         self.write_properties()
         args = [sys.executable, "-m", "josef", "server", "start", str(self.properties_path),
                 "--log-level", self.log_level]
+        if self.wrap is not None:
+            args = self.wrap(args)
         with self._changed:
             self._since = len(self.lines)
             self._ended = False
@@ -359,6 +371,12 @@ class JosefCluster:
     storage format`` (``("--add-scram", "SCRAM-SHA-512=[name=admin,password=...]")``).
     :meth:`add_broker` adds a broker to the running cluster.
 
+    With a ``network`` (:class:`josef.testing.faults.Network`) each node runs
+    in its own network namespace at its own address, on the same ports
+    (clients on ``PLAINTEXT``, other brokers on ``REPLICATION``, controllers
+    on ``CONTROLLER``), and ``disk_mb`` puts each node's log directory on a
+    tmpfs of that size; :attr:`faults` then injects faults into the cluster.
+
     :meth:`start` formats each node's storage with one cluster id (``josef
     storage format``), starts every process and waits until each is ready.
     Construction starts nothing and writes nothing.
@@ -370,7 +388,8 @@ class JosefCluster:
                  cluster_id: str | None = None, host: str = "127.0.0.1", first_node_id: int = 1,
                  log_level: str = "INFO", env: Mapping[str, str] | None = None,
                  start_timeout: float = START_TIMEOUT_S, base_port: int | None = None,
-                 format_args: Sequence[str] = ()) -> None:
+                 format_args: Sequence[str] = (), network: Network | None = None,
+                 disk_mb: int | None = None) -> None:
         if min(combined, controllers, brokers) < 0:
             raise ValueError("node counts cannot be negative")
         if combined + controllers == 0:
@@ -380,6 +399,12 @@ class JosefCluster:
         self.cluster_id = cluster_id
         self.start_timeout = start_timeout
         self.format_args = tuple(format_args)
+        self.network = network
+        self._disk_mb = disk_mb
+        #: Faults of a cluster on a fault-harness network (None without one).
+        self.faults: Faults | None = None
+        if disk_mb is not None and network is None:
+            raise ValueError("disk_mb needs a network: disk faults are part of the fault harness")
         self._overrides = dict(overrides or {})
         self._node_options = {"log_level": log_level, "env": env, "start_timeout": start_timeout}
         layout = ([("broker", "controller")] * combined + [("controller",)] * controllers + [("broker",)] * brokers)
@@ -388,17 +413,29 @@ class JosefCluster:
         if unknown:
             raise ValueError(f"node_overrides names nodes {sorted(unknown)}; this cluster's nodes are {ids}")
         count = sum(len(roles) for roles in layout)
-        ports = iter(free_ports(count, host) if base_port is None else range(base_port, base_port + count))
         listeners = {}
-        for node_id, roles in zip(ids, layout):
-            names = ([BROKER_LISTENER] if "broker" in roles else []) + (
-                [CONTROLLER_LISTENER] if "controller" in roles else [])
-            listeners[node_id] = {name: next(ports) for name in names}
-        self._voters = ",".join(f"{node_id}@{host}:{l[CONTROLLER_LISTENER]}" for node_id, l in listeners.items()
-                                if CONTROLLER_LISTENER in l)
+        if network is None:
+            ports = iter(free_ports(count, host) if base_port is None else range(base_port, base_port + count))
+            for node_id, roles in zip(ids, layout):
+                names = ([BROKER_LISTENER] if "broker" in roles else []) + (
+                    [CONTROLLER_LISTENER] if "controller" in roles else [])
+                listeners[node_id] = {name: next(ports) for name in names}
+        else:
+            from josef.testing import faults
+
+            ports = {BROKER_LISTENER: faults.CLIENT_PORT, CONTROLLER_LISTENER: faults.CONTROLLER_PORT}
+            listeners = {node_id: {name: ports[name] for name in (
+                [BROKER_LISTENER] if "broker" in roles else []) + ([CONTROLLER_LISTENER] if "controller" in roles else [])}
+                for node_id, roles in zip(ids, layout)}
+        self._voters = ",".join(f"{node_id}@{self._host(node_id)}:{l[CONTROLLER_LISTENER]}"
+                                for node_id, l in listeners.items() if CONTROLLER_LISTENER in l)
         self.nodes: list[NodeProcess] = [
             self._node(node_id, roles, listeners[node_id], (node_overrides or {}).get(node_id, {}))
             for node_id, roles in zip(ids, layout)]
+
+    def _host(self, node_id: int) -> str:
+        """The address node ``node_id`` is reached at: :attr:`host`, or its own on a fault-harness network."""
+        return self.host if self.network is None else self.network.address(node_id)
 
     def _node(self, node_id: int, roles: Sequence[str], listeners: Mapping[str, int],
               node_overrides: Mapping[str, str | None]) -> NodeProcess:
@@ -410,11 +447,38 @@ class JosefCluster:
             "controller.quorum.voters": self._voters,
             "listener.security.protocol.map": f"{BROKER_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT",
             "log.dirs": str(self.base_dir / f"node-{node_id}" / "data"),
-            **self._overrides,
-            **node_overrides,
         }
+        wrap = None
+        if self.network is not None:
+            properties.update(self._network_properties(node_id, listeners))
+            wrap = lambda args, node_id=node_id: self.network.wrap(node_id, args)  # noqa: E731
+        properties.update({**self._overrides, **node_overrides})
         return NodeProcess(node_id, roles, {k: v for k, v in properties.items() if v is not None},
-                           self.base_dir / f"node-{node_id}", **self._node_options)
+                           self.base_dir / f"node-{node_id}", wrap=wrap, **self._node_options)
+
+    def _network_properties(self, node_id: int, listeners: Mapping[str, int]) -> dict[str, str]:
+        """A node on a fault-harness network: clients on its address; other nodes through its inter-node listeners,
+        bound where the network says (behind a delay proxy on its loopback, or on its address)."""
+        from josef.testing.faults import REPLICATION_PORT
+
+        assert self.network is not None
+        address, bind = self.network.address(node_id), self.network.bind_address(node_id)
+        bound = {}
+        if BROKER_LISTENER in listeners:
+            bound[BROKER_LISTENER] = f"{address}:{listeners[BROKER_LISTENER]}"
+            bound["REPLICATION"] = f"{bind}:{REPLICATION_PORT}"
+        if CONTROLLER_LISTENER in listeners:
+            bound[CONTROLLER_LISTENER] = f"{bind}:{listeners[CONTROLLER_LISTENER]}"
+        properties = {
+            "listeners": ",".join(f"{name}://{where}" for name, where in bound.items()),
+            "listener.security.protocol.map": ",".join(
+                f"{name}:PLAINTEXT" for name in (BROKER_LISTENER, "REPLICATION", CONTROLLER_LISTENER)),
+        }
+        if BROKER_LISTENER in listeners:
+            properties["advertised.listeners"] = (f"{BROKER_LISTENER}://{address}:{listeners[BROKER_LISTENER]},"
+                                                  f"REPLICATION://{address}:{REPLICATION_PORT}")
+            properties["inter.broker.listener.name"] = "REPLICATION"
+        return properties
 
     def add_broker(self, overrides: Mapping[str, str | None] | None = None, *, node_id: int | None = None,
                    start: bool = True, wait: bool = True) -> NodeProcess:
@@ -427,8 +491,14 @@ class JosefCluster:
         node_id = max(n.node_id for n in self.nodes) + 1 if node_id is None else node_id
         if any(n.node_id == node_id for n in self.nodes):
             raise ValueError(f"node {node_id} is already in this cluster")
-        [port] = free_ports(1, self.host)
+        if self.network is None:
+            [port] = free_ports(1, self.host)
+        else:
+            from josef.testing.faults import CLIENT_PORT as port
+
+            self.network.add(node_id)
         node = self._node(node_id, ("broker",), {BROKER_LISTENER: port}, overrides or {})
+        self._mount_disk(node)
         self.nodes.append(node)
         self._finish(self._josef("storage", "format", "-t", self.cluster_id, "-c", str(node.write_properties()),
                                  "-g", *self.format_args), f"josef storage format of node {node_id}")
@@ -507,9 +577,26 @@ class JosefCluster:
             self._finish(proc, f"josef storage format of node {node.node_id}")
         return self.cluster_id
 
+    def _mount_disk(self, node: NodeProcess) -> None:
+        if self.faults is not None and self.faults.disks is not None:
+            for directory in node.log_dirs:
+                self.faults.disks.mount(node.node_id, directory)
+
+    def _attach_faults(self) -> None:
+        """Namespaces for the nodes and (with ``disk_mb``) their tmpfs disks, before anything is written there."""
+        from josef.testing.faults import Disks, Faults
+
+        assert self.network is not None
+        self.faults = Faults(self, self.network, Disks(self._disk_mb) if self._disk_mb is not None else None)
+        for node in self.nodes:
+            self.network.add(node.node_id)
+            self._mount_disk(node)
+
     def start(self, wait: bool = True) -> JosefCluster:
         """Format, start every node, and (with ``wait``) return once all are ready; on failure stop them all."""
         try:
+            if self.network is not None and self.faults is None:
+                self._attach_faults()
             self.format()
             for node in self.nodes:
                 if not node.running:

@@ -27,6 +27,18 @@ test's report carries the tail of every node's log::
         cluster.node(4).kill()          # kill -9 broker 4 by its PID
         cluster.node(4).restart()       # same ports, same log directory
 
+With ``faults=True`` every node runs in its own network namespace and
+``cluster.faults`` (:class:`josef.testing.faults.Faults`) partitions, slows
+and drops links between nodes while clients keep reaching them, and kills,
+freezes, restarts nodes or fills their disks (``disk_mb=64``); it needs root
+and skips the test, saying why, elsewhere::
+
+    def test_isolated_leader(josef_cluster):
+        cluster = josef_cluster(combined=3, faults=True)
+        cluster.faults.partition([leader])    # from every other node, both ways
+        ...
+        cluster.faults.heal()
+
 :class:`~josef.node.cluster.JosefCluster`, :class:`~josef.node.cluster.NodeProcess` and
 :func:`~josef.node.cluster.free_ports` are importable from here too.
 """
@@ -160,18 +172,29 @@ def josef_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
     Keyword arguments with dots are properties for every node
     (``**{"num.partitions": "3"}``); ``node_overrides={id: {...}}`` and the
-    other :class:`JosefCluster` options are passed through. Every process is
-    stopped by PID after the test; when the test fails, its report has a
+    other :class:`JosefCluster` options are passed through. ``faults=True``
+    puts the nodes on a fault-harness network (``latency=True`` adds delay
+    proxies, ``disk_mb`` a tmpfs log directory per node), or skips the test
+    where that cannot run. Every process is stopped by PID after the test, and
+    every namespace and mount removed; when the test fails, its report has a
     section with the tail of every node's log.
     """
     clusters = request.node.stash.setdefault(_CLUSTERS, [])
 
     def make(combined: int = 0, controllers: int = 0, brokers: int = 0, *, start: bool = True,
              node_overrides: Mapping[int, Mapping[str, str | None]] | None = None,
-             cluster_options: Mapping[str, Any] | None = None, **overrides: str | None) -> JosefCluster:
+             cluster_options: Mapping[str, Any] | None = None, faults: bool = False, latency: bool = False,
+             disk_mb: int | None = None, **overrides: str | None) -> JosefCluster:
+        options = dict(cluster_options or {})
+        if faults:
+            from josef.testing.faults import Network, unavailable
+
+            reason = unavailable()
+            if reason is not None:
+                pytest.skip(f"the fault harness cannot run here: {reason}")
+            options.update(network=Network(latency=latency), disk_mb=disk_mb)
         cluster = JosefCluster(tmp_path_factory.mktemp("josef-cluster"), combined=combined, controllers=controllers,
-                               brokers=brokers, overrides=overrides, node_overrides=node_overrides,
-                               **(cluster_options or {}))
+                               brokers=brokers, overrides=overrides, node_overrides=node_overrides, **options)
         clusters.append(cluster)
         return cluster.start() if start else cluster
 
@@ -179,7 +202,13 @@ def josef_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         yield make
     finally:
         for cluster in clusters:
+            if cluster.faults is not None:
+                cluster.faults.heal_all()  # so that every node can shut down cleanly
             cluster.stop()
+            if cluster.faults is not None:
+                cluster.faults.close()
+            elif cluster.network is not None:
+                cluster.network.close()
 
 
 @pytest.hookimpl(wrapper=True)
