@@ -10,6 +10,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import InvalidUpdateVersionError
 
 MV = "metadata.version"
+ELR = "eligible.leader.replicas.version"
 
 
 def josef(*args: str) -> subprocess.CompletedProcess[str]:
@@ -19,11 +20,13 @@ def josef(*args: str) -> subprocess.CompletedProcess[str]:
 def test_describe_and_update_features_survive_a_restart(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, api_version=(4, 0))
     features = admin.describe_features()
-    assert features[MV]["supported"] == (22, 25) and features[MV]["finalized"] == (25, 25)
+    assert features[MV]["supported"] == (22, 26) and features[MV]["finalized"] == (26, 26)
     assert features["group.version"]["finalized"] == (1, 1)
+    # Kafka 4.1's default for a new cluster: eligible leader replicas on.
+    assert features[ELR]["supported"] == (0, 1) and features[ELR]["finalized"] == (1, 1)
     assert admin.update_features({MV: ("SAFE_DOWNGRADE", 24)}) == {MV: "OK"}
     with pytest.raises(InvalidUpdateVersionError):
-        admin.update_features({MV: 26})
+        admin.update_features({MV: 27})
     admin.close()
     broker.restart()
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, api_version=(4, 0))
@@ -43,5 +46,7 @@ def test_format_chooses_the_release(broker_factory, tmp_path):
     assert done.returncode == 0, done.stderr
     broker = broker_factory(data)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, api_version=(4, 0))
-    assert admin.describe_features()[MV]["finalized"] == (23, 23)
+    features = admin.describe_features()
+    assert features[MV]["finalized"] == (23, 23)
+    assert features.get(ELR, {}).get("finalized") is None  # a 4.0 release starts without eligible leader replicas
     admin.close()

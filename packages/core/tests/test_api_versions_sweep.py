@@ -8,6 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from josef.metadata.features import LATEST_METADATA_VERSION
 from josef.metadata.records import uuid_from_text
 from josef.protocol.error_responses import error_codes
 from josef.protocol.records import build_batch
@@ -72,7 +73,8 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
         51: {"deletions": [], "upsertions": [{"name": "sweep", "mechanism": 1, "iterations": 4096, "salt": b"salt",
                                               "salted_password": bytes(32)}]},
         57: {"timeout": 5000, "validate_only": True, "feature_updates": [
-            {"feature": "metadata.version", "max_version_level": 25, "allow_downgrade": False, "upgrade_type": 1}]},
+            {"feature": "metadata.version", "max_version_level": LATEST_METADATA_VERSION, "allow_downgrade": False,
+             "upgrade_type": 1}]},
         38: {"owner_principal_type": None, "owner_principal_name": None, "renewers": [], "max_lifetime": -1},
         39: {"hmac": b"hmac", "renew_period": -1},
         40: {"hmac": b"hmac", "expiry_time_period": -1},

@@ -537,12 +537,82 @@ def register_again(controller, quorum, broker, clean):
         {"eligible.leader.replicas.version": (0, 1)}, previous)
 
 
-def test_the_eligible_leader_replicas_feature_is_declared_off_by_default():
+def test_the_eligible_leader_replicas_feature_is_on_for_clusters_new_at_4_1():
     from josef.node.builtins import register_features
     declared = {}
     register_features(lambda name, feature: declared.setdefault(name, feature))
     feature = declared["eligible.leader.replicas.version"]
-    assert (feature.min_level, feature.max_level, feature.default_level) == (0, 1, 0)
+    assert (feature.min_level, feature.max_level, feature.default_level) == (0, 1, 1)
+    assert [feature.default_for(level) for level in (25, 26)] == [0, 1]  # Kafka 4.0 left it off, 4.1 turns it on
+
+
+def test_a_cluster_new_with_elr_gets_a_cluster_level_min_isr_at_the_static_value():
+    controller, quorum = make(**{"min.insync.replicas": "2"})
+    run(controller.bootstrap, {"metadata.version": 26, "eligible.leader.replicas.version": 1})
+    assert quorum.image.features == {"metadata.version": 26, "eligible.leader.replicas.version": 1}
+    assert quorum.image.config(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
+    run(controller.bootstrap, {"metadata.version": 26, "eligible.leader.replicas.version": 1})
+    assert quorum.records.count(quorum.records[-1]) == 1  # bootstrapped once
+
+    controller, quorum = make()
+    run(controller.bootstrap, {"metadata.version": 25, "eligible.leader.replicas.version": 0})
+    assert quorum.image.features == {"metadata.version": 25} and not quorum.image.config(BROKER_RESOURCE, "")
+
+
+def test_turning_elr_on_sets_min_isr_cluster_wide_and_drops_broker_level_ones():
+    from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS, SupportedFeature, UpgradeType
+    supported = {"metadata.version": SupportedFeature(22, 26, 26),
+                 "eligible.leader.replicas.version": ELIGIBLE_LEADER_REPLICAS}
+    controller, quorum = make(brokers=(), **{"min.insync.replicas": "2"})
+    run(controller.bootstrap, {"metadata.version": 23})
+    for broker in (1, 2):
+        run(controller.register_broker, broker, random_uuid(), [], None,
+            {"metadata.version": (22, 26), "eligible.leader.replicas.version": (0, 1)})
+    run(controller.alter_configs, BROKER_RESOURCE, "2", [("min.insync.replicas", SET, "3")], False)
+    with pytest.raises(ControllerError, match="eligible.leader.replicas.version could not be set to 1 because it "
+                                              "depends on metadata.version level 24") as refused:
+        run(controller.update_features, [("eligible.leader.replicas.version", 1, UpgradeType.UPGRADE)], supported,
+            False)
+    assert refused.value.code == ErrorCode.invalid_update_version
+    run(controller.update_features, [("eligible.leader.replicas.version", 1, UpgradeType.UPGRADE),
+                                     ("metadata.version", 24, UpgradeType.UPGRADE)], supported, True)
+    assert quorum.image.features == {"metadata.version": 23}  # validate only
+    run(controller.update_features, [("eligible.leader.replicas.version", 1, UpgradeType.UPGRADE),
+                                     ("metadata.version", 24, UpgradeType.UPGRADE)], supported, False)
+    assert quorum.image.features == {"metadata.version": 24, "eligible.leader.replicas.version": 1}
+    assert quorum.image.config(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
+    assert quorum.image.config(BROKER_RESOURCE, "2") == {}
+    # A safe downgrade turns it off again, and the cluster-level value stays (Kafka keeps it).
+    run(controller.update_features, [("eligible.leader.replicas.version", 0, UpgradeType.SAFE_DOWNGRADE)], supported,
+        False)
+    assert quorum.image.features == {"metadata.version": 24}
+    assert quorum.image.config(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
+
+
+def test_with_elr_min_isr_is_cluster_wide_and_changing_it_clears_the_elr():
+    controller, quorum = with_elr()
+    assert quorum.image.config(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
+    for name, ops, message in [
+        ("1", [("min.insync.replicas", SET, "1")], "Broker-level min.insync.replicas cannot be altered"),
+        ("", [("min.insync.replicas", DELETE, None)], "Cluster-level min.insync.replicas cannot be removed"),
+    ]:
+        with pytest.raises(ControllerError, match=message) as refused:
+            run(controller.alter_configs, BROKER_RESOURCE, name, ops, False)
+        assert refused.value.code == ErrorCode.invalid_config
+    with pytest.raises(ControllerError, match="Cluster-level min.insync.replicas cannot be removed"):
+        run(controller.alter_configs, BROKER_RESOURCE, "", [("log.retention.ms", SET, "9")], False, False)  # legacy
+    run(controller.alter_configs, BROKER_RESOURCE, "1", [("log.retention.ms", SET, "9")], False)  # others may
+
+    run(controller.create_topic, "u", assignments={0: [1, 2, 3]})
+    for topic in ("t", "u"):
+        [r] = alter(controller, quorum, isr_change(quorum, isr=(1,), topic=topic))
+    assert [quorum.image.topics[t].partitions[0].elr for t in "tu"] == [(2, 3), (2, 3)]
+    run(controller.alter_configs, TOPIC_RESOURCE, "t", [("min.insync.replicas", SET, "3")], False)
+    assert [quorum.image.topics[t].partitions[0].elr for t in "tu"] == [(), (2, 3)]  # only t's was chosen under it
+    epoch = quorum.image.topics["u"].partitions[0].partition_epoch
+    run(controller.alter_configs, BROKER_RESOURCE, "", [("min.insync.replicas", SET, "2")], False)  # even unchanged
+    u = quorum.image.topics["u"].partitions[0]
+    assert (u.elr, u.last_known_elr, u.partition_epoch) == ((), (), epoch + 1)
 
 
 def test_without_elr_fenced_replicas_only_leave_the_isr_and_the_last_one_stays():
@@ -644,6 +714,18 @@ def test_unclean_election_only_when_no_isr_or_elr_member_can_lead():
     unfence(controller, quorum, 1)  # the ELR members are all fenced: 1 leads uncleanly, the ELR is dropped
     p = quorum.image.topics["t"].partitions[0]
     assert part(quorum) == (1, (1,), (), ()) and p.leader_recovery_state == 1
+
+
+def test_after_elr_is_turned_off_a_member_of_an_elr_left_behind_still_leads():
+    from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS, UpgradeType
+    controller, quorum = with_elr()
+    for broker in (3, 2, 1):
+        fence(controller, quorum, broker)
+    run(controller.update_features, [("eligible.leader.replicas.version", 0, UpgradeType.SAFE_DOWNGRADE)],
+        {"eligible.leader.replicas.version": ELIGIBLE_LEADER_REPLICAS}, False)
+    assert part(quorum) == (-1, (), (1, 2), (1,))
+    unfence(controller, quorum, 2)  # eligible when it left: a clean election, as Kafka's; the ELR is not kept
+    assert part(quorum) == (2, (2,), (), ())
 
 
 def test_elect_leaders_uses_the_elr():

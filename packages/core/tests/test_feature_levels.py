@@ -6,6 +6,7 @@ from kio.schema.errors import ErrorCode as E
 from josef.config import ConfigError
 from josef.metadata import bootstrap
 from josef.metadata.features import (
+    ELIGIBLE_LEADER_REPLICAS,
     LATEST_METADATA_VERSION,
     FeatureError,
     SupportedFeature,
@@ -18,6 +19,7 @@ from josef.node.server_properties import load_config
 from josef.testing import RawClient
 
 MV = "metadata.version"
+ELR = "eligible.leader.replicas.version"
 SUPPORTED = {MV: SupportedFeature(22, 25, 25), "group.version": SupportedFeature(0, 1, 1)}
 
 
@@ -60,7 +62,8 @@ def test_a_level_some_broker_lacks_is_refused():
 
 
 def test_release_names():
-    assert release_level("4.0") == LATEST_METADATA_VERSION == release_level("4.0-IV3")
+    assert release_level("4.0") == 25 == release_level("4.0-IV3")
+    assert release_level("4.1") == LATEST_METADATA_VERSION == release_level("4.1-IV0") == 26
     assert release_level("4.0-IV1") == 23
     with pytest.raises(FeatureError, match="unknown metadata.version '3.9'"):
         release_level("3.9")
@@ -81,7 +84,7 @@ def test_update_features_at_every_version(josef_broker):
     port = josef_broker.port
     answer = update(port, 1, (MV, 24, UpgradeType.SAFE_DOWNGRADE), validate_only=True)
     assert (answer.error_code, [(r.feature, r.error_code) for r in answer.results]) == (E.none, [(MV, E.none)])
-    assert finalized(port)[1][MV] == (25, 25)  # validate_only wrote nothing
+    assert finalized(port)[1][MV] == (26, 26)  # validate_only wrote nothing
     epoch = finalized(port)[0].finalized_features_epoch
     assert update(port, 2, (MV, 24, UpgradeType.SAFE_DOWNGRADE)).error_code == E.none
     answer, levels = finalized(port)
@@ -94,6 +97,16 @@ def test_update_features_at_every_version(josef_broker):
     # All or nothing: one bad update leaves the good one unapplied.
     both = update(port, 1, (MV, 24, UpgradeType.SAFE_DOWNGRADE), ("nope.version", 1, UpgradeType.UPGRADE))
     assert both.error_code == E.invalid_update_version and finalized(port)[1][MV] == (25, 25)
+    # Eligible leader replicas need metadata.version 24: turning them on and off, and what they need.
+    assert finalized(port)[1][ELR] == (1, 1)
+    assert update(port, 1, (ELR, 0, UpgradeType.SAFE_DOWNGRADE)).error_code == E.none
+    assert update(port, 1, (MV, 23, UpgradeType.SAFE_DOWNGRADE)).error_code == E.none
+    refused = update(port, 1, (ELR, 1, UpgradeType.UPGRADE))
+    assert (refused.error_code, refused.error_message) == (E.invalid_update_version, (
+        "Invalid update version 1 for feature eligible.leader.replicas.version. eligible.leader.replicas.version "
+        "could not be set to 1 because it depends on metadata.version level 24"))
+    assert update(port, 1, (ELR, 1, UpgradeType.UPGRADE), (MV, 26, UpgradeType.UPGRADE)).error_code == E.none
+    assert finalized(port)[1][ELR] == (1, 1) and finalized(port)[1][MV] == (26, 26)
     twice = update(port, 2, (MV, 25, UpgradeType.UPGRADE), (MV, 24, UpgradeType.SAFE_DOWNGRADE))
     assert twice.error_code == E.invalid_request
 
@@ -113,3 +126,17 @@ def test_bootstrap_file_chooses_the_starting_levels(tmp_path):
     bootstrap.write(config, {MV: 21})
     with pytest.raises(ConfigError, match="level 21 is outside the supported 22-25"):
         bootstrap.levels(config, SUPPORTED)
+
+
+def test_features_a_bootstrap_file_leaves_out_start_at_their_default_for_its_release(tmp_path):
+    config = load_config(None, {"log.dirs": str(tmp_path)})
+    supported = {MV: SupportedFeature(22, 26, 26), ELR: ELIGIBLE_LEADER_REPLICAS}
+    assert bootstrap.levels(config, supported) == {MV: 26, ELR: 1}  # no file: the latest release
+    bootstrap.write(config, {MV: 25})
+    assert bootstrap.levels(config, supported) == {MV: 25, ELR: 0}  # Kafka 4.0 started without
+    bootstrap.write(config, {MV: 25, ELR: 1})
+    assert bootstrap.levels(config, supported) == {MV: 25, ELR: 1}
+    bootstrap.write(config, {MV: 23, ELR: 1})
+    with pytest.raises(ConfigError, match="eligible.leader.replicas.version could not be set to 1 because it "
+                                          "depends on metadata.version level 24"):
+        bootstrap.levels(config, supported)

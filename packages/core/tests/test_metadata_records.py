@@ -31,6 +31,7 @@ EVERY_RECORD = [
     R.ProducerIdsRecord(broker_id=1, broker_epoch=-1, next_producer_id=2000),
     R.BrokerRegistrationChangeRecord(broker_id=3, broker_epoch=17, fenced=-1, in_controlled_shutdown=1),
     R.NoOpRecord(),
+    R.ClearElrRecord(topic_name="orders"),
 ]
 
 
@@ -40,6 +41,22 @@ def test_every_record_survives_its_encoding_framed_as_api_message_and_version(re
     # Frame version 1, the record's api key and version: one varint byte each.
     assert data[:3] == bytes([1, type(record).api_key, type(record).__version__])
     assert decode(data) == record
+
+
+def test_clear_elr_empties_the_elr_of_one_topic_or_of_all_and_bumps_partition_epochs():
+    """Kafka's ClearElrRecord replay: a topic created in the same commit is cleared too; a gone one is skipped."""
+    other = uuid.UUID(int=7)
+    holding = dict(replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=0, partition_epoch=0,
+                   eligible_leader_replicas=(2, 3), last_known_elr=(2,))
+    records = [R.TopicRecord(name="a", topic_id=TOPIC_ID), R.TopicRecord(name="b", topic_id=other)]
+    records += [R.PartitionRecord(partition_id=i, topic_id=t, **holding) for t in (TOPIC_ID, other) for i in (0, 1)]
+    image, _ = MetadataImage().apply(0, records + [R.ClearElrRecord(topic_name="a"), R.ClearElrRecord(topic_name="x")])
+    assert [(p.elr, p.last_known_elr, p.partition_epoch) for p in image.topics["a"].partitions.values()] == [
+        ((), (), 1), ((), (), 1)]
+    assert all(p.elr == (2, 3) for p in image.topics["b"].partitions.values())
+    image, delta = image.apply(1, [R.ClearElrRecord(topic_name="")])
+    assert all(not p.elr and not p.last_known_elr for t in image.topics.values() for p in t.partitions.values())
+    assert sorted(delta.changed_partitions) == [("b", 0), ("b", 1)]  # a had nothing left to clear
 
 
 def test_topic_record_bytes_are_kafkas():

@@ -127,3 +127,38 @@ def test_a_voter_list_that_disagrees_with_the_node_is_one_clear_error(tmp_path, 
     check(config, auto_format=True)
     with pytest.raises(ConfigError, match=message):
         KRaftQuorum(config_for(tmp_path, **overrides), storage_for(config))
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ((), None),  # no file: the first start takes the latest release's defaults
+    (("--release-version", "4.0"), {"metadata.version": 25, "eligible.leader.replicas.version": 0}),
+    (("--release-version", "4.1"), {"metadata.version": 26, "eligible.leader.replicas.version": 1}),
+    (("--feature", "eligible.leader.replicas.version=0"), {"metadata.version": 26, "eligible.leader.replicas.version": 0}),
+    (("--feature", "metadata.version=24"), {"metadata.version": 24, "eligible.leader.replicas.version": 0}),
+    (("--release-version", "4.0-IV2", "--feature", "eligible.leader.replicas.version=1"),
+     {"metadata.version": 24, "eligible.leader.replicas.version": 1}),
+])
+def test_format_starts_eligible_leader_replicas_as_the_release_does(tmp_path, flags, expected):
+    from josef.metadata import bootstrap
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={tmp_path / 'data'}\nnode.id=1\n")
+    result = CliRunner().invoke(build_cli(), ["storage", "format", "-t", random_uuid(), "-c", str(props), *flags])
+    assert result.exit_code == 0, result.output
+    config = load_config(props, ())
+    supported = dict(collect(get_plugin_manager(), "register_features", "feature").items())
+    assert bootstrap.path(config).exists() == (expected is not None)
+    levels = bootstrap.levels(config, supported)
+    assert {name: levels[name] for name in ("metadata.version", "eligible.leader.replicas.version")} == (
+        expected or {"metadata.version": 26, "eligible.leader.replicas.version": 1})
+
+
+def test_format_refuses_eligible_leader_replicas_below_the_metadata_version_they_need(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={tmp_path / 'data'}\nnode.id=1\n")
+    result = CliRunner().invoke(build_cli(), ["storage", "format", "-t", random_uuid(), "-c", str(props),
+                                              "--release-version", "4.0-IV1", "--feature",
+                                              "eligible.leader.replicas.version=1"])
+    assert result.exit_code != 0
+    assert ("eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 24"
+            in result.output)
+    assert not (tmp_path / "data" / "meta.properties").exists()

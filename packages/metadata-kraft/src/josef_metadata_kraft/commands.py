@@ -33,7 +33,7 @@ def random_uuid_command() -> None:
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a key of the file.")
 @click.option("-g", "--ignore-formatted", is_flag=True, help="Skip directories that are already formatted.")
-@click.option("-r", "--release-version", help="The metadata.version to start at, as 4.0 or 4.0-IV3 (default: the latest).")
+@click.option("-r", "--release-version", help="The metadata.version to start at, as 4.0 or 4.1-IV0 (default: the latest).")
 @click.option("-f", "--feature", "features", multiple=True, metavar="NAME=LEVEL", help="A feature level to start at.")
 @click.option("-S", "--add-scram", "add_scram", multiple=True, metavar="MECHANISM=[name=...,password=...]",
               help="A SCRAM credential to add to the metadata log, e.g. 'SCRAM-SHA-256=[name=alice,password=alice-secret]' "
@@ -80,18 +80,27 @@ def format_command(cluster_id: str, config_path: Path, overrides: tuple[str, ...
 
 
 def _levels(release_version: str | None, features: tuple[str, ...]) -> dict[str, int]:
-    """The feature levels asked for, checked against what the installed plugins support."""
+    """The feature levels asked for, checked against what the installed plugins support.
+
+    Features not named start at their default for the chosen release, as
+    kafka-storage's: ``--release-version 4.0`` leaves eligible leader
+    replicas off, the latest release turns them on.
+    """
     supported = dict(collect(get_plugin_manager(), "register_features", "feature").items())
-    levels = {name: f.default_level for name, f in supported.items()} if release_version or features else {}
+    named: dict[str, int] = {}
     if release_version:
-        levels[METADATA_VERSION] = release_level(release_version)
+        named[METADATA_VERSION] = release_level(release_version)
     for item in features:
         name, sep, level = item.partition("=")
         if not sep or not level.strip().lstrip("-").isdigit():
             raise ConfigError(f"--feature {item!r} is not NAME=LEVEL")
         if name.strip() == METADATA_VERSION and release_version:
             raise ConfigError("give metadata.version either with --release-version or with --feature, not both")
-        levels[name.strip()] = int(level)
+        named[name.strip()] = int(level)
+    if not named:
+        return {}
+    levels = bootstrap.defaults(supported, named.get(METADATA_VERSION))
+    levels.update(named)
     bootstrap.check_levels(levels, supported)
     return levels
 

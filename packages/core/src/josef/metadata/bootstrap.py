@@ -4,9 +4,13 @@
 levels beside ``meta.properties`` in the metadata log directory, and
 ``--add-scram`` the SCRAM credentials of the first users (so an admin can
 log in to a cluster whose every listener needs SASL); the first active
-controller commits them all before anything else. Without the file (the
-single-node default formats itself on first start), each feature starts at
-the default level its plugin declares.
+controller commits them all before anything else. A feature the file does
+not name starts at its default for the file's ``metadata.version`` (Kafka's
+``Feature.defaultLevel``); without the file (the single-node default formats
+itself on first start), each feature starts at the default its plugin
+declares for the latest release. With eligible leader replicas among them,
+the controller also records a cluster-level ``min.insync.replicas``
+(:meth:`josef.metadata.controller.Controller.bootstrap`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Mapping, Sequence
 from josef import scram
 from josef.config import Config, ConfigError
 from josef.metadata.meta_properties import log_dirs
-from josef.metadata.features import SupportedFeature
+from josef.metadata.features import METADATA_VERSION, SupportedFeature, unmet_dependency
 from josef.metadata.records import (
     FeatureLevelRecord,
     MetadataRecord,
@@ -41,12 +45,23 @@ def path(config: Config) -> Path:
 
 
 def check_levels(levels: Mapping[str, int], supported: Mapping[str, SupportedFeature]) -> None:
+    """Every level is one this node supports, and the levels it depends on are among ``levels``."""
     for name, level in levels.items():
         feature = supported.get(name)
         if feature is None:
             raise ConfigError(f"unknown feature {name!r}; this node supports {', '.join(sorted(supported))}")
         if level != 0 and not feature.min_level <= level <= feature.max_level:
             raise ConfigError(f"feature {name} level {level} is outside the supported {feature.min_level}-{feature.max_level}")
+    for name, level in levels.items():
+        unmet = unmet_dependency(name, level, levels, supported)
+        if unmet is not None:
+            raise ConfigError(unmet)
+
+
+def defaults(supported: Mapping[str, SupportedFeature], metadata_version: int | None = None) -> dict[str, int]:
+    """The level of each feature a new cluster at ``metadata_version`` starts with (the latest release when None)."""
+    return {name: f.default_level if metadata_version is None else f.default_for(metadata_version)
+            for name, f in supported.items()}
 
 
 def write(config: Config, levels: Mapping[str, int], others: Sequence[MetadataRecord] = ()) -> None:
@@ -86,12 +101,14 @@ def _read(config: Config) -> list[MetadataRecord] | None:
 
 
 def levels(config: Config, supported: Mapping[str, SupportedFeature]) -> dict[str, int]:
-    """The levels to finalize in a new cluster: the file's, over each feature's default."""
-    chosen = {name: f.default_level for name, f in supported.items()}
+    """The levels to finalize in a new cluster: the file's, over each feature's default for the file's release."""
     found = _read(config)
-    if found is not None:
-        chosen.update((r.name, r.feature_level) for r in found if isinstance(r, FeatureLevelRecord))
-        check_levels(chosen, supported)
+    if found is None:
+        return defaults(supported)
+    written = {r.name: r.feature_level for r in found if isinstance(r, FeatureLevelRecord)}
+    chosen = defaults(supported, written.get(METADATA_VERSION))
+    chosen.update(written)
+    check_levels(chosen, supported)
     return chosen
 
 

@@ -47,6 +47,7 @@ from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     BrokerRegistrationChangeRecord,
@@ -970,8 +971,36 @@ class Controller:
         """
         async with self._active():
             if not self._image().features:
-                await self._commit([FeatureLevelRecord(name=n, feature_level=v) for n, v in sorted(levels.items()) if v > 0]
-                                   + list(records))
+                first: list[MetadataRecord] = [FeatureLevelRecord(name=n, feature_level=v)
+                                               for n, v in sorted(levels.items()) if v > 0]
+                first += records
+                if levels.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1:
+                    # Kafka's ActivationRecordsGenerator: with ELR on from the start, min ISR is set cluster-wide.
+                    first.append(self._cluster_min_isr_record())
+                await self._commit(first)
+
+    def _cluster_min_isr_record(self) -> ConfigRecord:
+        """The cluster-level ``min.insync.replicas`` at this controller's static value (Kafka's
+        getStaticallyConfiguredMinInsyncReplicas): every broker then counts the ISR against the same number."""
+        key = self._config.definition[MIN_INSYNC_REPLICAS]
+        value = self._config.static.get(MIN_INSYNC_REPLICAS, key.default)
+        log.info("Generating cluster-level %s of %s", MIN_INSYNC_REPLICAS, value)
+        return ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_INSYNC_REPLICAS,
+                            value=key.render(value))
+
+    def _elr_safety_records(self, image: MetadataImage) -> list[MetadataRecord]:
+        """What makes turning eligible leader replicas on safe (Kafka's maybeGenerateElrSafetyRecords): a
+        cluster-level ``min.insync.replicas`` when there is none, and no broker-level one left (every broker must
+        count the ISR against the number the controller elects by)."""
+        records: list[MetadataRecord] = []
+        if MIN_INSYNC_REPLICAS not in image.config(BROKER_RESOURCE, ""):
+            records.append(self._cluster_min_isr_record())
+        for resource_type, name in sorted(image.configs):
+            if resource_type == BROKER_RESOURCE and name and MIN_INSYNC_REPLICAS in image.config(resource_type, name):
+                log.info("Removing broker-level %s for broker %s", MIN_INSYNC_REPLICAS, name)
+                records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=name,
+                                            name=MIN_INSYNC_REPLICAS, value=None))
+        return records
 
     async def update_features(self, updates: Sequence[tuple[str, int, UpgradeType]],
                               supported: Mapping[str, SupportedFeature], validate_only: bool) -> None:
@@ -986,13 +1015,17 @@ class Controller:
         async with self._active():
             image = self._image()
             brokers = {b: info.features for b, info in image.brokers.items() if not info.fenced}
+            proposed = {**image.features, **{name: max(level, 0) for name, level, _ in updates}}
             records: list[MetadataRecord] = []
             for name, level, upgrade_type in updates:
                 try:
-                    check_update(name, level, upgrade_type, image.features.get(name, 0), supported, brokers)
+                    check_update(name, level, upgrade_type, image.features.get(name, 0), supported, brokers, proposed)
                 except FeatureError as exc:
                     raise ControllerError(ErrorCode.invalid_update_version, str(exc)) from None
                 records.append(FeatureLevelRecord(name=name, feature_level=max(level, 0)))
+            if proposed.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1 and any(
+                    name == ELIGIBLE_LEADER_REPLICAS_VERSION for name, _, _ in updates):
+                records = self._elr_safety_records(image) + records
             if not validate_only:
                 await self._commit(records)
 
@@ -1186,23 +1219,44 @@ class Controller:
                         key.parse(wanted[name])
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+            elr = self._elr(image) is not None
+            if elr and resource_type == BROKER_RESOURCE:
+                self._check_min_isr_change(resource_name, current, wanted, {name for name, _, _ in ops})
             if policy is not None:
                 _check_policy(policy.validate_alter_config, AlterConfigRequest(
                     ConfigResource(resource_type, resource_name), {name: wanted.get(name) for name, _, _ in ops}))
             # A broker key set again to the same value is written too (Kafka's KAFKA-14136): brokers take it as
             # the signal to reload what it names (a key store file rewritten in place).
             named = {name for name, _, _ in ops} if resource_type == BROKER_RESOURCE else set()
-            records = [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
-                       for k, v in sorted(wanted.items()) if current.get(k) != v or k in named]
+            records: list[MetadataRecord] = [
+                ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
+                for k, v in sorted(wanted.items()) if current.get(k) != v or k in named]
             records += [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=None)
                         for k in sorted(current) if k not in wanted]
+            if elr and any(isinstance(r, ConfigRecord) and r.name == MIN_INSYNC_REPLICAS for r in records):
+                # The ELR was chosen under the old min ISR (Kafka's createClearElrRecordsAsNeeded).
+                records.append(ClearElrRecord(topic_name=resource_name if resource_type == TOPIC_RESOURCE else ""))
             if not validate_only:
                 await self._commit(records)
-                if any(r.name == UNCLEAN_LEADER_ELECTION for r in records):
+                if any(isinstance(r, ConfigRecord) and r.name == UNCLEAN_LEADER_ELECTION for r in records):
                     # Enabling it takes effect at once, not at the next periodic check (as Kafka's controller).
                     image = self._image()
                     await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image),
                                                                            self._elr(image)))
+
+    @staticmethod
+    def _check_min_isr_change(resource_name: str, current: Mapping[str, str], wanted: Mapping[str, str],
+                              named: set[str]) -> None:
+        """With eligible leader replicas on, brokers count the ISR against one cluster-wide ``min.insync.replicas``
+        (the controller elects by it): a broker's own may not be set, and the cluster's may not be removed
+        (Kafka's isDisallowedBrokerMinIsrTransition and isDisallowedClusterMinIsrTransition)."""
+        removed = MIN_INSYNC_REPLICAS in current and MIN_INSYNC_REPLICAS not in wanted
+        if resource_name and (MIN_INSYNC_REPLICAS in named or removed):
+            raise ControllerError(ErrorCode.invalid_config,
+                                  f"Broker-level {MIN_INSYNC_REPLICAS} cannot be altered while ELR is enabled.")
+        if not resource_name and (removed or (MIN_INSYNC_REPLICAS in named and MIN_INSYNC_REPLICAS not in wanted)):
+            raise ControllerError(ErrorCode.invalid_config,
+                                  f"Cluster-level {MIN_INSYNC_REPLICAS} cannot be removed while ELR is enabled.")
 
     def _broker_key(self, name: str):  # type: ignore[no-untyped-def]
         if name not in self._config.definition:

@@ -4,9 +4,12 @@ A feature's finalized level lives in the metadata log (FeatureLevelRecord);
 ``metadata.version`` says which metadata records the cluster writes. josef
 writes the records of Kafka 4.0, so it runs at Kafka's 4.0 metadata versions
 and no lower: claiming an older level would promise records it does not
-write. Plugins declare the features they implement through the
-``register_features`` hook; the controller refuses a level that any
-registered broker does not support, as Kafka's FeatureControlManager does.
+write. 4.1-IV0 changed no record, only what a new cluster starts with:
+eligible leader replicas on (KIP-966). Plugins declare the features they
+implement through the ``register_features`` hook; the controller refuses a
+level that any registered broker does not support, or whose dependencies
+(a feature level needs a ``metadata.version``) the update would leave unmet,
+as Kafka's FeatureControlManager does.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import attrs
 
 METADATA_VERSION = "metadata.version"
 #: Kafka's MetadataVersion levels josef can run at, by the name Kafka's tools print.
-METADATA_VERSIONS = {"4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25}
+METADATA_VERSIONS = {"4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25, "4.1-IV0": 26}
 #: Levels whose metadata records changed (Kafka's ``didMetadataChange``): a downgrade across one may lose metadata.
 _METADATA_CHANGED = frozenset({23})
-#: The level ``--release-version 4.0`` and a first start choose: Kafka 4.0's latest.
-LATEST_METADATA_VERSION = 25
-#: KIP-966 eligible leader replicas: level 1 tracks them. Off (0) by default for new clusters, as in Kafka 4.0.
+#: The level a first start and a format without ``--release-version`` choose: Kafka 4.1-IV0.
+LATEST_METADATA_VERSION = 26
+#: KIP-966 eligible leader replicas: level 1 tracks them.
 ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 
 
@@ -41,11 +44,31 @@ class SupportedFeature:
 
     min_level: int
     max_level: int
+    #: The level a new cluster at the latest ``metadata.version`` starts with.
     default_level: int
+    #: The ``metadata.version`` from which a new cluster starts at each level, for a feature whose starting level
+    #: depends on the release it is formatted at (Kafka's ``FeatureVersion.bootstrapMetadataVersion``); without
+    #: it, every release starts at ``default_level``.
+    since: Mapping[int, int] = attrs.field(factory=dict, hash=False)
+    #: The levels of other features each level needs (Kafka's ``FeatureVersion.dependencies``).
+    requires: Mapping[int, Mapping[str, int]] = attrs.field(factory=dict, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.min_level <= self.default_level <= self.max_level:
             raise ValueError(f"default level {self.default_level} is outside {self.min_level}-{self.max_level}")
+
+    def default_for(self, metadata_version: int) -> int:
+        """The level a new cluster formatted at ``metadata_version`` starts with (Kafka's ``Feature.defaultLevel``)."""
+        if not self.since:
+            return self.default_level
+        return max((level for level, since in self.since.items() if since <= metadata_version),
+                   default=self.min_level)
+
+
+#: Kafka 4.1's eligible.leader.replicas.version: level 1 needs metadata.version 4.0-IV2, and is where new
+#: clusters start from 4.1-IV0 on; ``--release-version 4.0`` starts without it, as Kafka 4.0 did.
+ELIGIBLE_LEADER_REPLICAS = SupportedFeature(0, 1, 1, since={1: METADATA_VERSIONS["4.1-IV0"]},
+                                            requires={1: {METADATA_VERSION: METADATA_VERSIONS["4.0-IV2"]}})
 
 
 class FeatureError(Exception):
@@ -66,6 +89,17 @@ def release_name(level: int) -> str:
     return next((name for name, value in METADATA_VERSIONS.items() if value == level), f"level {level}")
 
 
+def unmet_dependency(name: str, level: int, levels: Mapping[str, int],
+                     supported: Mapping[str, SupportedFeature]) -> str | None:
+    """Why ``name`` may not be at ``level`` beside the other ``levels``, in Kafka's words (Feature.validateVersion);
+    None when every feature it depends on is at the level it needs."""
+    feature = supported.get(name)
+    for needed, needed_level in (feature.requires.get(level, {}) if feature is not None else {}).items():
+        if levels.get(needed, 0) < needed_level:
+            return f"{name} could not be set to {level} because it depends on {needed} level {needed_level}"
+    return None
+
+
 def check_update(
     name: str,
     level: int,
@@ -73,11 +107,15 @@ def check_update(
     current: int,
     supported: Mapping[str, SupportedFeature],
     brokers: Mapping[int, Mapping[str, tuple[int, int]]],
+    proposed: Mapping[str, int] | None = None,
 ) -> None:
     """Raise :class:`FeatureError` unless ``name`` may move from ``current`` to ``level``.
 
     ``brokers`` maps each registered broker to the ``(min, max)`` levels it
-    supports by feature. A level below 1 disables the feature.
+    supports by feature. A level below 1 disables the feature. ``proposed``
+    are every feature's levels once the whole request applies (the current
+    ones otherwise): a feature other than ``metadata.version`` must find
+    the levels it depends on there, as Kafka checks them.
     """
     feature = supported.get(name)
     if feature is None:
@@ -108,3 +146,7 @@ def check_update(
                                    f"in this version.")
     elif target > current and upgrade_type != UpgradeType.UPGRADE:
         raise FeatureError("Can't downgrade to a newer version.")
+    if name != METADATA_VERSION and proposed is not None:
+        unmet = unmet_dependency(name, target, proposed, supported)
+        if unmet is not None:
+            raise FeatureError(f"Invalid update version {target} for feature {name}. {unmet}")

@@ -25,6 +25,7 @@ from josef.metadata.records import (
     BrokerEndpoint,
     BrokerFeature,
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
@@ -460,6 +461,27 @@ class _Builder:
             self._own("tokens")[record.token_id] = TokenInformation.from_record(record)
         elif isinstance(record, RemoveDelegationTokenRecord):
             self._own("tokens").pop(record.token_id, None)
+        elif isinstance(record, ClearElrRecord):
+            self._clear_elr(record.topic_name)
+
+    def _clear_elr(self, topic_name: str) -> None:
+        """Kafka's ClearElrRecord replay: each partition of the topic (of every topic when the name is empty) that
+        has eligible or last known leader replicas loses them, as a change that bumps its partition epoch.
+        A topic that is gone has nothing to clear."""
+        names = [topic_name] if topic_name else list(self.topics)
+        cleared = PartitionChangeRecord(partition_id=0, topic_id=uuid.UUID(int=0), eligible_leader_replicas=(),
+                                        last_known_elr=())
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is None:
+                continue
+            current = self.partitions.get(name, topic.partitions)
+            holding = [index for index, p in current.items() if p.elr or p.last_known_elr]
+            if holding:
+                _, partitions = self._partitions_of(topic.topic_id)
+                for index in holding:
+                    partitions[index] = partitions[index].merge(cleared)
+                    self.changed_partitions.append((name, index))
 
     def build(self, offset: int) -> tuple[MetadataImage, MetadataDelta]:
         for name, partitions in self.partitions.items():

@@ -113,15 +113,18 @@ def _complete_reassignment(target: _Target) -> _Target:
     return _Target(tuple(r for r in target.replicas if r not in target.removing), isr, (), ())
 
 
-def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...] | None, election: Election,
+def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...], tracked: bool, election: Election,
            acceptable: LeaderAcceptor) -> tuple[int, bool]:
     """``(leader, unclean)`` for the target: Kafka's electPreferredLeader / electAnyLeader.
 
-    ``elr`` is the target ELR, None when eligible leader replicas are not
-    tracked; its members may lead only when the target ISR is empty.
+    ``elr`` is the target ELR; its members may lead only when the target
+    ISR is empty. ``tracked`` says whether eligible leader replicas are
+    tracked: without, ``elr`` is what the partition kept from when they
+    were (Kafka still elects from it), and the last known leader may not
+    lead.
     """
     def valid(replica: int) -> bool:
-        in_sync = replica in target.isr or (elr is not None and not target.isr and replica in elr)
+        in_sync = replica in target.isr or (not target.isr and replica in elr)
         return in_sync and acceptable(replica, current)
 
     if election is Election.PREFERRED and target.replicas and valid(target.replicas[0]):
@@ -131,7 +134,7 @@ def _elect(current: PartitionImage, target: _Target, elr: tuple[int, ...] | None
     leader = next((r for r in target.replicas if valid(r)), NO_LEADER)
     if leader != NO_LEADER:
         return leader, False
-    if (elr is not None and not elr and not target.isr and len(current.last_known_elr) == 1
+    if (tracked and not elr and not target.isr and len(current.last_known_elr) == 1
             and acceptable(current.last_known_elr[0], current)):
         return current.last_known_elr[0], True  # the last known leader: what it lacks of other replicas is lost
     if election is Election.UNCLEAN:
@@ -177,16 +180,18 @@ def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
         current.adding_replicas if adding is None else tuple(adding),
         current.removing_replicas if removing is None else tuple(removing)))
     elr = _target_elr(current, target, min_isr, unclean_shutdown)
-    leader, unclean = _elect(current, target, elr, election, acceptable)
+    candidates = current.elr if elr is None else elr
+    leader, unclean = _elect(current, target, candidates, elr is not None, election, acceptable)
     new_leader = NO_LEADER_CHANGE
     new_isr: tuple[int, ...] | None = None
     new_recovery = current.leader_recovery_state if recovery_state is None else recovery_state
     if leader != current.leader:
         new_leader = leader
-        if elr and leader in elr:
+        if not target.isr and leader in candidates and not unclean:
             # A clean election from the ELR: the new leader is the ISR alone.
             target = attrs.evolve(target, isr=(leader,))
-            elr = tuple(r for r in elr if r != leader)
+            if elr is not None:
+                elr = tuple(r for r in elr if r != leader)
             log.info("Partition %s-%d elects broker %d from its eligible leader replicas", topic.name, index, leader)
         if unclean:
             new_isr, new_recovery = (leader,), RECOVERING
@@ -200,7 +205,9 @@ def build(topic: TopicImage, index: int, acceptable: LeaderAcceptor, *,
     if new_isr is None and (target.isr or elr is not None) and target.isr != current.isr:
         new_isr = target.isr
     new_last_known = None
-    if elr is not None:  # Kafka's maybeUpdateLastKnownLeader
+    if elr is None:  # not tracked (any more): nothing of it is kept
+        new_last_known = () if current.last_known_elr else None
+    else:  # Kafka's maybeUpdateLastKnownLeader
         if new_isr == () and current.last_known_elr != (current.leader,):
             new_last_known = (current.leader,)
         elif (new_leader >= 0 or (current.leader != NO_LEADER and new_leader != NO_LEADER)) and current.last_known_elr:

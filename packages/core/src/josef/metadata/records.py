@@ -393,6 +393,18 @@ class RemoveDelegationTokenRecord:
 
 
 @_record
+class ClearElrRecord:
+    """Empties the eligible leader replicas (and last known ELR) of one topic's partitions, of every topic's when
+    the name is empty: written when a ``min.insync.replicas`` they were chosen under changes (KIP-966)."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    api_key: ClassVar[int] = 28
+    topic_name: str = _f("string")
+
+
+@_record
 class NoOpRecord:
     """Written by an idle controller so followers see the log advance (Kafka's NoOpRecord)."""
 
@@ -407,7 +419,7 @@ MetadataRecord = Union[
     FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord, FeatureLevelRecord, ClientQuotaRecord,
     ProducerIdsRecord, BrokerRegistrationChangeRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
     NoOpRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord, DelegationTokenRecord,
-    RemoveDelegationTokenRecord,
+    RemoveDelegationTokenRecord, ClearElrRecord,
 ]
 _TYPES: tuple[type, ...] = MetadataRecord.__args__  # type: ignore[attr-defined]
 _BY_KEY: dict[int, type] = {cls.api_key: cls for cls in _TYPES}

@@ -8,6 +8,7 @@ from josef.standard_authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
 from josef.node.broker_config import CORE_KEYS
 from josef.hookspecs import Register, hookimpl
 from josef.metadata.features import (
+    ELIGIBLE_LEADER_REPLICAS,
     ELIGIBLE_LEADER_REPLICAS_VERSION,
     LATEST_METADATA_VERSION,
     METADATA_VERSION,
@@ -38,4 +39,4 @@ def register_principal_builders(register: Register) -> None:
 def register_features(register: Register) -> None:
     register(METADATA_VERSION, SupportedFeature(min(METADATA_VERSIONS.values()), LATEST_METADATA_VERSION,
                                                 LATEST_METADATA_VERSION))
-    register(ELIGIBLE_LEADER_REPLICAS_VERSION, SupportedFeature(0, 1, 0))
+    register(ELIGIBLE_LEADER_REPLICAS_VERSION, ELIGIBLE_LEADER_REPLICAS)
