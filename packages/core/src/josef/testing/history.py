@@ -191,6 +191,7 @@ class TxnCommit(Event):
     txn: str
     values: tuple[str, ...] = attrs.field(converter=tuple)
     outcome: str
+    error: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -200,6 +201,7 @@ class TxnAbort(Event):
     txn: str
     values: tuple[str, ...] = attrs.field(converter=tuple)
     outcome: str
+    error: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -326,11 +328,13 @@ class History:
     def txn_begin(self, process: str, txn: str) -> Event:
         return self.record(TxnBegin, process=process, txn=txn)
 
-    def txn_commit(self, process: str, txn: str, values: Iterable[str], outcome: str) -> Event:
-        return self.record(TxnCommit, process=process, txn=txn, values=tuple(values), outcome=_outcome(outcome))
+    def txn_commit(self, process: str, txn: str, values: Iterable[str], outcome: str, error: str = "") -> Event:
+        return self.record(TxnCommit, process=process, txn=txn, values=tuple(values), outcome=_outcome(outcome),
+                           error=error)
 
-    def txn_abort(self, process: str, txn: str, values: Iterable[str], outcome: str) -> Event:
-        return self.record(TxnAbort, process=process, txn=txn, values=tuple(values), outcome=_outcome(outcome))
+    def txn_abort(self, process: str, txn: str, values: Iterable[str], outcome: str, error: str = "") -> Event:
+        return self.record(TxnAbort, process=process, txn=txn, values=tuple(values), outcome=_outcome(outcome),
+                           error=error)
 
     def read(self, consumer: str, isolation: str, topic: str, partition: int, offset: int, value: str,
              leader_epoch: int = -1, group: str | None = None) -> Event:
@@ -733,6 +737,9 @@ def check_phantoms(f: Facts) -> Iterator[Violation]:
                                     "which was never sent", tp, record.offset)
 
 
+NOTHING = "<nothing>"
+
+
 def check_agreement(f: Facts) -> Iterator[Violation]:
     """Every reader, and both final reads, see the same record (and leader epoch) at each offset."""
     seen: dict[tuple[TopicPartition, int], tuple[str, int, str]] = {}
@@ -746,15 +753,16 @@ def check_agreement(f: Facts) -> Iterator[Violation]:
             log = f.logs[READ_UNCOMMITTED].get(tp)
             if log is not None and log.covers(offset):
                 record = f.log_at[READ_UNCOMMITTED][tp].get(offset)
-                reference = (record.value, record.leader_epoch, "the final read") if record else ("nothing", -1,
+                reference = (record.value, record.leader_epoch, "the final read") if record else (NOTHING, -1,
                                                                                                   "the final read")
             else:
                 reference = (value, epoch, who)
             seen[key] = reference
         ref_value, ref_epoch, ref_who = reference
         if value != ref_value or (epoch >= 0 and ref_epoch >= 0 and epoch != ref_epoch):
-            mismatched.setdefault(key, [f"{ref_who} saw {ref_value} (epoch {ref_epoch})"]).append(
-                f"{who} saw {value} (epoch {epoch})")
+            first = (f"{ref_who} has no record there" if ref_value == NOTHING
+                     else f"{ref_who} saw {ref_value} (epoch {ref_epoch})")
+            mismatched.setdefault(key, [first]).append(f"{who} saw {value} (epoch {epoch})")
             if event is not None:
                 events[key].append(event)
 
