@@ -1,22 +1,31 @@
 """A Spark driver in its own process, for tests that kill a driver or need task retries.
 
-    python exactly_once_driver.py stream BOOTSTRAP INPUT OUTPUT CHECKPOINT (running|available-now)
+    python exactly_once_driver.py stream BOOTSTRAP INPUT OUTPUT CHECKPOINT (running|available-now) [MASTER]
     python exactly_once_driver.py failing-batch BOOTSTRAP OUTPUT
+    python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID (slow|fast) RUNS
 
 Once the session is up it prints ``JVM_PID <pid>``: the Spark driver's JVM,
-which a test may SIGKILL (the Python process then ends with it).
+which a test may SIGKILL (the Python process then ends with it). With
+MASTER ``local-cluster[2,1,1024]`` the executors are JVMs of their own,
+children of the driver's JVM, which a test may SIGKILL too.
 
 ``stream`` copies INPUT to OUTPUT through josef-spark, 2000 offsets a
-micro-batch. Its producers send one record a request, one request at a time
-(``kafka.batch.size=1``, ``kafka.max.in.flight.requests.per.connection=1``),
-so each task's transaction stays open for a second or more with records in
-it, and a kill lands in the middle of a batch. The transaction timeout is 5
-minutes: only fencing, not the coordinator's timeout, can end the
-transactions of a killed driver within a test.
+micro-batch (MASTER: ``local[2]`` by default). Its producers send one
+record a request, one request at a time (``kafka.batch.size=1``,
+``kafka.max.in.flight.requests.per.connection=1``), so each task's
+transaction stays open for a second or more with records in it, and a kill
+lands in the middle of a batch. The transaction timeout is 5 minutes: only
+fencing, not the coordinator's timeout, can end the transactions of a killed
+driver within a test.
 
 ``failing-batch`` writes 0..1999 (Spark partition 0 has 0..999, partition 1
 1000..1999) with up to three attempts per task; on its first attempt row 1950
 has no topic, so that attempt fails half-way through its rows.
+
+``named-batch`` writes 0..5999 in 4 Spark partitions (Kafka partition: the
+number modulo 2) with ``writeId`` WRITE_ID, RUNS times in a row (each a job
+of its own, as a re-run is), printing ``WRITTEN`` after each; ``slow`` sends
+as ``stream`` does, so a test can kill the driver in the middle of the write.
 """
 
 from __future__ import annotations
@@ -44,16 +53,19 @@ def session(master: str) -> SparkSession:
     return spark
 
 
-def stream(bootstrap: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
-    spark = session("local[2]")
+#: The producer options that keep a task's transaction open long enough for a test to kill it mid-write.
+SLOW = {"kafka.batch.size": "1", "kafka.max.in.flight.requests.per.connection": "1",
+        "kafka.transaction.timeout.ms": "300000"}
+
+
+def stream(bootstrap: str, source: str, sink: str, checkpoint: str, mode: str, master: str = "local[2]") -> None:
+    spark = session(master)
     trigger = {"availableNow": True} if mode == "available-now" else {"processingTime": "0 seconds"}
     query = (spark.readStream.format("josef").option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", source).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "2000")
              .load().select("key", "value", "partition")
              .writeStream.format("josef").option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
-             .option("kafka.batch.size", "1").option("kafka.max.in.flight.requests.per.connection", "1")
-             .option("kafka.transaction.timeout.ms", "300000")
-             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
+             .options(**SLOW).option("checkpointLocation", checkpoint).trigger(**trigger).start())
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(f"the query failed: {query.exception()}")
@@ -73,6 +85,16 @@ def failing_batch(bootstrap: str, sink: str) -> None:
     spark.stop()
 
 
+def named_batch(bootstrap: str, sink: str, write_id: str, speed: str, runs: str) -> None:
+    spark = session("local[2]")
+    df = spark.range(0, 6000, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
+    for _ in range(int(runs)):
+        df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", sink) \
+            .option("writeId", write_id).options(**(SLOW if speed == "slow" else {})).save()
+        print("WRITTEN", flush=True)
+    spark.stop()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"stream": stream, "failing-batch": failing_batch}[command](*args)
+    {"stream": stream, "failing-batch": failing_batch, "named-batch": named_batch}[command](*args)

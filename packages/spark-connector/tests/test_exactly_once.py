@@ -1,11 +1,13 @@
-"""Exactly-once writes: a read_committed consumer sees every row once across task retries, zombies and driver kills.
+"""Exactly-once writes: a read_committed consumer sees every row once across task retries, zombies, kills and re-runs.
 
 The writer functions are driven directly for the fencing cases (a zombie
-attempt that is still running when its retry starts), and Spark drivers in
-their own processes (``exactly_once_driver.py``) for a task that fails
-half-way and is retried, and for a streaming query whose driver is killed
-with SIGKILL in the middle of a micro-batch and restarted from its
-checkpoint.
+attempt that is still running when its retry starts) and for the re-runs of
+a named batch write (``writeId``) after a failed job; Spark drivers in their
+own processes (``exactly_once_driver.py``) for a task that fails half-way and
+is retried, for a named batch write whose driver is killed with SIGKILL
+half-way and which is run again, and for a streaming query whose driver, or
+whose executors (``local-cluster`` mode: executors are JVMs of their own),
+are killed with SIGKILL in the middle of a micro-batch.
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
+import pyspark
 import pytest
 from conftest import create_topic, produce
 
 from josef.testing import eventually
-from josef_client import Admin, Consumer, ProducerFencedError, TopicPartition
+from josef_client import Admin, Consumer, OffsetAndMetadata, ProducerFencedError, TopicPartition
 from josef_spark.options import write_options
-from josef_spark.writer import Written, fence_failed_tasks, transactional_id, write_exactly_once
+from josef_spark.progress import Outcome
+from josef_spark.writer import (
+    BatchWriter,
+    RerunMismatchError,
+    Written,
+    fence_failed_tasks,
+    transactional_id,
+    write_exactly_once,
+)
 
 TIMEOUT_S = 180
 DRIVER = Path(__file__).with_name("exactly_once_driver.py")
@@ -90,7 +101,7 @@ def test_a_retry_fences_the_zombie_attempt_still_writing(josef_broker):
     zombie = Zombie(opts, 0)
     eventually(lambda: len(read(josef_broker, "fenced", 1, "read_uncommitted")) == 50, TIMEOUT_S, "the zombie's rows")
     retry = write_exactly_once(opts, [arrow(zombie.rows)], write_id="q", partition=0, batch_id=7)
-    assert retry == Written(100, 0, "q")
+    assert retry == Written(100, 0, "q", topic="fenced")
     assert isinstance(zombie.finish(), ProducerFencedError)
     eventually(lambda: read(josef_broker, "fenced", 1) == [r.encode() for r in zombie.rows], TIMEOUT_S, "the retry's rows")
     assert len(read(josef_broker, "fenced", 1, "read_uncommitted")) == 150  # the zombie's half stays, aborted
@@ -116,11 +127,12 @@ def test_a_partition_committed_by_an_earlier_attempt_is_not_written_again(josef_
     create_topic(josef_broker, "once", 2)
     opts = options(josef_broker, "once")
     batch = [arrow(["a", "b", "c"])]
-    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(3, 3, "q")
-    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(0, 3, "q", skipped=True)
-    assert write_exactly_once(opts, [arrow(["d"])], write_id="q", partition=3, batch_id=1) == Written(1, 3, "q")
+    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(3, 3, "q", topic="once")
+    assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0) == Written(0, 3, "q", True, "once")
+    assert write_exactly_once(opts, [arrow(["d"])], write_id="q", partition=3, batch_id=1) == Written(1, 3, "q",
+                                                                                                      topic="once")
     assert write_exactly_once(opts, batch, write_id="q", partition=3, batch_id=0).skipped  # an old batch replayed
-    assert write_exactly_once(opts, batch, write_id="other", partition=3, batch_id=0) == Written(3, 3, "other")
+    assert write_exactly_once(opts, batch, write_id="other", partition=3, batch_id=0).records == 3
     assert write_exactly_once(opts, [arrow([])], write_id="q", partition=4, batch_id=0) == Written(0, 4, "q")
     eventually(lambda: sorted(read(josef_broker, "once", 2)) == [b"a", b"a", b"b", b"b", b"c", b"c", b"d"], TIMEOUT_S,
                "the committed rows")
@@ -130,15 +142,51 @@ def test_a_partition_committed_by_an_earlier_attempt_is_not_written_again(josef_
     assert {tp: om.offset for tp, om in progress.items()} == {TopicPartition("once", 0): 2}
 
 
+def test_a_named_write_run_again_after_a_failed_job_writes_each_row_once(josef_broker):
+    """writeId: a re-run skips the partitions committed before, refuses other partitions, and a complete write
+    is not written again. The tasks and the driver's commit and abort are called as Spark calls them."""
+    create_topic(josef_broker, "nightly", 2)
+    opts = options(josef_broker, "nightly", writeId="2026-11-27")
+    parts = [[f"{p}.{i}" for i in range(10)] for p in range(4)]
+
+    failed = BatchWriter(opts)  # tasks 0 and 1 commit, 2 and 3 fail: the job fails, Spark calls abort()
+    assert failed.earlier is None
+    done = [failed.write_partition([arrow(parts[p])], p) for p in (0, 1)]
+    assert done[0] == Written(10, 0, "2026-11-27", topic="nightly")
+    failed.abort([*done, None, None])
+    assert BatchWriter(opts).earlier == Outcome(4, complete=False)
+
+    other = BatchWriter(opts)  # the input partitioned another way is refused, before anything is written
+    with pytest.raises(RerunMismatchError, match="failed earlier with 4 partitions, and this run has partition 4"):
+        other.write_partition([arrow(["x"])], 4)
+    with pytest.raises(RerunMismatchError, match=r"committed this partition with other rows \(rows=10 digest="):
+        other.write_partition([arrow(parts[0][:5])], 0)
+    with pytest.raises(RerunMismatchError, match="this run had 3: the rows of partitions 3 to 3"):
+        other.commit([Written(0, p, "2026-11-27", True, "nightly") for p in range(3)])
+
+    rerun = BatchWriter(opts)  # the same input: the committed partitions are skipped, in any row order
+    messages = [rerun.write_partition([arrow(parts[0][::-1])], 0), rerun.write_partition([arrow(parts[1])], 1),
+                rerun.write_partition([arrow(parts[2])], 2), rerun.write_partition([arrow(parts[3])], 3)]
+    assert [(m.records, m.skipped) for m in messages] == [(0, True), (0, True), (10, False), (10, False)]
+    rerun.commit(messages)
+
+    complete = BatchWriter(opts)  # a complete write is not written again, whatever the run has
+    assert complete.earlier == Outcome(4, complete=True)
+    assert complete.write_partition([arrow(["y"])], 7) == Written(0, 7, "2026-11-27", skipped=True)
+    eventually(lambda: sorted(read(josef_broker, "nightly", 2)) == sorted(v.encode() for p in parts for v in p),
+               TIMEOUT_S, "every row once")
+
+
 # Spark drivers in their own processes ------------------------------------------------------------
 
 
 class Driver:
     """``exactly_once_driver.py`` in a child process; its JVM's pid once the session is up."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, str(DRIVER), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, cwd=DRIVER.parent)
+                                     stderr=subprocess.STDOUT, text=True, cwd=DRIVER.parent,
+                                     env=None if env is None else {**os.environ, **env})
         self.output: list[str] = []
         self.jvm_pid: queue.Queue[int] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -169,8 +217,8 @@ class Driver:
 def drivers():
     started: list[Driver] = []
 
-    def start(*args: str) -> Driver:
-        driver = Driver(*args)
+    def start(*args: str, env: dict[str, str] | None = None) -> Driver:
+        driver = Driver(*args, env=env)
         started.append(driver)
         return driver
 
@@ -180,7 +228,7 @@ def drivers():
 
 
 def mid_batch(broker, topic: str, partitions: int, committed_below: int) -> bool:
-    """Whether a micro-batch after the first is being written, before ``committed_below`` rows are committed.
+    """Whether a write is under way after its first commit, before ``committed_below`` rows are committed.
 
     Some rows are committed, and a writer's transaction is open with records
     in the log (read_uncommitted is ahead of read_committed).
@@ -231,3 +279,75 @@ def test_a_task_that_fails_half_way_is_retried_with_its_transactional_id_and_wri
         epochs = {i[-1]: d.producer_epoch for i, d in admin.describe_transactions(ids).items()}
     assert len(ids) == 2 and ids[0].startswith("josef-spark-") and ids[0][:-1] == ids[1][:-1]
     assert epochs["1"] > epochs["0"]  # the same transactions otherwise (one each, committed)
+
+
+def spark_home(tmp_path: Path) -> Path:
+    """A SPARK_HOME of links to pyspark's own files, for a ``local-cluster`` driver.
+
+    Its workers keep their work directories (the executors' logs) under
+    SPARK_HOME: this way they are in the test's directory, not in the
+    installed pyspark.
+    """
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    for entry in Path(pyspark.__file__).parent.iterdir():
+        if entry.name != "work":
+            (home / entry.name).symlink_to(entry)
+    return home
+
+
+def executors(jvm: int) -> list[int]:
+    """The executor JVMs of a ``local-cluster`` driver: the children of its JVM that run CoarseGrainedExecutorBackend."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == jvm and b"CoarseGrainedExecutorBackend" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or one that ended meanwhile
+    return found
+
+
+def test_a_streaming_query_whose_executors_are_killed_mid_batch_writes_every_row_once(josef_broker, drivers, tmp_path):
+    """Both executors are killed, so the task whose transaction is open is on a killed one; Spark's standalone
+    worker starts new executors, the lost tasks run again there, and the query ends on its own (AvailableNow)."""
+    create_topic(josef_broker, "clicks", 2)
+    create_topic(josef_broker, "clicks-copy", 2)
+    values = [f"{i}".encode() for i in range(4000)]  # two micro-batches
+    produce(josef_broker, "clicks", values, keys=[f"k{i}".encode() for i in range(4000)])
+    driver = drivers("stream", josef_broker.bootstrap_servers, "clicks", "clicks-copy", str(tmp_path / "checkpoint"),
+                     "available-now", "local-cluster[2,1,1024]", env={"SPARK_HOME": str(spark_home(tmp_path))})
+    jvm = driver.jvm_pid.get(timeout=TIMEOUT_S)
+    eventually(lambda: mid_batch(josef_broker, "clicks-copy", 2, len(values)), TIMEOUT_S,
+               "a micro-batch with its transactions open")
+    killed = executors(jvm)
+    assert len(killed) == 2, driver.log()
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    assert driver.wait() == 0, driver.log()
+    assert "Lost executor" in "".join(driver.output)  # Spark saw them go, and ran their tasks again
+    assert not set(killed) & set(executors(jvm))
+    eventually(lambda: sorted(read(josef_broker, "clicks-copy", 2), key=int) == values, TIMEOUT_S, "every row committed")
+
+
+def test_a_named_batch_write_whose_driver_is_killed_half_way_writes_the_rest_when_run_again(josef_broker, drivers):
+    """writeId: the second driver's first write skips the partitions the killed one committed and writes the rest;
+    its second write (a re-run of a complete job) writes nothing."""
+    create_topic(josef_broker, "daily", 2)
+    bootstrap = josef_broker.bootstrap_servers
+    first = drivers("named-batch", bootstrap, "daily", "day-1", "slow", "1")
+    jvm = first.jvm_pid.get(timeout=TIMEOUT_S)
+    eventually(lambda: mid_batch(josef_broker, "daily", 2, 6000), TIMEOUT_S, "some partitions committed, one open")
+    os.kill(jvm, signal.SIGKILL)
+    assert first.wait() != 0, first.log()
+    assert "WRITTEN" not in "".join(first.output)
+
+    second = drivers("named-batch", bootstrap, "daily", "day-1", "fast", "2")
+    assert second.wait() == 0, second.log()
+    assert "".join(second.output).count("WRITTEN") == 2
+    eventually(lambda: sorted(read(josef_broker, "daily", 2), key=int) == [f"{i}".encode() for i in range(6000)],
+               TIMEOUT_S, "every row once")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        outcome = admin.list_consumer_group_offsets("josef-spark-day-1-write")
+    assert outcome == {TopicPartition("daily", 0): OffsetAndMetadata(4, "complete")}

@@ -123,9 +123,19 @@ def test_write_options():
                          ({"kafka.transactional.id": "t"}, "kafka.transactional.id is not supported"),
                          ({"exactlyonce": "maybe"}, "exactlyOnce must be true or false"),
                          ({"kafka.enable.idempotence": "false"}, "drop kafka.enable.idempotence=false"),
-                         ({"transactionalidprefix": " "}, "transactionalIdPrefix must not be empty")):
+                         ({"transactionalidprefix": " "}, "transactionalIdPrefix must not be empty"),
+                         ({"writeid": " "}, "writeId must be 1 to 200 characters"),
+                         ({"writeid": "x" * 201}, "writeId must be 1 to 200 characters"),
+                         ({"writeid": "daily", "exactlyonce": "false"}, "writeId needs exactlyOnce=true")):
         with pytest.raises(OptionError, match=re.escape(message)):
             write_options({**SERVERS, **bad})
+
+
+def test_a_write_id_names_batch_writes_only():
+    assert write_options(SERVERS).write_id is None
+    assert write_options({**SERVERS, "writeid": " 2026-11-27 "}).write_id == "2026-11-27"
+    with pytest.raises(OptionError, match="writeId is for batch writes: a streaming query's writes are named by its id"):
+        write_options({**SERVERS, "writeid": "daily"}, streaming=True)
 
 
 def test_exactly_once_is_the_default_and_can_be_turned_off():

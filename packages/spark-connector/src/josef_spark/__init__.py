@@ -10,6 +10,7 @@ import importlib.metadata
 from josef_spark.options import OptionError
 from josef_spark.planning import DataLossError
 from josef_spark.source import JosefDataSource
+from josef_spark.writer import RerunMismatchError
 
-__all__ = ["DataLossError", "JosefDataSource", "OptionError"]
+__all__ = ["DataLossError", "JosefDataSource", "OptionError", "RerunMismatchError"]
 __version__ = importlib.metadata.version("josef-spark")

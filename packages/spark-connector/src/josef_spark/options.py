@@ -44,9 +44,11 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 BATCH_GROUP_PREFIX, STREAMING_GROUP_PREFIX = "spark-kafka-relation", "spark-kafka-source"
 #: The suffixes of Spark's time strings (JavaUtils.timeStringAsMs), in milliseconds; no suffix is milliseconds.
 TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-WRITE_OPTIONS = SPARK_OPTIONS | frozenset({"topic", "exactlyonce", "transactionalidprefix"})
+WRITE_OPTIONS = SPARK_OPTIONS | frozenset({"topic", "exactlyonce", "transactionalidprefix", "writeid"})
 #: The start of the transactional ids (and group ids) of exactly-once writes when transactionalIdPrefix is not set.
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "josef-spark"
+#: writeId goes into transactional ids and group ids: a bound that keeps them readable (Kafka's is 32767 bytes).
+MAX_WRITE_ID_LENGTH = 200
 
 
 class OptionError(ValueError):
@@ -98,6 +100,9 @@ class WriteOptions:
     #: Each task's rows in one transaction, with its (partition, batch) recorded so no attempt writes them twice.
     exactly_once: bool = True
     transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    #: Batch writes: the user's name for the write, the same on every run of the job, so a re-run writes only
+    #: what earlier runs did not commit. None: a new write id per write.
+    write_id: str | None = None
 
 
 def _kafka_options(options: Mapping[str, str], reserved: frozenset[str], known: frozenset[str],
@@ -290,8 +295,8 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
     )
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Parse and check the options of a write."""
+def write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
+    """Parse and check the options of a batch write, or of a streaming one."""
     options = {k.lower() if not k.startswith("kafka.") else k: v for k, v in options.items()}
     servers, client = _kafka_options(options, RESERVED_SINK_KEYS, WRITE_OPTIONS, "sink")
     _check_client_config("producer", PRODUCER, servers, client)
@@ -305,4 +310,14 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     prefix = options.get("transactionalidprefix", DEFAULT_TRANSACTIONAL_ID_PREFIX).strip()
     if not prefix:
         raise OptionError("transactionalIdPrefix must not be empty")
-    return WriteOptions(servers, topic.strip() if topic else None, client, exactly_once, prefix)
+    write_id = options.get("writeid")
+    if write_id is not None:
+        write_id = write_id.strip()
+        if streaming:
+            raise OptionError("writeId is for batch writes: a streaming query's writes are named by its id, "
+                              "kept in its checkpoint")
+        if not exactly_once:
+            raise OptionError("writeId needs exactlyOnce=true: it names the transactions a re-run finds")
+        if not write_id or len(write_id) > MAX_WRITE_ID_LENGTH:
+            raise OptionError(f"writeId must be 1 to {MAX_WRITE_ID_LENGTH} characters")
+    return WriteOptions(servers, topic.strip() if topic else None, client, exactly_once, prefix, write_id)

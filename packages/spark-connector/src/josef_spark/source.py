@@ -88,6 +88,6 @@ class JosefDataSource(DataSource):
         return BatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = write_options(self.options)
+        options = write_options(self.options, streaming=True)
         check_schema(schema, options)
         return StreamWriter(options)

@@ -21,6 +21,16 @@ sees every row once, across task retries and query restarts, provided the
 input is replayed deterministically (the same rows in the same partition of
 the same batch id, as Spark's Kafka and file sources do).
 
+A batch write's id is new for every write unless the user names the write
+with ``writeId``: then every run of the job has the same transactional ids,
+and a re-run after a failure writes only the partitions earlier runs did not
+commit. A partition is identified by its index alone, so a re-run must give
+each partition the same rows: the progress record of a partition carries a
+digest of its rows, which a re-run compares (:mod:`josef_spark.progress`),
+and the driver records how many partitions the write had and whether it
+completed, so a re-run of a complete write writes nothing and a re-run with
+other partitions is refused (see :class:`BatchWriter`).
+
 With ``exactlyOnce=false`` a task sends through the idempotent producer:
 acknowledged by all in-sync replicas, stored once however often a request is
 retried inside the task, but written again by a task Spark runs again
@@ -44,9 +54,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from josef_client import Admin, Producer, ProducerFencedError, TopicPartition
+from josef_client import Admin, OffsetAndMetadata, Producer, ProducerFencedError, TopicPartition
 from josef_client.config import ADMIN
 from josef_spark.options import OptionError, WriteOptions
+from josef_spark.progress import Outcome, RowDigest, read_outcome, record_outcome
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +77,16 @@ class Written(WriterCommitMessage):
     write_id: str | None = None
     #: An earlier attempt had committed this partition of this batch, so its rows were not written again.
     skipped: bool = False
+    #: The topic whose partition 0 holds the progress record (None when the task had no rows).
+    topic: str | None = None
+
+
+class RerunMismatchError(RuntimeError):
+    """A re-run of a batch write (the same ``writeId``) does not have the rows or partitions of the earlier run.
+
+    Partitions are known by their index: with other rows in a partition, or
+    other partitions, a re-run could write rows twice or miss some.
+    """
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -155,35 +176,59 @@ def transactional_id(options: WriteOptions, write_id: str, partition: int) -> st
 
 
 def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch], *, write_id: str, partition: int,
-                       batch_id: int) -> Written:
-    """Write a partition's rows of one batch in one transaction, unless an earlier attempt committed them."""
+                       batch_id: int, check_rows: bool = False) -> Written:
+    """Write a partition's rows of one batch in one transaction, unless an earlier attempt committed them.
+
+    With ``check_rows`` (a batch write with a ``writeId``) the progress
+    record carries a digest of the rows, and a partition found committed is
+    compared with it: :class:`RerunMismatchError` if its rows differ.
+    """
     pending = rows(options, batches)
     first = next(pending, None)
     if first is None:
         return Written(0, partition, write_id)  # a replay has no rows either: nothing to record
     txn_id = transactional_id(options, write_id, partition)
+    progress = TopicPartition(options.topic or first[0], 0)
+    digest = RowDigest() if check_rows else None
     with Producer(_config(options, **{"transactional.id": txn_id})) as producer:
         producer.init_transactions()  # fences every earlier attempt and ends what it left open
         with Admin(_admin_config(options)) as admin:
             committed = admin.list_consumer_group_offsets(txn_id)
-        if max((om.offset for om in committed.values()), default=0) > batch_id:
+        done = max(committed.values(), key=lambda om: om.offset, default=None)
+        if done is not None and done.offset > batch_id:
+            if digest is not None and done.metadata:
+                _check_same_rows(txn_id, done.metadata, digest, itertools.chain([first], pending))
             log.info("%s: batch %d was committed by an earlier attempt; its rows are not written again", txn_id, batch_id)
-            return Written(0, partition, write_id, skipped=True)
+            return Written(0, partition, write_id, skipped=True, topic=progress.topic)
         producer.begin_transaction()
         count = 0
         try:
-            for topic, value, key, record_partition, headers in itertools.chain([first], pending):
+            for row in itertools.chain([first], pending):
+                topic, value, key, record_partition, headers = row
                 producer.send(topic, value, key, record_partition, headers=headers)
                 count += 1
-            progress = TopicPartition(options.topic or first[0], 0)
-            producer.send_offsets_to_transaction({progress: batch_id + 1}, txn_id)
+                if digest is not None:
+                    digest.add(row)
+            record = OffsetAndMetadata(batch_id + 1, None if digest is None else digest.metadata)
+            producer.send_offsets_to_transaction({progress: record}, txn_id)
             producer.commit_transaction()
         except ProducerFencedError:
             raise  # a newer attempt owns the partition now
         except BaseException:
             _abort_quietly(producer, txn_id)
             raise
-    return Written(count, partition, write_id)
+    return Written(count, partition, write_id, topic=progress.topic)
+
+
+def _check_same_rows(txn_id: str, recorded: str, digest: RowDigest, pending: Iterable[Row]) -> None:
+    """Raise :class:`RerunMismatchError` unless ``pending`` are the rows the earlier run committed."""
+    for row in pending:
+        digest.add(row)
+    if digest.metadata != recorded:
+        raise RerunMismatchError(
+            f"{txn_id}: an earlier run of this write committed this partition with other rows ({recorded}) than this "
+            f"run has ({digest.metadata}): the input changed, or how it is partitioned. A writeId names one write of "
+            "one input; write this input with a new writeId")
 
 
 def _abort_quietly(producer: Producer, txn_id: str) -> None:
@@ -224,19 +269,76 @@ def _partition() -> int:
 
 
 class BatchWriter(DataSourceArrowWriter):
+    """A batch write: made on the driver when the write is planned, then copied to every task.
+
+    With a ``writeId``, it reads how an earlier run of the write ended
+    (:mod:`josef_spark.progress`) when it is made: after a complete run, every
+    task skips its rows; after a failed one with N partitions, a task of
+    partition N or later refuses to write (its rows belong to other
+    partitions in that run), and ``commit()`` refuses a run with fewer
+    partitions. A run whose driver was killed recorded no outcome: then only
+    the row digests of its committed partitions are checked.
+    """
+
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
-        #: Made once on the driver: every task and attempt of this write shares it.
-        self.write_id = uuid.uuid4().hex
+        #: Made once on the driver unless the user named the write: every task and attempt of this write shares it.
+        self.write_id = options.write_id or uuid.uuid4().hex
+        self.earlier: Outcome | None = None
+        if options.write_id is not None:
+            self.earlier = read_outcome(_admin_config(options), options.transactional_id_prefix, options.write_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if not self.options.exactly_once:
             return write_at_least_once(self.options, iterator)
-        return write_exactly_once(self.options, iterator, write_id=self.write_id, partition=_partition(), batch_id=0)
+        return self.write_partition(iterator, _partition())
+
+    def write_partition(self, iterator: Iterable[pa.RecordBatch], partition: int) -> Written:
+        """The task of Spark partition ``partition``."""
+        if self.earlier is not None and self.earlier.complete:
+            log.info("write %s was completed by an earlier run: partition %d is not written again", self.write_id,
+                     partition)
+            return Written(0, partition, self.write_id, skipped=True)
+        if self.earlier is not None and partition >= self.earlier.partitions:
+            raise RerunMismatchError(
+                f"write {self.write_id} failed earlier with {self.earlier.partitions} partitions, and this run has "
+                f"partition {partition}: a re-run must partition the same input the same way. Nothing of this "
+                "partition was written")
+        return write_exactly_once(self.options, iterator, write_id=self.write_id, partition=partition, batch_id=0,
+                                  check_rows=self.options.write_id is not None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Every task committed its own rows; a named write records that it is complete."""
+        if self.options.write_id is None or (self.earlier is not None and self.earlier.complete):
+            return
+        if self.earlier is not None and self.earlier.partitions != len(messages):
+            raise RerunMismatchError(
+                f"write {self.write_id} failed earlier with {self.earlier.partitions} partitions, and this run had "
+                f"{len(messages)}: the rows of partitions {len(messages)} to {self.earlier.partitions - 1} of the "
+                "earlier run may be missing, and its other rows doubled. A re-run must partition the same input the "
+                "same way")
+        self._record(messages, complete=True)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Tasks that finished stay written (a topic has no rollback); failed ones' transactions are aborted."""
+        """Tasks that finished stay written (a topic has no rollback); failed ones' transactions are aborted.
+
+        A named write that had not failed before records how many partitions
+        it has, for its re-run.
+        """
         fence_failed_tasks(self.options, messages)
+        if self.options.write_id is not None and self.earlier is None:
+            try:
+                self._record(messages, complete=False)
+            except Exception as exc:  # the write's own failure is the one to report
+                log.warning("write %s: could not record its outcome (%s); a re-run checks only row digests",
+                            self.write_id, exc)
+
+    def _record(self, messages: Sequence[WriterCommitMessage | None], *, complete: bool) -> None:
+        topic = self.options.topic or next((m.topic for m in messages if isinstance(m, Written) and m.topic), None)
+        if topic is None:
+            return  # no finished task had rows: nothing to record in, and a re-run checks its row digests
+        record_outcome(_admin_config(self.options), self.options.transactional_id_prefix, self.write_id, topic,
+                       Outcome(len(messages), complete))
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
