@@ -213,3 +213,41 @@ def test_entries_keep_at_most_five_batches_and_reset_on_a_new_epoch():
         entry = entry.with_batch(0, BatchMetadata(n, n, n, n, 0))
     assert [b.first_seq for b in entry.batches] == [2, 3, 4, 5, 6]
     assert entry.with_batch(1, BatchMetadata(0, 0, 9, 9, 0)).batches == (BatchMetadata(0, 0, 9, 9, 0),)
+
+
+# Expiry (producer.id.expiration.ms) -----------------------------------------------------
+
+def test_producers_silent_for_the_expiration_are_forgotten_unless_a_transaction_is_open(log):
+    """Kafka's removeExpiredProducers: by the timestamp of the last batch or marker, never with a transaction open."""
+    from josef.protocol.records import COMMIT_MARKER
+    state = ProducerStateManager()
+    log.append(state, log.batch(seq=0, pid=1, timestamp=1000))  # silent since 1000
+    log.append(state, log.batch(seq=0, pid=2, timestamp=1000), log.batch(seq=1, pid=2, timestamp=5000))
+    open_txn = ProducerBatch(3, 0, 0, log.end, log.end, 1000, transactional=True)
+    log.append(state, open_txn)  # a transaction open since 1000
+    ended = ProducerBatch(4, 0, 0, log.end, log.end, 1000, transactional=True)
+    log.append(state, ended)
+    marker = ProducerBatch(4, 1, -1, log.end, log.end, 5000, transactional=True, marker=COMMIT_MARKER,
+                           coordinator_epoch=0)
+    state.replay(marker)  # its epoch bump (Transactions V2) drops the batches: the marker's timestamp counts
+    assert state.get(4).batches == () and state.get(4).last_timestamp == 5000
+    snapshot = state.snapshot()
+
+    assert state.remove_expired(now_ms=1999, expiration_ms=1000) == []
+    assert state.remove_expired(now_ms=2000, expiration_ms=1000) == [1]
+    assert sorted(state.producers) == [2, 3, 4]
+    assert state.remove_expired(now_ms=10**9, expiration_ms=1000) == [2, 4]
+    assert sorted(state.producers) == [3] and state.ongoing == {3: open_txn.first_offset}
+    assert [e.producer_id for e in state.snapshot()] == [3]  # the next snapshot file holds only what is left
+    assert len(snapshot) == 4  # a snapshot taken before is whole
+
+    # A forgotten producer that writes again is a new one: any sequence is accepted.
+    state.commit(state.validate([ProducerBatch(1, 0, 17, log.end, log.end, 10**9)]))
+    assert state.get(1).last_seq == 17
+
+
+def test_entries_restored_from_a_snapshot_expire_by_their_own_timestamps():
+    restored = ProducerStateManager([ProducerEntry(1, 0, (BatchMetadata(0, 0, 0, 0, 100),), last_timestamp=100),
+                                     ProducerEntry(2, 0, (), last_timestamp=900)])
+    assert restored.remove_expired(now_ms=1000, expiration_ms=500) == [1]
+    assert list(restored.producers) == [2]

@@ -53,20 +53,31 @@ def test_encode_decode_round_trip():
 
 
 IN_TRANSACTION = (
-    ProducerEntry(1, 4, (BatchMetadata(0, 4, 10, 14, 99),), coordinator_epoch=2**31 - 1, current_txn_first_offset=10),
-    ProducerEntry(2, 0, (), coordinator_epoch=0),
+    ProducerEntry(1, 4, (BatchMetadata(0, 4, 10, 14, 99),), coordinator_epoch=2**31 - 1, current_txn_first_offset=10,
+                  last_timestamp=99),
+    ProducerEntry(2, 0, (), coordinator_epoch=0, last_timestamp=1234),  # a marker's timestamp, no batch left
 )
 
 
-def test_version_2_carries_the_coordinator_epoch_and_the_open_transaction():
+def test_version_3_carries_the_transaction_state_and_the_last_timestamp():
     data = snapshots.encode(IN_TRANSACTION)
     assert snapshots.decode(data) == IN_TRANSACTION
+    body = (
+        struct.pack(">i", 2)
+        + struct.pack(">qhiqqh", 1, 4, 2**31 - 1, 10, 99, 1) + struct.pack(">iiqqq", 0, 4, 10, 14, 99)
+        + struct.pack(">qhiqqh", 2, 0, 0, -1, 1234, 0)
+    )
+    assert data == struct.pack(">hI", 3, zlib.crc32(body)) + body
+
+
+def test_version_2_files_still_read_with_the_last_batch_timestamp():
     body = (
         struct.pack(">i", 2)
         + struct.pack(">qhiqh", 1, 4, 2**31 - 1, 10, 1) + struct.pack(">iiqqq", 0, 4, 10, 14, 99)
         + struct.pack(">qhiqh", 2, 0, 0, -1, 0)
     )
-    assert data == struct.pack(">hI", 2, zlib.crc32(body)) + body
+    decoded = snapshots.decode(struct.pack(">hI", 2, zlib.crc32(body)) + body)
+    assert decoded == (IN_TRANSACTION[0], attrs.evolve(IN_TRANSACTION[1], last_timestamp=-1))
 
 
 def test_the_log_stores_and_loads_the_transaction_state(harness):
@@ -97,7 +108,7 @@ def test_damaged_files_are_rejected(damage):
     elif damage == "extend":
         data += b"\x00"
     elif damage == "version":
-        struct.pack_into(">h", data, 0, 3)
+        struct.pack_into(">h", data, 0, 4)
     else:
         data = bytearray()
     with pytest.raises(ValueError):

@@ -9,14 +9,15 @@ The format is josef's own (Kafka's keeps only the last batch of each
 producer; this keeps all five, so a retry of any of them is still recognised
 after a restart). Big-endian, like everything in Kafka::
 
-    version         int16   2 (1 is still read)
+    version         int16   3 (1 and 2 are still read)
     crc             uint32  CRC-32 (zlib's) of everything after this field
     producer_count  int32
     producer_count times:
         producer_id     int64
         epoch           int16
-        coordinator_epoch          int32   version 2 only
-        current_txn_first_offset   int64   version 2 only
+        coordinator_epoch          int32   version 2 and later
+        current_txn_first_offset   int64   version 2 and later
+        last_timestamp             int64   version 3
         batch_count     int16   at most 5, oldest first
         batch_count times:
             first_seq       int32
@@ -31,6 +32,9 @@ hold it: the epoch of the coordinator that wrote the producer's last marker
 transaction, -1 when none is (the last stable offset, and the first offset
 of an aborted transaction whose marker the broker replays). Version 1 files,
 written before transactions, read with both at -1: no transaction was open.
+Version 3 adds the timestamp of the producer's last batch or marker, which
+``producer.id.expiration.ms`` counts from (Kafka's snapshots hold it too);
+older files read with their last batch's timestamp, -1 without a batch.
 
 A file that is too short, has an unknown version, a wrong CRC or trailing
 bytes is corrupt: :func:`read_snapshot` raises ``ValueError`` and the log
@@ -50,12 +54,13 @@ from josef.producer.producer_state import BatchMetadata, ProducerEntry
 from josef_storage_local.files import fsync_dir
 
 SUFFIX = ".snapshot"
-VERSION = 2
+VERSION = 3
 _HEADER = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
-#: A producer's fields before its batches, by version: the fields of :class:`ProducerEntry` in
-#: order (producer id, epoch, then version 2's coordinator epoch and open transaction), then the batch count.
-_PRODUCER = {1: struct.Struct(">qhh"), 2: struct.Struct(">qhiqh")}
+#: A producer's fields before its batches, by version: the fields of :class:`ProducerEntry` in order
+#: (producer id, epoch, then version 2's coordinator epoch and open transaction, version 3's last timestamp),
+#: then the batch count.
+_PRODUCER = {1: struct.Struct(">qhh"), 2: struct.Struct(">qhiqh"), 3: struct.Struct(">qhiqqh")}
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -78,7 +83,8 @@ def encode(producers: Sequence[ProducerEntry]) -> bytes:
     producer_struct = _PRODUCER[VERSION]
     for producer in producers:
         body += producer_struct.pack(producer.producer_id, producer.epoch, producer.coordinator_epoch,
-                                     producer.current_txn_first_offset, len(producer.batches))
+                                     producer.current_txn_first_offset, producer.last_timestamp,
+                                     len(producer.batches))
         for batch in producer.batches:
             body += _BATCH.pack(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset,
                                 batch.max_timestamp)
@@ -107,8 +113,12 @@ def decode(data: bytes) -> tuple[ProducerEntry, ...]:
             for _ in range(batch_count):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
-            producer_id, epoch, *txn_fields = fields
-            producers.append(ProducerEntry(producer_id, epoch, tuple(batches), *txn_fields))
+            producer_id, epoch, *later_fields = fields
+            if version < 3:
+                later_fields.append(batches[-1].max_timestamp if batches else -1)
+            if version < 2:
+                later_fields = [-1, -1, *later_fields]
+            producers.append(ProducerEntry(producer_id, epoch, tuple(batches), *later_fields))
     except struct.error as exc:
         raise ValueError(f"snapshot ends early: {exc}") from None
     if pos != len(body):

@@ -251,6 +251,11 @@ CORE_KEYS = (
     ConfigKey("transaction.partition.verification.enable", B, True,
               "Ask the transaction coordinator before the first transactional write of a producer to a partition (KIP-890), so no transaction is left hanging.",
               dynamic=True),
+    ConfigKey("producer.id.expiration.ms", I, 86400000,
+              "How long a partition remembers a producer that writes nothing and has no open transaction; one "
+              "forgotten is accepted again as a new producer.", at_least(1), dynamic=True),
+    ConfigKey("producer.id.expiration.check.interval.ms", I, 600000,
+              "How often the broker forgets the producers past producer.id.expiration.ms.", at_least(1)),
     ConfigKey("request.timeout.ms", I, 30000, "How long a broker waits for another broker's answer (transaction markers, partition verification).", at_least(1)),
     ConfigKey("inter.broker.listener.name", S, None, "The listener brokers fetch from each other on; defaults to the first client listener."),
     ConfigKey("security.inter.broker.protocol", S, "PLAINTEXT",

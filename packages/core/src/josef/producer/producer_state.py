@@ -53,7 +53,16 @@ Transactions (Kafka's ``ProducerAppendInfo.append``/``appendEndTxnMarker``):
   sequence numbers that mean anything (Kafka's ``AppendOrigin.COORDINATOR``):
   their sequences are not checked.
 
-Not yet: producers are never expired (``producer.id.expiration.ms``).
+Expiry (Kafka's ``removeExpiredProducers``): a producer that wrote nothing
+for ``producer.id.expiration.ms`` (by the timestamp of its last batch or
+marker, as Kafka's ``lastTimestamp``) and has no open transaction is
+forgotten, so the state of a partition that many short-lived idempotent
+producers wrote to stays bounded. The broker scans for them every
+``producer.id.expiration.check.interval.ms``
+(:meth:`ProducerStateManager.remove_expired`), never per batch; the next
+snapshot no longer holds them, and a snapshot read after a restart loses
+the ones that expired meanwhile at the first scan. A forgotten producer
+that writes again is an unknown producer: accepted, as above.
 """
 
 from __future__ import annotations
@@ -93,6 +102,8 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     #: First offset of the producer's open transaction in this partition; -1 when none is open.
     current_txn_first_offset: int = -1
+    #: The timestamp of its last batch or marker (Kafka's ``lastTimestamp``); expiry counts from it.
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -114,12 +125,17 @@ class ProducerEntry:
         if transactional and first < 0:
             first = batch.first_offset
         return attrs.evolve(self, epoch=epoch, batches=(kept + (batch,))[-MAX_CACHED_BATCHES:],
-                            current_txn_first_offset=first)
+                            current_txn_first_offset=first, last_timestamp=batch.max_timestamp)
 
-    def with_marker(self, epoch: int, coordinator_epoch: int) -> ProducerEntry:
-        """The entry after a transaction marker: no open transaction, the marker's epochs."""
+    def with_marker(self, epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerEntry:
+        """The entry after a transaction marker: no open transaction, the marker's epochs and timestamp."""
         return attrs.evolve(self, epoch=epoch, batches=self.batches if epoch == self.epoch else (),
-                            coordinator_epoch=coordinator_epoch, current_txn_first_offset=-1)
+                            coordinator_epoch=coordinator_epoch, current_txn_first_offset=-1,
+                            last_timestamp=timestamp)
+
+    def expired(self, now_ms: int, expiration_ms: int) -> bool:
+        """Kafka's ``isProducerExpired``: silent for ``expiration_ms`` and no transaction open."""
+        return self.current_txn_first_offset < 0 and now_ms - self.last_timestamp >= expiration_ms
 
 
 @attrs.frozen
@@ -204,7 +220,7 @@ def _apply(entry: ProducerEntry | None, batch: ProducerBatch) -> tuple[ProducerE
     first = entry.current_txn_first_offset
     completed = CompletedTxn(batch.producer_id, first if first >= 0 else batch.first_offset, batch.first_offset,
                              batch.marker == ABORT_MARKER)
-    return entry.with_marker(batch.producer_epoch, batch.coordinator_epoch), completed
+    return entry.with_marker(batch.producer_epoch, batch.coordinator_epoch, batch.max_timestamp), completed
 
 
 class ProducerStateManager:
@@ -267,6 +283,19 @@ class ProducerStateManager:
         if completed is not None:
             self._unreplicated.append(completed)
         return completed
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget the producers that :meth:`ProducerEntry.expired` says are; their ids, for the log.
+
+        The map is replaced rather than changed in place, so a snapshot
+        being taken meanwhile (a segment roll in a worker thread) copies a
+        whole map, as it would copy an earlier or a later one.
+        """
+        expired = [pid for pid, entry in self._producers.items() if entry.expired(now_ms, expiration_ms)]
+        if expired:
+            gone = set(expired)
+            self._producers = {pid: entry for pid, entry in self._producers.items() if pid not in gone}
+        return expired
 
     def _track(self, pid: int, entry: ProducerEntry) -> None:
         if entry.current_txn_first_offset >= 0:

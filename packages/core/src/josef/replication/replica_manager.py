@@ -509,6 +509,7 @@ class ReplicaManager:
             tg.start_soon(self.run_isr_shrinking)
             tg.start_soon(self.run_high_watermark_checkpoints)
             tg.start_soon(self.run_housekeeping)
+            tg.start_soon(self.run_producer_expiration)
             tg.start_soon(self.run_log_dir_checks)
             tg.start_soon(self.run_directory_assignments)
             task_status.started()
@@ -647,6 +648,29 @@ class ReplicaManager:
         while True:
             await anyio.sleep(interval)
             await self.apply_retention()
+
+    async def run_producer_expiration(self) -> None:
+        """Kafka's PeriodicProducerExpirationCheck, every ``producer.id.expiration.check.interval.ms``: first at
+        start, for the producers the logs' snapshots kept that expired while the broker was down."""
+        while True:
+            await self.expire_producers(int(time.time() * 1000))
+            await anyio.sleep(self.config["producer.id.expiration.check.interval.ms"] / 1000)
+
+    async def expire_producers(self, now_ms: int) -> int:
+        """Forget the producers silent for ``producer.id.expiration.ms`` (dynamic) in every hosted partition; how many.
+
+        A scan of each partition's producers, on the event loop, yielding
+        between partitions.
+        """
+        expiration_ms = self.config["producer.id.expiration.ms"]
+        expired = 0
+        for partition in list(self.partitions.values()):
+            gone = partition.producers.remove_expired(now_ms, expiration_ms)
+            if gone:
+                log.debug("%s: producers %s expired", partition.tp, gone)
+                expired += len(gone)
+            await anyio.lowlevel.checkpoint()
+        return expired
 
     async def apply_retention(self) -> int:
         now = int(time.time() * 1000)

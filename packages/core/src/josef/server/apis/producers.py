@@ -16,16 +16,12 @@ from josef.producer.producer_state import ProducerEntry
 from josef.server.apis.common import partition_for
 from josef.server.dispatch import RequestContext
 
-#: What Kafka reports where a field has no value: no timestamp yet, no transaction coordinator, no open transaction.
-_NONE = -1
-
-
 def _producer(entry: ProducerEntry) -> dict[str, Any]:
     return {
         "producer_id": entry.producer_id,
         "producer_epoch": entry.epoch,
         "last_sequence": entry.last_seq,
-        "last_timestamp": entry.batches[-1].max_timestamp if entry.batches else _NONE,
+        "last_timestamp": entry.last_timestamp,
         # Only transactions set these: the epoch of the coordinator that wrote the last marker, the open transaction.
         "coordinator_epoch": entry.coordinator_epoch,
         "current_txn_start_offset": entry.current_txn_first_offset,
