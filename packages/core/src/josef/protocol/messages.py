@@ -25,7 +25,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 from kio.static.primitive import TZAware
 
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.bounds import BoundsError, check_bounds, skip_tagged_fields
+from josef.protocol.bounds import BoundsError, Edit, apply_edits, check_bounds, skip_tagged_fields
 
 #: The ``authorized_operations`` of a response to a request that did not ask for them (INT32_MIN).
 OPERATIONS_OMITTED = -(2**31)
@@ -110,10 +110,13 @@ def _version_is_flexible(api_key: int, version: int) -> bool:
 def parse_body(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
     """The request body, after :mod:`josef.protocol.bounds` checked it claims nothing it may not."""
     cls = request_type(api_key, version)
+    edits: list[Edit] = []
     try:
-        check_bounds(cls, frame, offset)
+        check_bounds(cls, frame, offset, edits)
     except BoundsError as exc:
         raise MalformedRequestError(f"api {api_key} v{version} request refused before parsing: {exc}") from None
+    if edits:  # tagged fields kio does not know, durations a timedelta cannot hold: what Kafka reads, kio refuses
+        frame = apply_edits(frame, edits)
     try:
         body, _ = _reader(cls)(frame, offset)
     except Exception as exc:  # kio raises a variety of errors on bad input
@@ -158,12 +161,15 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
     return _frame(header, build(request_type(api_key, version), body))
 
 
-def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
-    """``(correlation id, response)`` of a response frame (without its size prefix)."""
+def decode_response(api_key: int, version: int, frame: bytes | memoryview, whole: bool = False) -> tuple[int, Any]:
+    """``(correlation id, response)`` of a response frame (without its size prefix); with ``whole``, a frame
+    with bytes after the response is refused (ValueError)."""
     offset = 5 if has_flexible_response_header(api_key, version) else 4
     cls = response_type(api_key, version)
     tolerant = _unset_timestamps_allowed(cls)
-    response, _ = _reader(tolerant)(frame, offset)
+    response, size = _reader(tolerant)(frame, offset)
+    if whole and offset + size != len(frame):
+        raise ValueError(f"{len(frame) - offset - size} bytes after the api {api_key} v{version} response")
     return _INT32.unpack_from(frame, 0)[0], response if tolerant is cls else _as_kio(cls, response)
 
 

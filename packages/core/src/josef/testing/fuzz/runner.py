@@ -1,0 +1,513 @@
+"""The fuzzer: drawn inputs sent to a live broker, every answer checked, the broker checked after every batch.
+
+Each input is one of:
+
+- a request drawn from the schemas (:mod:`josef.testing.fuzz.requests`),
+  valid or broken, sent on a connection kept open between inputs and
+  followed by an ApiVersions probe: the input must be answered (in its
+  version, with its correlation id, decodable to the last byte) or the
+  connection closed, and the probe answered after it; an input that is
+  neither answered nor refused within ``answer_timeout`` is a hang;
+- a mutation of captured client traffic (:mod:`josef.testing.fuzz.mutations`),
+  written to a fresh connection that is then half-closed: the broker must
+  answer what it can read and close, within ``answer_timeout``.
+
+Every ``check_every`` inputs (and at the end) the fuzzer closes its
+connection and checks the broker: the process is alive; it logged no error
+or traceback; it still answers ApiVersions and a produce/fetch round trip;
+the connections on its listener come back to where they were before the
+fuzzer started; its RSS is under ``rss_limit``. What goes wrong becomes a
+:class:`Finding` in the :class:`Report`, with the input that showed it
+(hex, and how it was made), rather than stopping the run, except a dead
+broker, which ends it.
+
+The inputs are drawn by Hypothesis (generation only: a live broker's state
+makes shrinking meaningless), in runs of ``chunk`` inputs, each with its
+own seed derived from the run's, so a run is replayed by its seed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import re
+import socket
+import struct
+import time
+from typing import Any, Callable, Sequence
+
+import attrs
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.messages import decode_response, encode_request, is_flexible, parse_header
+from josef.testing.fuzz import target as targets
+from josef.testing.fuzz.mutations import RawInput, mutated_traffic, split_frames
+from josef.testing.fuzz.requests import Input, request_frames
+
+_ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback|Task exception|Exception in callback")
+_NUMBERS = re.compile(r"\d+")
+_CLOSING = re.compile(r"closing connection from [^\s:]+:(\d+): (.*?)(?: \(josef[\w.]*\))?$")
+_TIMEOUT = object()
+
+
+@attrs.define
+class ApiStats:
+    inputs: int = 0
+    #: Answered in the request's version (and the connection went on, or closed after the answer).
+    answered: int = 0
+    #: Refused: the broker closed the connection without answering.
+    closed: int = 0
+    #: Neither answered nor refused, with the next request answered (acks=0 produce).
+    unanswered: int = 0
+    #: Time spent on its inputs, from the first byte sent to the last one read.
+    seconds: float = 0.0
+
+
+@attrs.define
+class Finding:
+    category: str
+    summary: str
+    #: The first input that showed it (hex of its first bytes, and how it was made), or the log lines.
+    example: str
+    count: int = 1
+
+
+@attrs.define
+class Report:
+    seed: int
+    inputs: int = 0
+    started: float = attrs.field(factory=time.monotonic)
+    duration_s: float = 0.0
+    by_api: dict[str, ApiStats] = attrs.field(factory=lambda: collections.defaultdict(ApiStats))
+    by_kind: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    findings: dict[tuple[str, str], Finding] = attrs.field(factory=dict)
+    #: (seconds since the start, inputs sent, broker RSS in bytes), at every check.
+    rss: list[tuple[float, int, int]] = attrs.field(factory=list)
+    checks: int = 0
+    #: Whether the broker died (the run stopped there).
+    crashed: bool = False
+    #: The slowest inputs: (seconds, what it was).
+    slowest: list[tuple[float, str]] = attrs.field(factory=list)
+
+    def add(self, category: str, summary: str, example: str) -> None:
+        key = (category, _NUMBERS.sub("N", summary)[:200])
+        found = self.findings.get(key)
+        if found is None:
+            self.findings[key] = Finding(category, summary, example)
+        else:
+            found.count += 1
+
+    def text(self) -> str:
+        """The report, for people: inputs per API, answers and refusals, findings, RSS over time, duration."""
+        lines = [f"inputs: {self.inputs} in {self.duration_s:.0f} s ({self.inputs / max(self.duration_s, 1e-9):.0f}/s), "
+                 f"seed {self.seed}, {self.checks} broker checks",
+                 "by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(self.by_kind.items())),
+                 f"{'api':<34}{'inputs':>9}{'answered':>10}{'closed':>9}{'no answer':>11}{'ms/input':>10}"]
+        for name, s in sorted(self.by_api.items()):
+            lines.append(f"{name:<34}{s.inputs:>9}{s.answered:>10}{s.closed:>9}{s.unanswered:>11}"
+                         f"{1000 * s.seconds / max(s.inputs, 1):>10.1f}")
+        total = ApiStats(*(sum(getattr(s, f) for s in self.by_api.values())
+                           for f in ("inputs", "answered", "closed", "unanswered", "seconds")))
+        lines.append(f"{'total':<34}{total.inputs:>9}{total.answered:>10}{total.closed:>9}{total.unanswered:>11}"
+                     f"{1000 * total.seconds / max(total.inputs, 1):>10.1f}")
+        if self.rss:
+            lines.append("broker RSS (MB) at s/inputs: " + ", ".join(
+                f"{rss / 2**20:.0f}@{t:.0f}s/{n}" for t, n, rss in _thin(self.rss, 24)))
+        lines.append("slowest inputs:")
+        lines += [f"  {seconds:.2f} s: {what[:300]}" for seconds, what in sorted(self.slowest, reverse=True)]
+        lines.append(f"findings: {len(self.findings)}" + (" (the broker died)" if self.crashed else ""))
+        for f in self.findings.values():
+            lines.append(f"  [{f.category}] x{f.count}: {f.summary}")
+            lines.append(f"      e.g. {f.example[:600]}")
+        return "\n".join(lines)
+
+
+@functools.cache
+def _error_plan(cls: type) -> tuple[tuple[str, str], ...]:
+    """Where a response type holds error codes: (field, "code" | "entity" | "entities"), only fields that may."""
+    plan = []
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        if field.metadata.get("kafka_type") == "error_code":
+            plan.append((field.name, "code"))
+        elif isinstance(kind, (EntityField, EntityTupleField)) and _error_plan(kind.type_):
+            plan.append((field.name, "entities" if isinstance(kind, EntityTupleField) else "entity"))
+    return tuple(plan)
+
+
+def _reports(entity: Any, code: ErrorCode) -> bool:
+    """Whether ``code`` is in any error code of a kio entity (nested entries included)."""
+    for name, kind in _error_plan(type(entity)):
+        value = getattr(entity, name)
+        if kind == "code":
+            if value == code:
+                return True
+        elif kind == "entity":
+            if value is not None and _reports(value, code):
+                return True
+        elif value and any(_reports(item, code) for item in value):
+            return True
+    return False
+
+
+def _thin(samples: list[Any], n: int) -> list[Any]:
+    if len(samples) <= n:
+        return samples
+    step = (len(samples) - 1) / (n - 1)
+    return [samples[round(i * step)] for i in range(n)]
+
+
+def _example(data: bytes, how: str) -> str:
+    shown = data[:160].hex()
+    return f"{how}; {len(data)} bytes: {shown}{'...' if len(data) > 160 else ''}"
+
+
+def _api_name(key: int) -> str:
+    return api_key_map.get(key, f"api-{key}")
+
+
+class _Abort(Exception):
+    """The broker died: stop the run."""
+
+
+class Fuzzer:
+    """Sends drawn inputs to ``target`` and checks its answers and its health; see the module's docstring.
+
+    ``versions`` are the APIs to draw (api key -> lowest, highest version;
+    by default what the broker's ApiVersions says); ``corpus`` the captured
+    request frames to mutate (none: only drawn requests). ``raw_share`` of
+    the inputs are mutations of the corpus. With ``reset``, the state fuzzed
+    admin requests leave is undone at every check
+    (:func:`josef.testing.fuzz.target.reset_state`).
+    """
+
+    def __init__(self, target: targets.Target, *, versions: dict[int, tuple[int, int]] | None = None,
+                 corpus: Sequence[bytes] = (), raw_share: float = 0.4, answer_timeout: float = 30.0,
+                 check_every: int = 2000, rss_limit: int = 1 << 30, reset: bool = True, node_id: int = 1,
+                 batch: int = 10, chunk: int = 5000, healthy: Callable[[], str | None] | None = None,
+                 progress: Callable[[Report], None] | None = None) -> None:
+        self.target = target
+        self.versions = versions if versions is not None else targets.api_versions(target)
+        self.corpus = list(corpus)
+        self.raw_share = raw_share if self.corpus else 0.0
+        self.answer_timeout = answer_timeout
+        self.check_every = check_every
+        self.rss_limit = rss_limit
+        self.reset = reset
+        self.node_id = node_id
+        self.batch = batch
+        self.chunk = chunk
+        self.healthy = healthy or (lambda: targets.health_problem(target))
+        self.progress = progress
+        self._sock: socket.socket | None = None
+        self._last_example = ""
+        #: Valid requests the broker refused, by the port of their connection, until its log says why.
+        self._refused: dict[int, tuple[str, str]] = {}
+        self._last_check = 0
+        self._baseline = 0
+        self._limit = 0
+        self.report = Report(seed=0)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, inputs: int, seed: int = 0) -> Report:
+        self.report = report = Report(seed=seed)
+        self._limit = inputs
+        self._baseline = len(targets.connections(self.target))
+        self._check()
+        chunk = 0
+        try:
+            while report.inputs < inputs:
+                self._run_chunk(min(self.chunk, inputs - report.inputs), seed * 1_000_003 + chunk)
+                chunk += 1
+            self._check()
+        except _Abort:
+            pass
+        finally:
+            self._disconnect()
+            report.duration_s = time.monotonic() - report.started
+        return report
+
+    def _strategy(self) -> st.SearchStrategy[Input | RawInput]:
+        requests = request_frames(self.versions)
+        if not self.raw_share:
+            return requests
+        raw = mutated_traffic(self.corpus)
+        parts = 10
+        raw_parts = max(1, round(self.raw_share * parts))
+        return st.one_of(*[requests] * (parts - raw_parts), *[raw] * raw_parts)
+
+    def _run_chunk(self, count: int, chunk_seed: int) -> None:
+        target_inputs = self.report.inputs + count
+
+        @settings(max_examples=math.ceil(count / self.batch), database=None, deadline=None,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                  print_blob=False)
+        @hypothesis_seed(chunk_seed)
+        @given(st.lists(self._strategy(), min_size=self.batch, max_size=self.batch))
+        def batch(items: list[Input | RawInput]) -> None:
+            for item in items:
+                if self.report.inputs >= min(target_inputs, self._limit):
+                    return
+                self.exchange(item)
+            if self.report.inputs - self._last_check >= self.check_every:
+                self._check()
+
+        before = self.report.inputs
+        batch()
+        if self.report.inputs == before:  # Hypothesis drew nothing (never seen): do not loop forever
+            raise _Abort
+
+    # ------------------------------------------------------------------ one input
+
+    def exchange(self, item: Input | RawInput) -> None:
+        """Send one input and check what comes back."""
+        self.report.inputs += 1
+        started = time.monotonic()
+        if isinstance(item, RawInput):
+            self.report.by_kind["raw"] += 1
+            stats = self._raw(item)
+        else:
+            self.report.by_kind[item.kind] += 1
+            stats = self._structured(item)
+        took = time.monotonic() - started
+        stats.seconds += took
+        slowest = self.report.slowest
+        if len(slowest) < 10 or took > slowest[-1][0]:
+            slowest.append((took, self._last_example))
+            slowest.sort(reverse=True)
+            del slowest[10:]
+
+    def _connection(self) -> socket.socket:
+        if self._sock is None:
+            self._sock = socket.create_connection((self.target.host, self.target.port), timeout=self.answer_timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._buffer = b""
+        return self._sock
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _structured(self, item: Input) -> ApiStats:
+        stats = self.report.by_api[_api_name(item.api_key)]
+        stats.inputs += 1
+        probe_id = item.correlation_id + 1 if item.correlation_id < 2**31 - 1 else 0
+        probe = encode_request(ApiKey.API_VERSIONS, 0, probe_id, b"fuzz-probe", {})
+        example = self._last_example = _example(
+            item.data, f"{item.kind} {_api_name(item.api_key)} v{item.api_version}"
+            + (f" ({item.corruption})" if item.corruption else ""))
+        try:
+            sock = self._connection()
+            sock.sendall(item.data + probe)
+        except OSError:
+            self._disconnect()
+            stats.closed += 1  # refused while it was still being written (a frame too large, say)
+            return stats
+        answered = False
+        deadline = time.monotonic() + self.answer_timeout
+        while True:
+            frame = self._read_frame(deadline)
+            if frame is _TIMEOUT:
+                self.report.add("hang", f"{_api_name(item.api_key)} v{item.api_version}: neither answered nor "
+                                        f"refused within {self.answer_timeout:g} s", example)
+                self._disconnect()
+                return stats
+            if frame is None:
+                if answered:
+                    stats.answered += 1
+                else:
+                    stats.closed += 1
+                    if item.kind == "valid":  # why is in the broker's log, under this connection's port
+                        self._refused[sock.getsockname()[1]] = (f"{_api_name(item.api_key)} v{item.api_version}",
+                                                                 example)
+                self._disconnect()
+                return stats
+            (correlation,) = struct.unpack_from(">i", frame, 0)
+            if correlation == item.correlation_id and not answered:
+                answered = True
+                self._check_answer(item.api_key, item.api_version, frame, example)
+            elif correlation == probe_id:
+                if answered:
+                    stats.answered += 1
+                else:
+                    stats.unanswered += 1
+                    if item.api_key != ApiKey.PRODUCE:
+                        self.report.add("no answer", f"{_api_name(item.api_key)} v{item.api_version} got no "
+                                                     "answer, and the next request did", example)
+                return stats
+            else:
+                self.report.add("wrong answer", f"{_api_name(item.api_key)} v{item.api_version}: an answer with "
+                                                f"correlation id {correlation}, not {item.correlation_id}", example)
+                self._disconnect()
+                return stats
+
+    def _read_frame(self, deadline: float) -> bytes | None | object:
+        """The next response frame on the kept connection (without its size); None when it closed; _TIMEOUT."""
+        sock = self._sock
+        assert sock is not None
+        while True:
+            if len(self._buffer) >= 4:
+                (size,) = struct.unpack_from(">i", self._buffer, 0)
+                if len(self._buffer) >= 4 + size:
+                    frame, self._buffer = self._buffer[4:4 + size], self._buffer[4 + size:]
+                    return frame
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _TIMEOUT
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(1 << 20)
+            except TimeoutError:
+                return _TIMEOUT
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+    def _check_answer(self, api_key: int, version: int, frame: bytes, example: str) -> None:
+        """An answer must decode, whole, in the request's version (ApiVersions at one the broker lacks: v0),
+        and report no UNKNOWN_SERVER_ERROR (an exception in the broker)."""
+        low, high = self.versions.get(api_key, (0, -1))
+        if api_key == ApiKey.API_VERSIONS and not low <= version <= high:
+            version = 0
+        name = f"{_api_name(api_key)} v{version}"
+        try:
+            _, response = decode_response(api_key, version, frame, whole=True)
+        except Exception as exc:
+            self.report.add("wrong answer", f"{name}: the answer does not decode: {exc!r}"[:300],
+                            example + f"; answer: {frame[:200].hex()}")
+            return
+        if _reports(response, ErrorCode.unknown_server_error):
+            self.report.add("unknown server error", f"{name} answered UNKNOWN_SERVER_ERROR", example)
+
+    def _raw(self, item: RawInput) -> ApiStats:
+        requests, _ = split_frames(item.data)
+        asked: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        first = "raw"
+        for frame in requests:
+            try:
+                header = parse_header(frame[4:], is_flexible)
+            except Exception:
+                break  # the broker stops at the first frame it cannot read
+            asked[header.correlation_id].append((header.api_key, header.api_version))
+            if first == "raw":
+                first = f"raw {_api_name(header.api_key)}"
+        stats = self.report.by_api[first]
+        stats.inputs += 1
+        example = self._last_example = _example(item.data, item.how)
+        buffer = b""
+        try:
+            with socket.create_connection((self.target.host, self.target.port), timeout=self.answer_timeout) as sock:
+                try:
+                    sock.sendall(item.data)
+                    sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass  # refused before it was all written
+                deadline = time.monotonic() + self.answer_timeout
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.report.add("hang", f"{first}: not closed within {self.answer_timeout:g} s of the "
+                                                "client's end of stream", example)
+                        return stats
+                    sock.settimeout(left)
+                    try:
+                        chunk = sock.recv(1 << 20)
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    buffer += chunk
+        except OSError as exc:
+            self.report.add("refused connection", f"cannot connect: {exc!r}", example)
+            return stats
+        answers, rest = split_frames(buffer)
+        if rest:
+            self.report.add("wrong answer", f"{first}: {len(rest)} bytes after the last whole answer", example)
+        for answer in answers:
+            (correlation,) = struct.unpack_from(">i", answer, 4)
+            if not asked.get(correlation):
+                self.report.add("wrong answer", f"{first}: an answer with correlation id {correlation}, "
+                                                "which no request had", example)
+                continue
+            key, version = asked[correlation].pop(0)
+            self._check_answer(key, version, answer[4:], example)
+        if answers:
+            stats.answered += 1
+        else:
+            stats.closed += 1
+        return stats
+
+    # ------------------------------------------------------------------ the broker between batches
+
+    def _check(self) -> None:
+        self._disconnect()
+        report = self.report
+        report.checks += 1
+        self._last_check = report.inputs
+        self._scan_log()
+        if not targets.alive(self.target):
+            report.crashed = True
+            report.add("crash", f"the broker process {self.target.pid} is gone", self._recent_log())
+            raise _Abort
+        problem = self.healthy()
+        if problem is not None:
+            report.add("unhealthy", problem, f"after {report.inputs} inputs")
+        if self.reset:
+            try:
+                targets.reset_state(self.target, self.node_id)
+            except Exception as exc:
+                report.add("unhealthy", f"resetting the fuzzed state failed: {exc!r}", f"after {report.inputs} inputs")
+        held = self._connections_settled()
+        if held is not None:
+            report.add("leak", f"{len(held)} connections still open on the listener (before fuzzing: "
+                               f"{self._baseline})", f"after {report.inputs} inputs: {held[:20]}")
+        rss = targets.rss(self.target)
+        report.rss.append((time.monotonic() - report.started, report.inputs, rss))
+        if rss > self.rss_limit:
+            report.add("memory", f"broker RSS {rss / 2**20:.0f} MB over the limit of {self.rss_limit / 2**20:.0f} MB",
+                       f"after {report.inputs} inputs")
+        self._scan_log()
+        if self.progress is not None:
+            report.duration_s = time.monotonic() - report.started
+            self.progress(report)
+
+    def _connections_settled(self, timeout: float = 30) -> list[str] | None:
+        """None once the listener holds no more connections than before fuzzing; else those it still holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            held = targets.connections(self.target)
+            if len(held) <= self._baseline:
+                return None
+            if time.monotonic() > deadline:
+                return held
+            time.sleep(0.05)  # the broker closes its side when it notices: no event reaches this process
+
+    def _scan_log(self) -> None:
+        lines = self.target.new_log_lines()
+        for i, line in enumerate(lines):
+            if _ERROR_LINE.search(line):
+                summary = re.sub(r"^\[[^\]]*\]\s*", "", line)
+                self.report.add("broker logged an error", summary[:300], "\n".join(lines[i:i + 30])[:3000])
+            elif self._refused and (closing := _CLOSING.search(line)):
+                refused = self._refused.pop(int(closing.group(1)), None)
+                if refused is not None:
+                    self.report.add("valid request refused", f"{refused[0]}: {closing.group(2)}", refused[1])
+        self._refused.clear()
+        self._log_tail = lines[-40:] or getattr(self, "_log_tail", [])
+
+    def _recent_log(self) -> str:
+        return "\n".join(getattr(self, "_log_tail", []))

@@ -1,0 +1,332 @@
+"""The broker under fuzzing: a live process, what it holds (sockets, memory), whether it still works, its log.
+
+A :class:`Target` is any broker process the fuzzer can reach: one it
+started itself (:class:`BrokerProcess`, the single-node default of ``josef
+server start``, as a user runs it) or a node of a
+:class:`josef.node.cluster.JosefCluster`. Between batches of inputs the
+fuzzer asks it:
+
+- :meth:`Target.alive`: the process still runs;
+- :func:`health_problem`: it answers ApiVersions, and a record produced to
+  its own topic is fetched back;
+- :meth:`Target.connections`: how many TCP connections its listener holds
+  open (from ``/proc/<pid>/fd`` and ``/proc/<pid>/net/tcp``: every socket
+  of the process whose local port is the listener's), which must come back
+  to where it was before the fuzzer connected;
+- :meth:`Target.rss`: its resident memory;
+- :meth:`Target.new_log_lines`: what it logged since the last call, which
+  the fuzzer searches for errors and tracebacks.
+
+:func:`reset_state` undoes what fuzzed admin requests leave behind (quotas,
+dynamic broker configs, ACLs, topics, groups, SCRAM users), so a long run
+measures leaks rather than the state the fuzzer asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.protocol.messages import decode_response, encode_request
+from josef.protocol.records import build_batch
+from josef.testing.fuzz.requests import FUZZ_TOPICS
+
+#: The topic the health check produces to and fetches from (never among the names the fuzzer draws).
+HEALTH_TOPIC = "fuzz-health-check"
+_READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
+_INTERNAL = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata", HEALTH_TOPIC, *FUZZ_TOPICS})
+
+
+class Target(Protocol):
+    host: str
+    port: int
+
+    @property
+    def pid(self) -> int: ...
+
+    def new_log_lines(self) -> list[str]:
+        """What the broker logged since the last call."""
+
+
+class BrokerProcess:
+    """``python -m josef server start`` with the embedded single-node default, on a free port, logging to a file.
+
+    Only the listener (a free port of 127.0.0.1) and the log directory are
+    set; everything else is the default a user gets. ``extra`` adds
+    ``--override`` s. Stopped by its PID.
+    """
+
+    def __init__(self, directory: Path, port: int, extra: dict[str, str] | None = None,
+                 start_timeout: float = 60) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.host, self.port = "127.0.0.1", port
+        self.log_path = self.directory / "broker.log"
+        overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(self.directory / "data"),
+                     **(extra or {})}
+        args = [sys.executable, "-m", "josef", "server", "start"]
+        for key, value in overrides.items():
+            args += ["--override", f"{key}={value}"]
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.directory,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        self._read_at = 0
+        deadline = time.monotonic() + start_timeout
+        while not _READY.search(self.log_path.read_text(encoding="utf-8", errors="replace")):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the broker did not start; its log:\n{self.log_path.read_text()[-5000:]}")
+            time.sleep(0.1)  # a process's log file gives no event to wait on
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def new_log_lines(self) -> list[str]:
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            log.seek(self._read_at)
+            text = log.read()
+        end = text.rfind("\n") + 1  # a line still being written is read next time
+        self._read_at += len(text[:end].encode("utf-8", errors="replace"))
+        return text[:end].splitlines()
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class ClusterNode:
+    """A node of a :class:`josef.node.cluster.JosefCluster` as a :class:`Target`, at one of its listeners."""
+
+    def __init__(self, node: Any, listener: str = "PLAINTEXT") -> None:
+        self.node = node
+        self.host, self.port = node.listener(listener)
+        if self.port == 0:
+            self.port = node.bound_port
+        self._read = len(node.lines)
+
+    @property
+    def pid(self) -> int:
+        return self.node.pid
+
+    def new_log_lines(self) -> list[str]:
+        lines = self.node.lines[self._read:]
+        self._read += len(lines)
+        return list(lines)
+
+
+def alive(target: Target) -> bool:
+    try:
+        with open(f"/proc/{target.pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def rss(target: Target) -> int:
+    """Resident memory of the process, in bytes (0 when it is gone)."""
+    try:
+        with open(f"/proc/{target.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def connections(target: Target) -> list[str]:
+    """The TCP connections the process holds on its listener's port, as ``state remote-port`` strings."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{target.pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{target.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except FileNotFoundError:
+        return []
+    found = []
+    states = {"01": "ESTABLISHED", "08": "CLOSE_WAIT", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "0B": "CLOSING",
+              "09": "LAST_ACK", "06": "TIME_WAIT", "0A": "LISTEN"}
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{target.pid}/net/{table}") as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    local, remote, state, inode = parts[1], parts[2], parts[3], parts[9]
+                    if inode in inodes and int(local.rsplit(":", 1)[1], 16) == target.port and state != "0A":
+                        found.append(f"{states.get(state, state)} {int(remote.rsplit(':', 1)[1], 16)}")
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def socket_fds(target: Target) -> int:
+    """How many sockets the process has open, all kinds."""
+    try:
+        return sum(1 for fd in os.listdir(f"/proc/{target.pid}/fd")
+                   if os.readlink(f"/proc/{target.pid}/fd/{fd}").startswith("socket:"))
+    except (FileNotFoundError, OSError):
+        return -1
+
+
+# --------------------------------------------------------------------------- a small blocking client
+
+
+class Client:
+    """Requests as dicts over one socket, answers as kio objects: the fuzzer's own, well-behaved traffic."""
+
+    def __init__(self, target: Target, timeout: float = 30) -> None:
+        self.sock = socket.create_connection((target.host, target.port), timeout=timeout)
+        self.correlation = 0
+
+    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
+        self.correlation += 1
+        self.sock.sendall(encode_request(key, version, self.correlation, b"fuzz-control", body))
+        size = struct.unpack(">i", _exactly(self.sock, 4))[0]
+        correlation, response = decode_response(key, version, _exactly(self.sock, size))
+        if correlation != self.correlation:
+            raise AssertionError(f"answer {correlation} to request {self.correlation}")
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    data = sock.recv(n, socket.MSG_WAITALL)
+    if len(data) != n:
+        raise ConnectionError(f"connection closed after {len(data)} of {n} bytes")
+    return data
+
+
+def api_versions(target: Target) -> dict[int, tuple[int, int]]:
+    """What the broker answers: api key -> (lowest, highest version), from ApiVersions."""
+    with Client(target) as client:
+        response = client.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "josef-fuzz",
+                                                        "client_software_version": "1"})
+    if response.error_code != ErrorCode.none:
+        raise AssertionError(f"ApiVersions answered {response.error_code.name}")
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+
+
+def create_topics(target: Target, names: Iterable[str], partitions: int = 2, replicas: int = 1) -> None:
+    """Create ``names`` (existing ones are left), and wait until each partition has a leader."""
+    names = list(names)
+    with Client(target) as client:
+        topics = [{"name": n, "num_partitions": partitions, "replication_factor": replicas, "assignments": [],
+                   "configs": [{"name": "min.insync.replicas", "value": "1"}]} for n in names]
+        response = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": topics, "timeout": 30_000, "validate_only": False})
+        for topic in response.topics:
+            if topic.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                raise AssertionError(f"cannot create {topic.name}: {topic.error_code.name}")
+        deadline = time.monotonic() + 60
+        while True:
+            metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": n, "topic_id": None} for n in names],
+                                                        "allow_auto_topic_creation": False,
+                                                        "include_topic_authorized_operations": False})
+            if all(t.error_code == ErrorCode.none and t.partitions and all(p.leader_id >= 0 for p in t.partitions)
+                   for t in metadata.topics):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topics {names} have no leaders: {metadata.topics}")
+            time.sleep(0.05)  # no event says a leader was elected in another process
+
+
+def health_problem(target: Target) -> str | None:
+    """None when the broker answers ApiVersions and fetches back a record it acknowledged; else what failed."""
+    try:
+        api_versions(target)
+    except Exception as exc:
+        return f"ApiVersions failed: {exc!r}"
+    value = uuid.uuid4().bytes
+    try:
+        with Client(target, timeout=30) as client:
+            produced = client.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                                       "topic_data": [{"name": HEALTH_TOPIC, "partition_data": [
+                                                           {"index": 0, "records": build_batch(
+                                                               [(None, value, int(time.time() * 1000))])}]}]})
+            answer = produced.responses[0].partition_responses[0]
+            if answer.error_code != ErrorCode.none:
+                return f"Produce answered {answer.error_code.name}"
+            fetched = client.call(ApiKey.FETCH, 12, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": HEALTH_TOPIC, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": answer.base_offset,
+                     "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+            partition = fetched.responses[0].partitions[0]
+            if partition.error_code != ErrorCode.none:
+                return f"Fetch answered {partition.error_code.name}"
+            if value not in bytes(partition.records or b""):
+                return f"Fetch at offset {answer.base_offset} did not return the record produced there"
+    except Exception as exc:
+        return f"produce/fetch round trip failed: {exc!r}"
+    return None
+
+
+def reset_state(target: Target, node_id: int = 1) -> None:
+    """Undo what fuzzed admin requests left: quotas, dynamic broker configs, ACLs, topics, groups, SCRAM users."""
+    with Client(target) as client:
+        quotas = client.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
+        if quotas.entries:
+            client.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+                {"entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity],
+                 "ops": [{"key": v.key, "value": 0.0, "remove": True} for v in entry.values]}
+                for entry in quotas.entries]})
+        for name in ("", str(node_id)):
+            described = client.call(ApiKey.DESCRIBE_CONFIGS, 4, {
+                "resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False})
+            dynamic = [c.name for r in described.results for c in r.configs if c.config_source in (1, 5)]
+            if dynamic:
+                client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                    {"resource_type": 4, "resource_name": name,
+                     "configs": [{"name": c, "config_operation": 1, "value": None} for c in dynamic]}]})
+        client.call(ApiKey.DELETE_ACLS, 3, {"filters": [{
+            "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]})
+        metadata = client.call(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+        extra = [t.name for t in metadata.topics if t.name not in _INTERNAL]
+        if extra:
+            client.call(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": n, "topic_id": None} for n in extra],
+                                                  "timeout": 30_000})
+        groups = client.call(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+        if groups.groups:
+            client.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": [g.group_id for g in groups.groups]})
+        users = client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        deletions = [{"name": r.user, "mechanism": info.mechanism} for r in users.results for info in r.credential_infos]
+        if deletions:
+            client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": deletions, "upsertions": []})
+    create_topics(target, [HEALTH_TOPIC], partitions=1)
+    create_topics(target, FUZZ_TOPICS)
