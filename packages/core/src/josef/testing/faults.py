@@ -42,6 +42,7 @@ import errno
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -424,6 +425,51 @@ class Faults:
             self.disks.close()
 
 
+# What the cluster says (nemesis targets are roles, resolved when the fault starts) ---------------------------------
+
+
+_QUORUM_LEADER = re.compile(r"metadata quorum leader is now (\d+) in epoch (\d+)")
+
+
+def active_controller(cluster: JosefCluster) -> int:
+    """The metadata quorum's leader in the highest epoch any controller has logged (-1 before any has)."""
+    seen = [(int(m.group(2)), int(m.group(1))) for node in cluster.controllers for line in node.lines
+            if (m := _QUORUM_LEADER.search(line))]
+    return max(seen)[1] if seen else -1
+
+
+def partition_states(node: NodeProcess, topic: str, timeout: float = 10) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """``{partition: (leader, isr)}`` of ``topic`` as broker ``node`` answers Metadata now."""
+    from josef.protocol.api_keys import ApiKey
+    from josef.testing import RawClient
+
+    host, port = (node.bootstrap_server or "").rsplit(":", 1)
+    client = RawClient(int(port), host=host, timeout=timeout)
+    try:
+        [found] = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                    "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False}).topics
+    finally:
+        client.close()
+    return {p.partition_index: (p.leader_id, tuple(sorted(p.isr_nodes))) for p in found.partitions}
+
+
+def group_coordinator(node: NodeProcess, group: str, timeout: float = 10) -> int:
+    """The node FindCoordinator names for ``group``, asked of broker ``node``."""
+    from josef.protocol.api_keys import ApiKey
+    from josef.testing import RawClient
+
+    host, port = (node.bootstrap_server or "").rsplit(":", 1)
+    client = RawClient(int(port), host=host, timeout=timeout)
+    try:
+        [found] = client.call(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators
+    finally:
+        client.close()
+    if found.error_code != 0:
+        raise RuntimeError(f"FindCoordinator for {group!r} answered error {found.error_code}: {found.error_message}")
+    return found.node_id
+
+
 @attrs.frozen
 class Step:
     """One step of a nemesis schedule: a fault, its targets by role, how long it lasts, and the pause after it."""
@@ -442,7 +488,27 @@ NEMESIS_FAULTS: dict[str, Callable[[Faults, list[int]], Callable[[], None]]] = {
     "pause": lambda f, nodes: (f.pause(nodes[0]), lambda: f.resume(nodes[0]))[1],
     "restart": lambda f, nodes: (f.restart(nodes[0]), lambda: None)[1],
     "loss": lambda f, nodes: (f.loss(10), f.heal)[1],
+    "slow": lambda f, nodes: (f.slow(200, 50), f.heal)[1],  # needs a network made with latency=True
 }
+
+
+def standard_targets(cluster: JosefCluster, topic: str) -> dict[str, Callable[[random.Random], list[int]]]:
+    """Nemesis roles for ``cluster``: ``any`` node, the ``leader`` of a random partition of ``topic`` and the
+    active ``controller``, each resolved when its fault starts."""
+
+    def running_broker() -> NodeProcess:
+        return next(n for n in cluster.brokers if n.running)
+
+    def leader(rnd: random.Random) -> list[int]:
+        states = partition_states(running_broker(), topic)
+        led = [leader for _, (leader, _) in sorted(states.items()) if leader >= 0]
+        return [rnd.choice(led)] if led else [rnd.choice(cluster.nodes).node_id]
+
+    def controller(rnd: random.Random) -> list[int]:
+        found = active_controller(cluster)
+        return [found] if found >= 0 else [rnd.choice(cluster.controllers).node_id]
+
+    return {"any": lambda rnd: [rnd.choice(cluster.nodes).node_id], "leader": leader, "controller": controller}
 
 
 class Nemesis:
