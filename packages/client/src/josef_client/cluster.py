@@ -105,6 +105,16 @@ class Cluster:
             self._connect(node)
         return None
 
+    def disconnect(self, node: int | tuple[str, int]) -> None:
+        """Close the connection to ``node`` now: its requests in flight fail at once, the next use opens another.
+
+        For a peer that stopped answering (a frozen group coordinator): waiting
+        for each request's ``request.timeout.ms`` would outlast the group's session.
+        """
+        conn = self._connections.pop(node, None)
+        if conn is not None and not conn.closed:
+            asyncio.get_running_loop().create_task(conn.close())
+
     def connecting(self, node: int) -> asyncio.Future[Connection] | None:
         return self._connecting.get(node)
 

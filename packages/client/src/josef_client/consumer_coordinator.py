@@ -78,6 +78,10 @@ class ConsumerCoordinator:
         return self._address
 
     def forget_coordinator(self) -> None:
+        """Look the coordinator up again on next use, and drop the connection to the old one, as the Java client's
+        markCoordinatorUnknown does: a commit waiting on a coordinator that stopped answering fails and is retried."""
+        if self._address is not None:
+            self.cluster.disconnect(self._address)
         self._address = None
 
     async def _connection(self) -> Connection:

@@ -205,6 +205,7 @@ class ClassicGroupMember:
         self._metadata_at = 0.0
         self._backoff_until = 0.0
         self._last_poll = time.monotonic()
+        self._last_heartbeat_ok = time.monotonic()
         self._fatal: KafkaError | None = None
         self._listener_error: BaseException | None = None
         self._closed = False
@@ -644,6 +645,7 @@ class ClassicGroupMember:
     # Heartbeats -----------------------------------------------------------------------------
 
     def _start_heartbeat(self) -> None:
+        self._last_heartbeat_ok = time.monotonic()  # the join and sync just answered
         if self._heartbeat_task is None or self._heartbeat_task.done():
             self._heartbeat_task = asyncio.get_running_loop().create_task(
                 self._heartbeat_loop(), name=f"josef-heartbeat-{self.group_id}")
@@ -675,16 +677,22 @@ class ClassicGroupMember:
                             "the next poll() rejoins", self.group_id, int(self._max_poll_interval_s * 1000))
                 await self.leave("consumer poll timeout has expired")
                 return
+            # A heartbeat waits no longer than the session has left (Java's AbstractCoordinator: a session that
+            # expires with no heartbeat answered marks the coordinator unknown), so a coordinator that stopped
+            # answering is replaced before the group's new coordinator expires this member.
+            session_left = self._session_timeout_ms / 1000 - (time.monotonic() - self._last_heartbeat_ok)
             try:
                 conn = await self._ensure_coordinator()
                 response = await self._request(conn, ApiKey.HEARTBEAT, {
                     "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
-                    "group_instance_id": self.instance_id}, self._request_timeout_s)
+                    "group_instance_id": self.instance_id},
+                    max(min(self._request_timeout_s, session_left), self._heartbeat_s))
             except KafkaError as exc:
                 self.coordinator_dead(exc)
                 delay = self._backoff_s
                 continue
             code = response.error_code
+            self._last_heartbeat_ok = time.monotonic()  # the coordinator answered: it is alive
             if code == ErrorCode.none:
                 continue
             if code == ErrorCode.rebalance_in_progress:
