@@ -317,8 +317,10 @@ class History:
     def send(self, process: str, topic: str, partition: int | None, value: str, txn: str | None = None) -> Event:
         return self.record(Send, process=process, topic=topic, partition=partition, value=value, txn=txn)
 
-    def ack(self, process: str, value: str, topic: str, partition: int, offset: int) -> Event:
-        return self.record(Ack, process=process, value=value, topic=topic, partition=partition, offset=offset)
+    def ack(self, process: str, value: str, topic: str, partition: int, offset: int | None) -> Event:
+        # A client may not say where a record went (librdkafka gives no offset for some acknowledgements): -1.
+        return self.record(Ack, process=process, value=value, topic=topic, partition=partition,
+                           offset=-1 if offset is None else offset)
 
     def fail(self, process: str, value: str, topic: str, partition: int | None, error: str, *,
              definite: bool) -> Event:
