@@ -8,12 +8,20 @@
 - A null array where the schema allows none reached the handler as None
   and failed it (UNKNOWN_SERVER_ERROR, a traceback): it is refused as
   Kafka's readers refuse it.
+- Deleting a topic of the longest legal name (249 characters) renamed its
+  log directory to a name over 255 bytes; the failed rename took the log
+  directory offline, and with it every partition of a single-disk broker.
+- Metadata v10-11 naming a topic by id (or by a null name) was answered with
+  a null name, which those versions cannot encode, and the connection was
+  closed: Kafka answers INVALID_REQUEST.
 """
 
 import io
 import logging
 import socket
 import struct
+import uuid
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -21,7 +29,17 @@ from kio.serial import entity_writer
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.bounds import apply_edits, check_bounds
-from josef.protocol.messages import MalformedRequestError, build, decode_response, parse_body, request_type
+from josef.protocol.error_responses import error_response
+from josef.protocol.messages import (
+    MalformedRequestError,
+    build,
+    decode_response,
+    encode_response,
+    parse_body,
+    request_type,
+)
+from josef.protocol.records import build_batch
+from josef.testing import RawClient, eventually
 from josef.testing.fuzz.requests import frame, header, uvarint
 
 
@@ -116,3 +134,58 @@ def test_a_null_array_where_the_schema_has_none_is_refused_before_the_handler(jo
         assert exchange(josef_broker.port, frame(header(ApiKey.SYNC_GROUP, 2, 8, b"c", False) + data)) is None
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("null, where the schema allows no null" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name,topic_id", [(None, None), (None, uuid.UUID(int=5)), ("fuzz-a", uuid.UUID(int=5))])
+def test_metadata_v11_naming_a_topic_by_id_is_an_invalid_request(josef_broker, name, topic_id):
+    """Metadata before v12 takes names only: Kafka answers INVALID_REQUEST for every topic (a null name as "").
+    A null name once made a response that could not be encoded, and the connection was closed."""
+    client = RawClient(josef_broker.port)
+    try:
+        response = client.call(ApiKey.METADATA, 11, {"topics": [{"name": name, "topic_id": topic_id}],
+                                                    "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+        assert [(t.name, t.error_code) for t in response.topics] == [(name or "", ErrorCode.invalid_request)]
+        assert client.call(ApiKey.API_VERSIONS, 3, VERSIONS_V3).error_code == ErrorCode.none
+    finally:
+        client.close()
+
+
+def test_an_error_response_has_no_null_where_the_response_allows_none():
+    """The error response to a request naming a topic by id only, at a version whose response names are not
+    nullable: "" as Kafka's getErrorResponse writes, so that it can be encoded."""
+    request = build(request_type(ApiKey.METADATA, 10), {"topics": [{"name": None, "topic_id": uuid.UUID(int=1)}],
+                                                         "allow_auto_topic_creation": False,
+                                                         "include_cluster_authorized_operations": False,
+                                                         "include_topic_authorized_operations": False})
+    response = error_response(ApiKey.METADATA, 10, request, ErrorCode.unknown_server_error, "boom")
+    assert [t.name for t in response.topics] == [""]
+    decode_response(ApiKey.METADATA, 10, encode_response(ApiKey.METADATA, 10, 1, response)[4:], whole=True)
+
+
+def test_deleting_a_topic_with_the_longest_legal_name_keeps_the_log_directory_online(josef_broker):
+    """A topic of 249 characters (Kafka's limit): its log directory renamed for deletion got a name over 255
+    bytes, the rename failed, and the failure took the only log directory, and every partition, offline."""
+    name = "a" * 249
+    client = RawClient(josef_broker.port)
+    try:
+        created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []},
+            {"name": "kept", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False})
+        assert [t.error_code for t in created.topics] == [ErrorCode.none, ErrorCode.none]
+        data_dir = Path(josef_broker.broker.config["log.dirs"][0])
+        eventually(lambda: (data_dir / f"{name}-0").is_dir(), what="the long topic's log")
+        deleted = client.call(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": name, "topic_id": None}],
+                                                        "timeout": 30_000})
+        assert [t.error_code for t in deleted.responses] == [ErrorCode.none]
+        eventually(lambda: not (data_dir / f"{name}-0").exists(), what="the long topic's log renamed for deletion")
+        dirs = client.call(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        assert [(r.log_dir, r.error_code) for r in dirs.results] == [(str(data_dir), ErrorCode.none)]
+        produced = client.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                                   "topic_data": [{"name": "kept", "partition_data": [
+                                                       {"index": 0, "records": build_batch([(None, b"v", 1)])}]}]})
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+    finally:
+        client.close()
+    assert not [p for p in data_dir.iterdir() if len(p.name.encode()) > 255]

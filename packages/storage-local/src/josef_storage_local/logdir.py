@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -28,8 +29,18 @@ LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 #: Suffix of a partition directory being deleted (``topic-0.<uuid>-delete``), as Kafka names it.
 DELETE_SUFFIX = "-delete"
+#: The longest file name the file systems logs live on accept, in bytes.
+MAX_NAME_BYTES = 255
 
 logger = logging.getLogger(__name__)
+
+
+def delete_dir_name(tp: TopicPartition) -> str:
+    """``topic-partition.<uuid>-delete``, the topic cut short enough for the name to fit in a directory entry
+    (Kafka's ``logDeleteDirName``): a topic of 249 characters, which is legal, would otherwise make a name the
+    file system refuses, and the failed rename would take the whole log directory offline."""
+    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+    return tp.topic[:MAX_NAME_BYTES - len(suffix)] + suffix  # topic names are ASCII
 
 
 def _read_or_empty(path: Path) -> dict[TopicPartition, int]:

@@ -16,7 +16,7 @@ from josef_storage_local import cleaner_checkpoint
 from josef_storage_local.cleaner import LogCleaner
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
-from josef_storage_local.logdir import DELETE_SUFFIX, LogDir
+from josef_storage_local.logdir import LogDir, delete_dir_name
 from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
 from josef_storage_local.scheduler import Scheduler
 
@@ -163,7 +163,7 @@ class LocalLogStorage:
             current, final = source.path / str(tp), target.path / str(tp)
             name = f"{tp}.{uuid.uuid4().hex}"
             future = target.path / f"{name}{FUTURE_SUFFIX}"
-            doomed = source.path / f"{name}{DELETE_SUFFIX}"
+            doomed = source.path / delete_dir_name(tp)
             try:
                 copied = sync(current, future, {}, None)
 
@@ -313,7 +313,7 @@ class LocalLogStorage:
             cleaner_checkpoint.update(log_dir.path, tp, None)
             doomed = None
             if path.exists():
-                doomed = path.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+                doomed = path.with_name(delete_dir_name(tp))
                 os.rename(path, doomed)
             if self.scheduler.running:
                 self._settle_later(log_dir)

@@ -202,7 +202,8 @@ class _Builder:
             elif field.name == primitive_identity:
                 data[field.name] = item
             elif path and item is not None and (found := _identity(field, item)) is not _MISSING:
-                data[field.name] = found
+                # A null the request may hold where the response may not (Metadata v10's topic name): "", as Kafka.
+                data[field.name] = _neutral(field) if found is None and not is_optional(field) else found
             elif isinstance(kind, PrimitiveTupleField):
                 data[field.name] = ()
             elif not _has_default(field):

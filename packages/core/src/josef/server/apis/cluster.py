@@ -75,6 +75,11 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
         topics = [topic_metadata(broker.image, t) for t in broker.image.topics.values()]
+    elif ctx.api_version < 12 and any(t.name is None or getattr(t, "topic_id", None) is not None for t in requested):
+        # Kafka: "Topic name can not be null" / "Topic IDs are not supported in requests for version 10/11", an
+        # INVALID_REQUEST for every topic, its null name answered as "" (the response has no null name before v12).
+        topics = [missing_topic(ErrorCode.invalid_request, t.name or "", getattr(t, "topic_id", None))
+                  for t in requested]
     else:
         topics = []
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]

@@ -60,14 +60,14 @@ class Target(Protocol):
 
 
 class BrokerProcess:
-    """``python -m josef server start`` with the embedded single-node default, on a free port, logging to a file.
+    """``python -m josef server start`` with the embedded single-node default, on 127.0.0.1, logging to a file.
 
-    Only the listener (a free port of 127.0.0.1) and the log directory are
-    set; everything else is the default a user gets. ``extra`` adds
-    ``--override`` s. Stopped by its PID.
+    Only the listener (``port`` of 127.0.0.1, by default a free one) and the
+    log directory are set; everything else is the default a user gets.
+    ``extra`` adds ``--override`` s. Stopped by its PID.
     """
 
-    def __init__(self, directory: Path, port: int, extra: dict[str, str] | None = None,
+    def __init__(self, directory: Path, port: int = 0, extra: dict[str, str] | None = None,
                  start_timeout: float = 60) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -83,11 +83,12 @@ class BrokerProcess:
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         self._read_at = 0
         deadline = time.monotonic() + start_timeout
-        while not _READY.search(self.log_path.read_text(encoding="utf-8", errors="replace")):
+        while not (ready := _READY.search(self.log_path.read_text(encoding="utf-8", errors="replace"))):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the broker did not start; its log:\n{self.log_path.read_text()[-5000:]}")
             time.sleep(0.1)  # a process's log file gives no event to wait on
+        self.port = int(ready.group(2))  # the bound one, when ``port`` was 0
 
     @property
     def pid(self) -> int:
