@@ -20,7 +20,17 @@ from josef_client.workload import JosefClient
 
 from josef.protocol.records import iter_batches, iter_records
 from josef.testing import eventually
-from josef.testing.history import READ_COMMITTED, Ack, History, Read, Send, check, decode_value, encode_value
+from josef.testing.history import (
+    READ_COMMITTED,
+    Ack,
+    FinalReads,
+    History,
+    Read,
+    Send,
+    check,
+    decode_value,
+    encode_value,
+)
 from josef.testing.workload import Group, Producers, Readers, Transactions, Workload, create_topic, final_read
 
 TOPIC = "checked"
@@ -51,8 +61,12 @@ def fully_replicated(bootstrap: str) -> None:
     eventually(ready, timeout=60, what=f"every partition of {TOPIC} led, with three replicas in sync")
 
 
-def report(title: str, verdict) -> None:
-    print(f"\n=== {title} ===\n{verdict.report()}")
+def report(title: str, verdict, history: History, final: FinalReads, directory: Path) -> None:
+    """Print the verdict, and keep what it judged for a replay: ``History.load``, ``FinalReads.load``."""
+    name = title.replace(" ", "-")
+    history.dump(directory / f"{name}.history.jsonl")
+    final.dump(directory / f"{name}.final.json")
+    print(f"\n=== {title} (history and read-back in {directory}/{name}.*) ===\n{verdict.report()}")
 
 
 def acknowledged(history: History) -> dict[str, Ack]:
@@ -89,7 +103,7 @@ def cut_batch(log_dir: Path, partition: int, offset: int) -> list[str]:
     raise AssertionError(f"no batch holds offset {offset} in {directory}")
 
 
-def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster):
+def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster, tmp_path):
     cluster = josef_cluster(combined=3, **CLUSTER)
     bootstrap = cluster.bootstrap_servers
     create_topic(bootstrap, TOPIC, partitions=PARTITIONS)
@@ -108,7 +122,7 @@ def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster):
         workload.progress(2000, timeout=90)
         final = workload.finish(timeout=90)
     verdict = check(history, final)
-    report("a healthy run", verdict)
+    report("a healthy run", verdict, history, final, tmp_path)
     assert verdict.ok, verdict.report()
     assert len(acknowledged(history)) > 1500
     assert {g.group for g in final.groups} == {"confluent-group", "josef-group"}
@@ -119,8 +133,9 @@ def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster):
     plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all"})
     plain.produce(TOPIC, encode_value(again.value), partition=again.partition)
     assert plain.flush(30) == 0
-    verdict = check(history, final_read(bootstrap, [TOPIC]))
-    report("a record produced twice", verdict)
+    final = final_read(bootstrap, [TOPIC])
+    verdict = check(history, final)
+    report("a record produced twice", verdict, history, final, tmp_path)
     assert dict(verdict.kinds()) == {"duplicate": 1}
     assert verdict.violations[0].message.startswith(f"{again.value} is at 2 places: ")
 
@@ -135,11 +150,12 @@ def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster):
         node.start(wait=False)
     cluster.wait_ready()
     fully_replicated(bootstrap)
-    verdict = check(history, final_read(bootstrap, [TOPIC]))
-    report("an acknowledged batch deleted from every replica", verdict)
+    final = final_read(bootstrap, [TOPIC])
+    verdict = check(history, final)
+    report("an acknowledged batch deleted from every replica", verdict, history, final, tmp_path)
     lost = verdict.of("lost")
     assert {v.message.split()[1] for v in lost} == {v for v in removed[0] if v in acks}
-    assert any(f"acknowledged {victim.value} at {TOPIC}-{victim.partition}@{victim.offset} is not in the log" in v.message
-               for v in lost)
+    where = f"{TOPIC}-{victim.partition}@{victim.offset}"
+    assert any(f"acknowledged {victim.value} at {where} is not in the log" in v.message for v in lost)
     assert set(verdict.kinds()) <= {"lost", "duplicate", "disagreement"}
     assert "first violation: [lost]" in verdict.report() or "first violation: [duplicate]" in verdict.report()

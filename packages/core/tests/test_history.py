@@ -38,7 +38,7 @@ def tp(partition: int) -> TopicPartition:
 def final(unc: dict[int, list], rc: dict[int, list] | None = None, *, ends: dict[int, int] | None = None,
           reached: dict[int, int] | None = None, starts: dict[int, int] | None = None,
           groups: tuple[GroupOffset, ...] = ()) -> FinalReads:
-    """Read-backs of topic ``t``: ``{partition: [(offset, value[, epoch]), ...]}`` per isolation level (rc defaults to unc)."""
+    """Read-backs of topic ``t``: ``{partition: [(offset, value[, epoch]), ...]}`` per isolation level (rc: as unc)."""
     rc = unc if rc is None else rc
     ends = ends or {}
     parts = []
@@ -207,6 +207,8 @@ def test_an_acknowledged_record_read_back_at_a_second_offset_is_a_duplicate():
     h.read("c", RU, T, 0, 1, "p:0")  # a reader saw it again, where the log now holds nothing
     verdict = check(h, final({0: [(0, "p:0")]}, ends={0: 2}))
     assert kinds(verdict) == {"duplicate": 1, "disagreement": 1}
+    assert verdict.of("disagreement")[0].message == ("readers disagree on t-0@1: the final read has no record there; "
+                                                     "c saw p:0 (epoch -1)")
 
 
 def test_a_record_that_failed_for_sure_must_not_be_in_the_log():

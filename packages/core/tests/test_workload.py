@@ -17,7 +17,19 @@ import pytest
 
 from josef.protocol.topic_partition import TopicPartition
 from josef.testing import eventually
-from josef.testing.history import READ_COMMITTED, Ack, Assign, Commit, Fail, History, Read, Send, TxnAbort, TxnCommit, check
+from josef.testing.history import (
+    READ_COMMITTED,
+    Ack,
+    Assign,
+    Commit,
+    Fail,
+    History,
+    Read,
+    Send,
+    TxnAbort,
+    TxnCommit,
+    check,
+)
 from josef.testing.workload import (
     Failure,
     Group,
@@ -309,3 +321,9 @@ def test_clients_are_named_or_given_and_an_unknown_name_is_refused():
         resolve_client("kafka-python")
     with pytest.raises(TypeError, match="a workload part is"):
         Workload("fake:9092", T, parts=[object()])._build()  # type: ignore[list-item]
+    one_group = Workload("fake:9092", T, parts=[Group("g", 2, client=client), Group("g", 1, client=client)])
+    one_group._build()
+    assert [(m.name, m.group) for m in one_group.consumers] == [("g-fake-0", "g"), ("g-fake-1", "g"), ("g-fake-2", "g")]
+    with pytest.raises(ValueError, match="group 'g' is given two isolation levels"):
+        Workload("fake:9092", T, parts=[Group("g", client=client),
+                                        Group("g", client=client, isolation=READ_COMMITTED)])._build()

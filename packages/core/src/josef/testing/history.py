@@ -177,6 +177,8 @@ class Fail(Event):
 
 @attrs.frozen(kw_only=True)
 class TxnBegin(Event):
+    """A transaction began; ``txn`` names it (the workload's: its transactional id, ``#`` and a number)."""
+
     kind: ClassVar[str] = "txn_begin"
     process: str
     txn: str
@@ -660,8 +662,8 @@ def check_lost(f: Facts) -> Iterator[Violation]:
                     held = f"the offset holds {record.value}" if record else "no record is at that offset"
                     elsewhere = f.positions.get(value)
                     found = f"; it is at {_where(elsewhere)}" if elsewhere else ""
-                    yield Violation("lost", f"acknowledged {value} at {tp}@{ack.offset} is not in the log: {held}{found}",
-                                    tp, ack.offset, f.value_events(value))
+                    yield Violation("lost", f"acknowledged {value} at {tp}@{ack.offset} is not in the log: "
+                                    f"{held}{found}", tp, ack.offset, f.value_events(value))
 
 
 def check_definite_failures(f: Facts) -> Iterator[Violation]:
@@ -671,13 +673,14 @@ def check_definite_failures(f: Facts) -> Iterator[Violation]:
         definite = [x for x in fails if x.definite]
         if not definite or value in f.acks:
             continue
-        where = f.positions.get(value)
+        places = list(f.positions.get(value, ()))
         read = read_values.get(value)
-        if where or read:
-            place = _where(where) if where else f"{read.topic}-{read.partition}@{read.offset}"  # type: ignore[union-attr]
-            tp, offset = where[0] if where else (TopicPartition(read.topic, read.partition), read.offset)  # type: ignore[union-attr]
-            yield Violation("failed-present", f"{value} failed for sure ({definite[0].error}) yet is at {place}",
-                            tp, offset, (*f.value_events(value), *((read,) if read else ())))
+        if read is not None:
+            places.append((TopicPartition(read.topic, read.partition), read.offset))
+        if places:
+            yield Violation("failed-present", f"{value} failed for sure ({definite[0].error}) yet is at "
+                            f"{_where(set(places))}", places[0][0], places[0][1],
+                            (*f.value_events(value), *((read,) if read else ())))
 
 
 def check_duplicates(f: Facts) -> Iterator[Violation]:
@@ -880,8 +883,8 @@ def check_skipped_reads(f: Facts) -> Iterator[Violation]:
             kind = "txn-partial" if txn is not None and event.isolation == READ_COMMITTED else "skipped"
             part = f" of {f.txn_state[txn]} transaction {txn}" if txn is not None else ""
             yield Violation(kind, f"{event.consumer} ({event.isolation}) read {tp}@{previous.offset} then "
-                            f"{tp}@{event.offset}, skipping {count} record(s) the log holds, first {skipped.value}{part} "
-                            f"at offset {skipped.offset}", tp, skipped.offset,
+                            f"{tp}@{event.offset}, skipping {count} record(s) the log holds, first "
+                            f"{skipped.value}{part} at offset {skipped.offset}", tp, skipped.offset,
                             (previous, event, *(f.txn_events[txn] if txn else ())))
 
 
@@ -1005,7 +1008,8 @@ def _summary(f: Facts) -> list[str]:
         f"maybe (indefinite); transactions {states[COMMITTED]} committed, {states[ABORTED]} aborted, "
         f"{states[UNKNOWN]} unknown",
         f"read {len(f.reads)} records by {len(consumers)} consumer(s); {len(commits)} offset commits "
-        f"({sum(1 for c in commits if not c.ok)} failed); {rebalances} group assignments; {len(f.nemesis)} fault events",
+        f"({sum(1 for c in commits if not c.ok)} failed); {rebalances} group assignments; "
+        f"{len(f.nemesis)} fault events",
         "partition: acknowledged, log records (read_uncommitted / read_committed), log start..end",
     ]
     acked = Counter((a.topic, a.partition) for acks in f.acks.values() for a in acks)

@@ -151,7 +151,7 @@ class ConsumerClient(Protocol):
         """The next offset this consumer will read in ``tp`` (past control and aborted records), -1 before any."""
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, Any]:
-        """Commit synchronously; the error of each partition (None where it succeeded); raises if the commit failed whole."""
+        """Commit synchronously: each partition's error (None where it succeeded); raises when it failed whole."""
 
     def committed(self, partitions: Sequence[TopicPartition], timeout: float) -> dict[TopicPartition, int]:
         """The group's committed offsets (-1 where none)."""
@@ -179,7 +179,8 @@ def _confluent_kafka() -> Any:
         import confluent_kafka
         import confluent_kafka.admin  # noqa: F401 (create_topic's)
     except ImportError as exc:
-        raise ImportError("the workload's 'confluent' client needs confluent-kafka: pip install confluent-kafka") from exc
+        raise ImportError("the workload's 'confluent' client needs confluent-kafka: "
+                          "pip install confluent-kafka") from exc
     return confluent_kafka
 
 
@@ -191,9 +192,11 @@ class ConfluentClient:
     def __init__(self) -> None:
         self.kafka = _confluent_kafka()
         codes = self.kafka.KafkaError
-        #: Errors after which librdkafka surely did not write the record: never sent, or refused as invalid.
+        #: Errors after which the record surely was not written: refused as invalid or unauthorized. Not
+        #: _PURGE_QUEUE: a queued record may be a retry of one the broker wrote (librdkafka knows, in the
+        #: message status, which confluent-kafka does not show).
         self._definite = {getattr(codes, name) for name in (
-            "_PURGE_QUEUE", "MSG_SIZE_TOO_LARGE", "INVALID_MSG_SIZE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
+            "MSG_SIZE_TOO_LARGE", "INVALID_MSG_SIZE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
             "INVALID_MSG", "INVALID_REQUIRED_ACKS", "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")}
 
@@ -211,7 +214,7 @@ class ConfluentClient:
         if isinstance(error, kafka.KafkaError):
             return Failure(f"{error.name()}: {error.str()}", definite=error.code() in self._definite,
                            fatal=error.fatal(), abortable=error.txn_requires_abort(), retriable=error.retriable())
-        return Failure(f"{type(error).__name__}: {error}", definite=isinstance(error, BufferError))
+        return Failure(f"{type(error).__name__}: {error}")
 
 
 class _ConfluentProducer:
@@ -375,7 +378,10 @@ class Readers:
 
 @attrs.frozen
 class Group:
-    """A consumer group of ``members`` members subscribed to the topic, committing synchronously after each batch."""
+    """A consumer group of ``members`` members subscribed to the topic, committing synchronously after each batch.
+
+    Two parts with one name make one group of members of two clients (the same isolation level, then).
+    """
 
     name: str
     members: int = 3
@@ -743,8 +749,7 @@ class Workload:
         rng = random.Random(self.seed)
         counts: dict[str, int] = {}
 
-        def name(kind: str, client: Client) -> str:
-            key = f"{client.name}-{kind}"
+        def name(key: str) -> str:
             counts[key] = counts.get(key, 0) + 1
             return f"{key}{counts[key] - 1}"
 
@@ -753,21 +758,21 @@ class Workload:
                 raise TypeError(f"a workload part is Producers, Transactions, Readers or Group, not {part!r}")
             client = self._client(part.client)
             if isinstance(part, Producers):
-                self.producers += [_IdempotentProducer(self, client, name("p", client), part, rng.randrange(2**32))
-                                   for _ in range(part.count)]
+                self.producers += [_IdempotentProducer(self, client, name(f"{client.name}-p"), part,
+                                                       rng.randrange(2**32)) for _ in range(part.count)]
             elif isinstance(part, Transactions):
-                self.producers += [_TransactionalProducer(self, client, name("t", client), part, rng.randrange(2**32))
-                                   for _ in range(part.count)]
+                self.producers += [_TransactionalProducer(self, client, name(f"{client.name}-t"), part,
+                                                          rng.randrange(2**32)) for _ in range(part.count)]
             elif isinstance(part, Readers):
                 for isolation in part.isolation:
-                    self.consumers.append(_Reader(self, client, name(isolation.replace("_", "-") + "-", client),
+                    self.consumers.append(_Reader(self, client, name(f"{client.name}-{isolation.replace('_', '-')}-"),
                                                   isolation, None, part.settings))
             elif isinstance(part, Group):
-                if part.name in self.groups:
-                    raise ValueError(f"two groups named {part.name!r} in one workload")
-                self.groups[part.name] = part
-                self.consumers += [_GroupMember(self, client, f"{part.name}-{client.name}-{i}", part.isolation,
-                                                part.name, part.settings) for i in range(part.members)]
+                known = self.groups.setdefault(part.name, part)
+                if known.isolation != part.isolation:
+                    raise ValueError(f"group {part.name!r} is given two isolation levels")
+                self.consumers += [_GroupMember(self, client, name(f"{part.name}-{client.name}-"), part.isolation,
+                                                part.name, part.settings) for _ in range(part.members)]
 
     def start(self) -> Workload:
         """Learn the topic's partitions, then start every client."""
@@ -837,7 +842,8 @@ class Workload:
         return {name: (self.topic_partitions(), group.isolation) for name, group in self.groups.items()}
 
     def await_groups(self, final: FinalReads, deadline: float, client: Client | str = "confluent") -> bool:
-        """Poll the groups' committed offsets until each passes the last record its isolation level sees, or ``deadline``."""
+        """Poll the groups' committed offsets until each passes the last record its isolation level sees, or until
+        ``deadline``; whether they all did."""
         targets: dict[tuple[str, TopicPartition], int] = {}
         for name, group in self.groups.items():
             for tp in self.topic_partitions():
@@ -846,7 +852,11 @@ class Workload:
         polling = threading.Event()  # never set: the pause between two polls
         with _GroupOffsetReader(self.bootstrap, self._group_partitions(), client) as reader:
             while True:
-                behind = [o for o in reader.read(10) if o.offset < targets[(o.group, o.tp)]]
+                behind: list[Any]
+                try:
+                    behind = [o for o in reader.read(10) if o.offset < targets[(o.group, o.tp)]]
+                except Exception as exc:  # no coordinator just now, say: ask again
+                    behind = [exc]
                 if not behind:
                     return True
                 if time.monotonic() >= deadline:
@@ -866,12 +876,14 @@ class Workload:
             name, error = self.errors[0]
             raise RuntimeError(f"workload client {name} failed: {error!r}; the history stops there") from error
 
-    def stop(self) -> None:
-        """Stop every client at once (producers drain for a short while); for teardown after a failure."""
-        self.drain_deadline = time.monotonic() + 5
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every client: producers drain for up to ``timeout`` (records still unacknowledged then are
+        recorded as indefinite failures), consumers close. :meth:`finish` is the orderly end; this is for
+        teardown, after a failure too (a second call does nothing more)."""
+        self.drain_deadline = min(self.drain_deadline, time.monotonic() + timeout)
         for worker in (*self.producers, *self.consumers):
             worker.stop()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout + 60
         for worker in (*self.producers, *self.consumers):
             worker.join(deadline)
 
