@@ -96,7 +96,7 @@ def cluster(args: argparse.Namespace, base: Path) -> list[tuple[str, Report]]:
 
         def healthy() -> str | None:
             for node in everyone:
-                if node.node.proc.poll() is not None:
+                if not node.node.running:
                     return f"node {node.node.node_id} exited"
             return health_problem(broker)
 

@@ -11,6 +11,9 @@
 - Deleting a topic of the longest legal name (249 characters) renamed its
   log directory to a name over 255 bytes; the failed rename took the log
   directory offline, and with it every partition of a single-disk broker.
+- Fetch's own codec read a partition's tag 1 as the follower's high
+  watermark at every version, where it is an unknown tag before v18: a
+  valid request was refused.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -189,3 +192,22 @@ def test_deleting_a_topic_with_the_longest_legal_name_keeps_the_log_directory_on
     finally:
         client.close()
     assert not [p for p in data_dir.iterdir() if len(p.name.encode()) > 255]
+
+
+def test_fetch_before_v18_skips_a_partition_s_unknown_tag_1(josef_broker):
+    """Tag 1 of a fetch partition is the follower's high watermark from v18 (KIP-1166) only; josef's Fetch
+    codec read it at every version and refused a v13 request whose partition carried another tag 1."""
+    entry = struct.pack(">iiqiqi", 0, -1, 0, -1, -1, 1000)
+    data = body(ApiKey.FETCH, 13, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1000,
+                                   "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+                                   "forgotten_topics_data": [], "topics": [{"topic_id": uuid.UUID(int=9), "partitions": [
+                                       {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                        "last_fetched_epoch": -1, "log_start_offset": -1,
+                                        "partition_max_bytes": 1000}]}]})
+    assert data.count(entry + b"\x00") == 1
+    data = data.replace(entry + b"\x00", entry + unknown_tags((1, b"abc")))
+    answer = exchange(josef_broker.port, frame(header(ApiKey.FETCH, 13, 9, b"c", True) + data))
+    assert answer is not None, "the broker closed the connection"
+    _, response = decode_response(ApiKey.FETCH, 13, answer)
+    assert [(t.topic_id, t.partitions[0].error_code) for t in response.responses] == [
+        (uuid.UUID(int=9), ErrorCode.unknown_topic_id)]

@@ -42,6 +42,8 @@ FLEXIBLE_VERSION = 12
 TOPIC_ID_VERSION = 13
 #: From this version the follower's id moves from a field into the ReplicaState tag.
 REPLICA_STATE_VERSION = 15
+#: From this version a partition's tag 1 is the follower's high watermark (KIP-1166); before, an unknown tag.
+HIGH_WATERMARK_VERSION = 18
 NO_HIGH_WATERMARK = 2**63 - 1
 
 
@@ -182,7 +184,7 @@ def _partitions(version: int, buf: Buffer, pos: int, n: int, fmt: struct.Struct)
         fields, pos = unpack(fmt, buf, pos)
         tags, pos = skip_tags(buf, pos)
         part = FetchPartition(*fields)
-        if 1 in tags:
+        if 1 in tags and version >= HIGH_WATERMARK_VERSION:
             (high_watermark,), _ = unpack(I64, tags[1], 0)
             part = part._replace(high_watermark=high_watermark)
         partitions.append(part)

@@ -179,18 +179,18 @@ class _Writer:
                 continue
             out.append(self.value(field, flexible))
         if flexible:
-            out.append(self.tagged_fields(tagged))
+            out.append(self.tagged_fields(tagged, {f.tag for f in _fields(cls) if f.tag is not None}))
         return b"".join(out)
 
-    def tagged_fields(self, known: list[tuple[int, bytes]]) -> bytes:
-        """The tagged-field section: the drawn known tags, maybe unknown ones (which a reader must skip)."""
-        fields = list(known)
+    def tagged_fields(self, drawn: list[tuple[int, bytes]], known: set[int]) -> bytes:
+        """The tagged-field section: the ``drawn`` ones of the ``known`` tags, maybe unknown ones (which a
+        reader must skip)."""
+        fields = list(drawn)
         for _ in range(self.draw(st.integers(0, 2)) if self.draw(st.integers(0, 5)) == 0 else 0):
-            fields.append((self.draw(st.integers(0, 2**31 - 1)), self.draw(st.binary(max_size=20))))
+            tag = self.draw(st.integers(0, 2**31 - 1))
+            if tag not in known and all(tag != t for t, _ in fields):
+                fields.append((tag, self.draw(st.binary(max_size=20))))
         fields.sort(key=lambda item: item[0])
-        # Unknown tags may repeat a known one's number: keep the first of each.
-        seen: set[int] = set()
-        fields = [f for f in fields if not (f[0] in seen or seen.add(f[0]))]
         count = len(fields)
         if self._break_here():
             how = self.draw(st.sampled_from(["count", "order", "duplicate", "size"]))

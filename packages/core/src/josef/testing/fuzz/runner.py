@@ -174,7 +174,7 @@ def _example(data: bytes, how: str) -> str:
 
 
 def _api_name(key: int) -> str:
-    return api_key_map.get(key, f"api-{key}")
+    return api_key_map.get(key, "(unknown api key)")
 
 
 class _Abort(Exception):
@@ -366,6 +366,9 @@ class Fuzzer:
         while True:
             if len(self._buffer) >= 4:
                 (size,) = struct.unpack_from(">i", self._buffer, 0)
+                if size < 4:  # not even a correlation id
+                    self.report.add("wrong answer", f"a response frame of {size} bytes", self._last_example)
+                    return None
                 if len(self._buffer) >= 4 + size:
                     frame, self._buffer = self._buffer[4:4 + size], self._buffer[4 + size:]
                     return frame
@@ -446,6 +449,9 @@ class Fuzzer:
         if rest:
             self.report.add("wrong answer", f"{first}: {len(rest)} bytes after the last whole answer", example)
         for answer in answers:
+            if len(answer) < 8:
+                self.report.add("wrong answer", f"{first}: a response frame of {len(answer) - 4} bytes", example)
+                continue
             (correlation,) = struct.unpack_from(">i", answer, 4)
             if not asked.get(correlation):
                 self.report.add("wrong answer", f"{first}: an answer with correlation id {correlation}, "
