@@ -22,7 +22,7 @@ driver within a test.
 1000..1999) with up to three attempts per task; on its first attempt row 1950
 has no topic, so that attempt fails half-way through its rows.
 
-``named-batch`` writes 0..5999 in 4 Spark partitions (Kafka partition: the
+``named-batch`` writes 0..3999 in 4 Spark partitions (Kafka partition: the
 number modulo 2) with ``writeId`` WRITE_ID, RUNS times in a row (each a job
 of its own, as a re-run is), printing ``WRITTEN`` after each; ``slow`` sends
 as ``stream`` does, so a test can kill the driver in the middle of the write.
@@ -87,7 +87,7 @@ def failing_batch(bootstrap: str, sink: str) -> None:
 
 def named_batch(bootstrap: str, sink: str, write_id: str, speed: str, runs: str) -> None:
     spark = session("local[2]")
-    df = spark.range(0, 6000, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
+    df = spark.range(0, 4000, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
     for _ in range(int(runs)):
         df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", sink) \
             .option("writeId", write_id).options(**(SLOW if speed == "slow" else {})).save()

@@ -189,6 +189,7 @@ class Driver:
                                      env=None if env is None else {**os.environ, **env})
         self.output: list[str] = []
         self.jvm_pid: queue.Queue[int] = queue.Queue()
+        self.jvm: int | None = None
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -196,7 +197,8 @@ class Driver:
         for line in self.proc.stdout:
             self.output.append(line)
             if line.startswith("JVM_PID "):
-                self.jvm_pid.put(int(line.split()[1]))
+                self.jvm = int(line.split()[1])
+                self.jvm_pid.put(self.jvm)
 
     def wait(self) -> int:
         try:
@@ -205,7 +207,13 @@ class Driver:
             self.stop()
 
     def stop(self) -> None:
+        """Kill a driver still running (a test that failed): its executors, its JVM, then its Python process."""
         if self.proc.poll() is None:
+            for pid in [] if self.jvm is None else [*executors(self.jvm), self.jvm]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # it ended meanwhile
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 
@@ -227,12 +235,16 @@ def drivers():
         driver.stop()
 
 
-def mid_batch(broker, topic: str, partitions: int, committed_below: int) -> bool:
-    """Whether a write is under way after its first commit, before ``committed_below`` rows are committed.
+def mid_batch(broker, topic: str, partitions: int, committed_below: int, driver: Driver, *,
+              some_committed: bool = True) -> bool:
+    """Whether a write is under way (after its first commit), before ``committed_below`` rows are committed.
 
-    Some rows are committed, and a writer's transaction is open with records
-    in the log (read_uncommitted is ahead of read_committed).
+    A writer's transaction is open with records in the log (read_uncommitted
+    is ahead of read_committed), and, if ``some_committed``, some rows are
+    committed. A driver that ended first fails the test with its log.
     """
+    if driver.proc.poll() is not None:
+        raise AssertionError(f"the driver ended ({driver.proc.returncode}) before its write was under way:\n{driver.log()}")
     with Admin({"bootstrap.servers": broker.bootstrap_servers}) as admin:
         ongoing = [t for ts in admin.list_transactions().values() for t in ts
                    if t.transactional_id.startswith("josef-spark-") and t.state == "Ongoing"]
@@ -240,7 +252,8 @@ def mid_batch(broker, topic: str, partitions: int, committed_below: int) -> bool
         high = admin.list_offsets(tps)
         stable = admin.list_offsets(tps, read_committed=True)
     committed = sum(stable[tp].offset for tp in tps)
-    return bool(ongoing) and 0 < committed < committed_below and any(high[tp].offset > stable[tp].offset for tp in tps)
+    return (bool(ongoing) and (0 < committed or not some_committed) and committed < committed_below
+            and any(high[tp].offset > stable[tp].offset for tp in tps))
 
 
 def test_a_streaming_query_killed_mid_batch_and_restarted_writes_every_row_once(josef_broker, drivers, tmp_path):
@@ -253,7 +266,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_writes_every_row_once(
 
     first = drivers("stream", bootstrap, "events", "copied", checkpoint, "running")
     jvm = first.jvm_pid.get(timeout=TIMEOUT_S)
-    eventually(lambda: mid_batch(josef_broker, "copied", 2, len(values) // 2), TIMEOUT_S,
+    eventually(lambda: mid_batch(josef_broker, "copied", 2, len(values) // 2, first), TIMEOUT_S,
                "the second micro-batch with its transactions open")
     os.kill(jvm, signal.SIGKILL)  # the Spark driver, in the middle of a batch
     assert first.wait() != 0, first.log()
@@ -310,24 +323,25 @@ def executors(jvm: int) -> list[int]:
 
 
 def test_a_streaming_query_whose_executors_are_killed_mid_batch_writes_every_row_once(josef_broker, drivers, tmp_path):
-    """Both executors are killed, so the task whose transaction is open is on a killed one; Spark's standalone
-    worker starts new executors, the lost tasks run again there, and the query ends on its own (AvailableNow)."""
+    """Both executors are killed while a task's transaction is open, so that task is on a killed one; Spark's
+    standalone worker starts new executors, the lost tasks run again there, and the query ends on its own
+    (AvailableNow). One micro-batch: the retries fence the transactions the killed tasks left open."""
     create_topic(josef_broker, "clicks", 2)
     create_topic(josef_broker, "clicks-copy", 2)
-    values = [f"{i}".encode() for i in range(4000)]  # two micro-batches
-    produce(josef_broker, "clicks", values, keys=[f"k{i}".encode() for i in range(4000)])
+    values = [f"{i}".encode() for i in range(400)]
+    produce(josef_broker, "clicks", values, keys=[f"k{i}".encode() for i in range(400)])
     driver = drivers("stream", josef_broker.bootstrap_servers, "clicks", "clicks-copy", str(tmp_path / "checkpoint"),
                      "available-now", "local-cluster[2,1,1024]", env={"SPARK_HOME": str(spark_home(tmp_path))})
     jvm = driver.jvm_pid.get(timeout=TIMEOUT_S)
-    eventually(lambda: mid_batch(josef_broker, "clicks-copy", 2, len(values)), TIMEOUT_S,
-               "a micro-batch with its transactions open")
+    eventually(lambda: mid_batch(josef_broker, "clicks-copy", 2, len(values), driver, some_committed=False),
+               TIMEOUT_S, "a micro-batch with its transactions open")
     killed = executors(jvm)
     assert len(killed) == 2, driver.log()
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     assert driver.wait() == 0, driver.log()
-    assert "Lost executor" in "".join(driver.output)  # Spark saw them go, and ran their tasks again
-    assert not set(killed) & set(executors(jvm))
+    log = "".join(driver.output)
+    assert "Lost executor 0" in log and "Lost executor 1" in log  # Spark saw them go, and ran their tasks again
     eventually(lambda: sorted(read(josef_broker, "clicks-copy", 2), key=int) == values, TIMEOUT_S, "every row committed")
 
 
@@ -338,7 +352,7 @@ def test_a_named_batch_write_whose_driver_is_killed_half_way_writes_the_rest_whe
     bootstrap = josef_broker.bootstrap_servers
     first = drivers("named-batch", bootstrap, "daily", "day-1", "slow", "1")
     jvm = first.jvm_pid.get(timeout=TIMEOUT_S)
-    eventually(lambda: mid_batch(josef_broker, "daily", 2, 6000), TIMEOUT_S, "some partitions committed, one open")
+    eventually(lambda: mid_batch(josef_broker, "daily", 2, 4000, first), TIMEOUT_S, "some partitions committed, one open")
     os.kill(jvm, signal.SIGKILL)
     assert first.wait() != 0, first.log()
     assert "WRITTEN" not in "".join(first.output)
@@ -346,7 +360,7 @@ def test_a_named_batch_write_whose_driver_is_killed_half_way_writes_the_rest_whe
     second = drivers("named-batch", bootstrap, "daily", "day-1", "fast", "2")
     assert second.wait() == 0, second.log()
     assert "".join(second.output).count("WRITTEN") == 2
-    eventually(lambda: sorted(read(josef_broker, "daily", 2), key=int) == [f"{i}".encode() for i in range(6000)],
+    eventually(lambda: sorted(read(josef_broker, "daily", 2), key=int) == [f"{i}".encode() for i in range(4000)],
                TIMEOUT_S, "every row once")
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         outcome = admin.list_consumer_group_offsets("josef-spark-day-1-write")
