@@ -1,8 +1,8 @@
 """The whole test suite: each package's own tests, the core's contract suites per plugin, then the integration matrix.
 
 ``uvx nox`` runs everything; ``uvx nox -s integration`` only the end-to-end
-tests; ``uvx nox -s contract`` every contract suite (josef.testing) against
-the implementations here; ``uvx nox -s build`` builds and checks every
+tests; ``uvx nox -s faults`` the fault scenarios (as root); ``uvx nox -s
+contract`` every contract suite (josef.testing) against the implementations here; ``uvx nox -s build`` builds and checks every
 distribution's wheel and sdist; ``uvx nox -s compat`` installs plugins beside
 cores of other releases (tools/compat.py); ``uvx nox -l`` lists the sessions.
 """
@@ -108,8 +108,26 @@ def integration(session: nox.Session, metadata: str, storage: str) -> None:
     """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets."""
     install_workspace(session)
     session.install(*CLIENT_DEPS)
-    session.run("pytest", "integration-tests", *session.posargs,
+    session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", *session.posargs,
                 env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})
+
+
+@nox.session(python=PYTHON)
+def faults(session: nox.Session) -> None:
+    """Fault scenarios: 3-broker clusters in network namespaces under partitions, loss, latency, full disks, kills and
+    restarts, each ending with the history checker's verdict (integration-tests/faults, josef.testing.faults).
+
+    They need root (namespaces, nftables, tmpfs mounts) and skip elsewhere; on CI, where nox runs as root, a harness
+    that cannot run is an error, not a skip.
+    """
+    install_workspace(session)
+    session.install(*CLIENT_DEPS)
+    if os.environ.get("CI"):
+        reason = session.run("python", "-c", "from josef.testing.faults import unavailable; print(unavailable() or '')",
+                             silent=True).strip()
+        if reason:
+            session.error(f"the fault harness cannot run on this CI machine: {reason}")
+    session.run("pytest", "integration-tests/faults", "--durations=0", *session.posargs)
 
 
 def ensure_java(session: nox.Session) -> None:

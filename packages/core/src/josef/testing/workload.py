@@ -985,6 +985,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 6, replication_fa
     settings = {"min.insync.replicas": "2", **(config or {})}
     futures = admin.create_topics([kafka.admin.NewTopic(topic, partitions, replication_factor, config=settings)])
     futures[topic].result(timeout)
+    # CreateTopics answers once the controller has it; a broker may learn of it a moment later, and a workload
+    # starting then would be told UNKNOWN_TOPIC_OR_PARTITION: wait until metadata shows every partition led.
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: the pause between two looks
+    while True:
+        described = admin.list_topics(topic, timeout=max(deadline - time.monotonic(), 1)).topics.get(topic)
+        if (described is not None and described.error is None and len(described.partitions) == partitions
+                and all(p.leader >= 0 for p in described.partitions.values())):
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topic {topic!r} was created but its {partitions} partitions are not all led "
+                               f"after {timeout} s")
+        pause.wait(0.1)
 
 
 def _retry(call: Callable[[], Any], deadline: float, client: Client) -> Any:
