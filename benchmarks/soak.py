@@ -33,21 +33,19 @@ from pathlib import Path
 
 from josef.node.cluster import JosefCluster
 from josef.testing import eventually
-from josef.testing.faults import NEMESIS_FAULTS, Nemesis, Network, partition_states, standard_targets, unavailable
+from josef.testing.faults import (
+    NEMESIS_FAULTS,
+    REPLICATED_FAST,
+    Nemesis,
+    Network,
+    partition_states,
+    standard_targets,
+    unavailable,
+)
 from josef.testing.history import History, check
 from josef.testing.workload import Group, Producers, Readers, Transactions, Workload, create_topic
 
 TOPIC = "soak"
-#: Kafka's timeouts, lowered as in the fault scenarios, so that each fault is noticed within seconds.
-FAST = {
-    "default.replication.factor": "3", "min.insync.replicas": "2", "offsets.topic.replication.factor": "3",
-    "offsets.topic.num.partitions": "3", "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2", "transaction.state.log.num.partitions": "3",
-    "group.initial.rebalance.delay.ms": "0", "replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "4000",
-    "broker.heartbeat.interval.ms": "500", "controller.quorum.election.timeout.ms": "1000",
-    "controller.quorum.fetch.timeout.ms": "2000", "controller.quorum.request.timeout.ms": "1500",
-    "replica.socket.timeout.ms": "5000", "request.timeout.ms": "5000",
-}
 PRODUCER = {"request.timeout.ms": 5000, "delivery.timeout.ms": 120000, "socket.connection.setup.timeout.ms": 3000}
 CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.connection.setup.timeout.ms": 3000}
 #: Faults between two waits for full replication: more would let a fault land on a cluster still recovering from
@@ -80,7 +78,7 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="josef-soak-"))
     layout = {"combined": 3} if args.layout == "combined" else {"controllers": 3, "brokers": 3}
     network = Network(latency=True)
-    cluster = JosefCluster(base, **layout, overrides=FAST, network=network)
+    cluster = JosefCluster(base, **layout, overrides=REPLICATED_FAST, network=network)
     history = History(log=args.report.with_suffix(".history.jsonl"))
     started = time.monotonic()
     workload = None

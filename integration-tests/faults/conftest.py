@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from scenario import FAST, Scenario
+from scenario import Scenario
 
 from josef.node.cluster import JosefCluster
+from josef.testing.faults import REPLICATED_FAST
 
 
 @pytest.fixture(params=["combined", "split"])
@@ -20,7 +21,7 @@ def scenario(request: pytest.FixtureRequest, josef_cluster: Callable[..., JosefC
     def make(*, latency: bool = False, disk_mb: int | None = None, seed: int = 1, group_client: Any = "confluent",
              **overrides: str) -> Scenario:
         layout = {"combined": 3} if request.param == "combined" else {"controllers": 3, "brokers": 3}
-        cluster = josef_cluster(**layout, faults=True, latency=latency, disk_mb=disk_mb, **{**FAST, **overrides})
+        cluster = josef_cluster(**layout, faults=True, latency=latency, disk_mb=disk_mb, **{**REPLICATED_FAST, **overrides})
         made.append(Scenario(cluster, seed, group_client))
         return made[-1]
 

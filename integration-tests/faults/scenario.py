@@ -20,25 +20,6 @@ from josef.testing.workload import Group, Producers, Readers, Transactions, Work
 
 TOPIC = "checked"
 PARTITIONS = 6
-#: Kafka's timeouts, lowered so that a fault is noticed within seconds.
-FAST = {
-    "default.replication.factor": "3",
-    "min.insync.replicas": "2",
-    "offsets.topic.replication.factor": "3",
-    "offsets.topic.num.partitions": "3",
-    "transaction.state.log.replication.factor": "3",
-    "transaction.state.log.min.isr": "2",
-    "transaction.state.log.num.partitions": "3",
-    "group.initial.rebalance.delay.ms": "0",
-    "replica.lag.time.max.ms": "3000",
-    "broker.session.timeout.ms": "4000",
-    "broker.heartbeat.interval.ms": "500",
-    "controller.quorum.election.timeout.ms": "1000",
-    "controller.quorum.fetch.timeout.ms": "2000",
-    "controller.quorum.request.timeout.ms": "1500",
-    "replica.socket.timeout.ms": "5000",
-    "request.timeout.ms": "5000",
-}
 #: What the clients are told: give up on a broker within seconds, and keep retrying for longer than a fault lasts.
 PRODUCER = {"request.timeout.ms": 5000, "delivery.timeout.ms": 60000, "socket.connection.setup.timeout.ms": 3000}
 CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.connection.setup.timeout.ms": 3000}

@@ -64,6 +64,27 @@ SUBNETS = "10.199"
 #: The ports every node uses: each node has its own address, so they never clash.
 CLIENT_PORT, CONTROLLER_PORT, REPLICATION_PORT = 9092, 9093, 9094
 _LOOPBACK = "127.0.0.1"
+#: A 3-node cluster that replicates everything three ways (two in sync for acks=all), internal topics included,
+#: with Kafka's failure-detection timeouts lowered so that a fault is noticed in seconds: what fault tests and
+#: soaks run with (``josef_cluster(combined=3, faults=True, **REPLICATED_FAST)``).
+REPLICATED_FAST = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    "replica.lag.time.max.ms": "3000",
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "500",
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "controller.quorum.request.timeout.ms": "1500",
+    "replica.socket.timeout.ms": "5000",
+    "request.timeout.ms": "5000",
+}
 
 
 def unavailable() -> str | None:
