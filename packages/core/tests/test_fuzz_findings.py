@@ -14,6 +14,8 @@
 - Fetch's own codec read a partition's tag 1 as the follower's high
   watermark at every version, where it is an unknown tag before v18: a
   valid request was refused.
+- WriteTxnMarkers for producer id -1 failed an assertion in the partition's
+  marker append (UNKNOWN_SERVER_ERROR and a traceback): Kafka appends it.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -211,3 +213,25 @@ def test_fetch_before_v18_skips_a_partition_s_unknown_tag_1(josef_broker):
     _, response = decode_response(ApiKey.FETCH, 13, answer)
     assert [(t.topic_id, t.partitions[0].error_code) for t in response.responses] == [
         (uuid.UUID(int=9), ErrorCode.unknown_topic_id)]
+
+
+def test_a_transaction_marker_for_no_producer_is_appended_and_ends_nothing(josef_broker, caplog):
+    """WriteTxnMarkers naming producer id -1: the partition's marker append asserted a producer, and the
+    request failed with UNKNOWN_SERVER_ERROR. Kafka appends the marker, which ends no transaction."""
+    client = RawClient(josef_broker.port)
+    try:
+        created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "marked", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False})
+        assert created.topics[0].error_code == ErrorCode.none
+        with caplog.at_level(logging.ERROR):
+            response = client.call(ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [
+                {"producer_id": -1, "producer_epoch": -1, "transaction_result": True, "coordinator_epoch": 0,
+                 "topics": [{"name": "marked", "partition_indexes": [0]}]}]})
+        assert [p.error_code for m in response.markers for t in m.topics for p in t.partitions] == [ErrorCode.none]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        offsets = client.call(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 1, "topics": [
+            {"name": "marked", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        assert offsets.topics[0].partitions[0].offset == 1  # the marker, and no transaction left open
+    finally:
+        client.close()

@@ -366,10 +366,10 @@ class Partition:
                            base_offset=end, leader_epoch=self.leader_epoch)
         info = describe_batches(buf, end)
         plan = self._check_producers(info, COORDINATOR)
-        assert plan is not None
         self.log.append(buf, info)
-        self.producers.commit(plan)
-        self._index_aborted(plan.completed)
+        if plan is not None:  # (none for producer id -1: Kafka appends such a marker, which ends nothing)
+            self.producers.commit(plan)
+            self._index_aborted(plan.completed)
         self._maybe_advance_high_watermark()
         return info
 

@@ -129,7 +129,7 @@ class Report:
         lines.append(f"findings: {len(self.findings)}" + (" (the broker died)" if self.crashed else ""))
         for f in self.findings.values():
             lines.append(f"  [{f.category}] x{f.count}: {f.summary}")
-            lines.append(f"      e.g. {f.example[:600]}")
+            lines.append("      e.g. " + (f.example if len(f.example) <= 2000 else f"...{f.example[-2000:]}"))
         return "\n".join(lines)
 
 
@@ -161,6 +161,18 @@ def _reports(entity: Any, code: ErrorCode) -> bool:
     return False
 
 
+def _records(lines: list[str]) -> list[list[str]]:
+    """Log lines grouped into records: a line that starts with ``[`` (a timestamp) and the lines that follow it
+    (a traceback)."""
+    records: list[list[str]] = []
+    for line in lines:
+        if line.startswith("[") or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    return records
+
+
 def _thin(samples: list[Any], n: int) -> list[Any]:
     if len(samples) <= n:
         return samples
@@ -169,8 +181,8 @@ def _thin(samples: list[Any], n: int) -> list[Any]:
 
 
 def _example(data: bytes, how: str) -> str:
-    shown = data[:160].hex()
-    return f"{how}; {len(data)} bytes: {shown}{'...' if len(data) > 160 else ''}"
+    shown = data[:600].hex()
+    return f"{how}; {len(data)} bytes: {shown}{'...' if len(data) > 600 else ''}"
 
 
 def _api_name(key: int) -> str:
@@ -512,11 +524,14 @@ class Fuzzer:
 
     def _scan_log(self) -> None:
         lines = self.target.new_log_lines()
-        for i, line in enumerate(lines):
-            if _ERROR_LINE.search(line):
-                summary = re.sub(r"^\[[^\]]*\]\s*", "", line)
-                self.report.add("broker logged an error", summary[:300], "\n".join(lines[i:i + 30])[:3000])
-            elif self._refused and (closing := _CLOSING.search(line)):
+        for record in _records(lines):
+            first = record[0]
+            if _ERROR_LINE.search(first) or any(line.startswith("Traceback") for line in record[1:]):
+                summary = re.sub(r"^\[[^\]]*\]\s*", "", first)[:300]
+                if len(record) > 1:  # the exception itself, where a traceback ends
+                    summary += f" | {record[-1].strip()[:200]}"
+                self.report.add("broker logged an error", summary, "\n".join(record)[-4000:])
+            elif self._refused and (closing := _CLOSING.search(first)):
                 refused = self._refused.pop(int(closing.group(1)), None)
                 if refused is not None:
                     self.report.add("valid request refused", f"{refused[0]}: {closing.group(2)}", refused[1])
