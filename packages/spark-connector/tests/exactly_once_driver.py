@@ -2,7 +2,7 @@
 
     python exactly_once_driver.py stream BOOTSTRAP INPUT OUTPUT CHECKPOINT (running|available-now) [MASTER]
     python exactly_once_driver.py failing-batch BOOTSTRAP OUTPUT
-    python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID (slow|fast) RUNS
+    python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID (slow|fast) RUN[,RUN...]
 
 Once the session is up it prints ``JVM_PID <pid>``: the Spark driver's JVM,
 which a test may SIGKILL (the Python process then ends with it). With
@@ -23,9 +23,12 @@ driver within a test.
 has no topic, so that attempt fails half-way through its rows.
 
 ``named-batch`` writes 0..3999 in 4 Spark partitions (Kafka partition: the
-number modulo 2) with ``writeId`` WRITE_ID, RUNS times in a row (each a job
-of its own, as a re-run is), printing ``WRITTEN`` after each; ``slow`` sends
-as ``stream`` does, so a test can kill the driver in the middle of the write.
+number modulo 2) with ``writeId`` WRITE_ID, once for each RUN, each a job of
+its own as a re-run is: ``ok`` prints ``WRITTEN`` when the job is done;
+``fail`` gives row 3999 (the last of partition 3) no topic, so partition 3
+fails half-way through its rows, the job fails, and it prints ``FAILED`` and
+the error. ``slow`` sends as ``stream`` does, so a test can kill the driver
+in the middle of the write.
 """
 
 from __future__ import annotations
@@ -87,13 +90,20 @@ def failing_batch(bootstrap: str, sink: str) -> None:
 
 def named_batch(bootstrap: str, sink: str, write_id: str, speed: str, runs: str) -> None:
     spark = session("local[2]")
-    df = spark.range(0, 4000, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
-    for _ in range(int(runs)):
-        df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", sink) \
-            .option("writeId", write_id).options(**(SLOW if speed == "slow" else {})).save()
-        print("WRITTEN", flush=True)
+    for run in runs.split(","):
+        missing = 3999 if run == "fail" else -1
+        df = spark.range(0, 4000, 1, 4).selectExpr(f"IF(id = {missing}, NULL, '{sink}') AS topic",
+                                                    "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
+        try:
+            df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap) \
+                .option("writeId", write_id).options(**(SLOW if speed == "slow" else {})).save()
+        except Exception as exc:
+            if run != "fail":
+                raise
+            print("FAILED", exc, flush=True)
+        else:
+            print("WRITTEN", flush=True)
     spark.stop()
-
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
