@@ -156,7 +156,7 @@ def test_a_named_write_run_again_after_a_failed_job_writes_each_row_once(josef_b
     failed.abort([*done, None, None])
     assert BatchWriter(opts).earlier == Outcome(4, complete=False)
 
-    other = BatchWriter(opts)  # the input partitioned another way is refused, before anything is written
+    other = BatchWriter(opts)  # the input partitioned another way: refused before writing, or at the commit
     with pytest.raises(RerunMismatchError, match="failed earlier with 4 partitions, and this run has partition 4"):
         other.write_partition([arrow(["x"])], 4)
     with pytest.raises(RerunMismatchError, match=r"committed this partition with other rows \(rows=10 digest="):
