@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
+from josef.protocol.topic_partition import TopicPartition
 from josef.testing import ManualClock
+from josef.testing.coordinator import Record, RecordingContext
 from josef.protocol.consumer_protocol import Subscription, encode_subscription
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.group import JoinResult, SyncResult, Waiter
@@ -24,44 +25,16 @@ from josef_coordinator_group.shard import GroupShard
 SUB = encode_subscription(Subscription(["orders"]))
 
 
-class FakeContext:
-    """What a GroupShard needs of ShardContext: a lock, writes, timers, and whether it is still active."""
+class FakeContext(RecordingContext):
+    """The contract suite's recording context (writes replayed as the runtime does, timers fired by the test),
+    with the records written so far as (key, value) pairs."""
 
     def __init__(self) -> None:
-        self.lock = anyio.Lock()
-        self.active = True
-        self.tp = "__consumer_offsets-0"
-        self.shard: GroupShard | None = None
-        self.written: list[tuple[bytes, bytes | None]] = []
-        self.timers: dict[Any, tuple[float, Any]] = {}
-        self.fail_writes: ErrorCode | None = None
+        super().__init__(None, TopicPartition("__consumer_offsets", 0))
 
-    async def write(self, records, *, producer_id: int = -1, producer_epoch: int = -1, transactional_id=None,
-                    add_partition=False):
-        """Record and replay, as the runtime does once the records are committed (transactional ones as pending)."""
-        from josef.coordinator.runtime import CoordinatorError
-
-        if self.fail_writes is not None:
-            raise CoordinatorError(self.fail_writes, "injected failure")
-        for key, value in records:
-            self.written.append((key, value))
-            assert self.shard is not None
-            if producer_id >= 0:
-                self.shard.replay_transactional(producer_id, producer_epoch, key, value, len(self.written) - 1)
-            else:
-                self.shard.replay(key, value, len(self.written) - 1)
-        return len(self.written) - 1
-
-    def end_transaction(self, producer_id: int, committed: bool) -> None:
-        """The transaction coordinator's marker for ``producer_id`` is committed in the partition."""
-        assert self.shard is not None
-        self.shard.replay_end_transaction(producer_id, committed, len(self.written))
-
-    def schedule(self, key, delay_s, callback):
-        self.timers[key] = (delay_s, callback)
-
-    def cancel(self, key):
-        self.timers.pop(key, None)
+    @property
+    def written(self) -> list[tuple[bytes, bytes | None]]:
+        return [(entry.key, entry.value) for entry in self.log if isinstance(entry, Record)]
 
 
 class Harness:
@@ -140,10 +113,12 @@ class Harness:
             if key in self.context.timers:
                 await self.fire(key)
 
-    def group_records(self, group_id: str = "g"):
-        """The GroupMetadata values written for ``group_id`` (None for a tombstone), oldest first."""
-        return [None if value is None else decode_group(value) for key, value in self.context.written
-                if decode_key(key) == GroupKey(group_id)]
+    def group_records(self, group_id: str = "g", *, creation: bool = False):
+        """The GroupMetadata values written for ``group_id`` (None for a tombstone), oldest first; without the
+        empty record that creates the group (generation 0, no members) unless ``creation``."""
+        values = [None if value is None else decode_group(value) for key, value in self.context.written
+                  if decode_key(key) == GroupKey(group_id)]
+        return [v for v in values if creation or v is None or v.generation or v.members]
 
 
 async def done(waiter: Waiter):

@@ -84,6 +84,11 @@ class GroupHarness:
                            for group_id, group in shard.consumer_groups.items()}
         return groups, offsets, consumer_groups
 
+    def read(self, shard: GroupShard, at: int) -> Any:
+        """What OffsetFetch, ListGroups and the Describe APIs answer from: the state at the committed offset."""
+        offsets = {group_id: shard.offsets.of_group(group_id, at) for group_id in shard.offsets.groups(at)}
+        return sorted(shard.groups.keys(at)), offsets, sorted(shard.consumer_groups.keys(at))
+
     def request(self, api_key: int, version: int) -> Mapping[str, Any] | None:
         return None
 

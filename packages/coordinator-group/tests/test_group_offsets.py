@@ -67,7 +67,7 @@ async def test_commit_errors(monkeypatch):
     assert await commit(h, offsets=(("nope", 0, 1),)) == {("nope", 0): E.unknown_topic_or_partition}
     assert await commit(h, metadata="too long") == {("orders", 0): E.offset_metadata_too_large}
     assert await commit(h, metadata=None) == {("orders", 0): E.none}
-    h.context.fail_writes = E.not_enough_replicas
+    h.context.fail_appends = E.not_enough_replicas
     assert await commit(h) == {("orders", 0): E.coordinator_not_available}
 
 

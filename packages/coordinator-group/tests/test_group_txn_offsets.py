@@ -178,9 +178,9 @@ async def test_metadata_too_large_and_write_failures(monkeypatch):
     h = Harness(monkeypatch, offset_metadata_max_bytes=4)
     assert await txn_commit(h, offsets=(("orders", 0, 1), ("orders", 1, 1)), metadata="too long") == {
         ("orders", 0): E.offset_metadata_too_large, ("orders", 1): E.offset_metadata_too_large}
-    h.context.fail_writes = E.not_enough_replicas
+    h.context.fail_appends = E.not_enough_replicas
     assert await txn_commit(h, metadata=None) == {("orders", 0): E.coordinator_not_available}
-    h.context.fail_writes = E.invalid_producer_epoch  # the partition's producer state fenced the producer
+    h.context.fail_appends = E.invalid_producer_epoch  # the partition's producer state fenced the producer
     assert await txn_commit(h, metadata=None) == {("orders", 0): E.invalid_producer_epoch}
 
 

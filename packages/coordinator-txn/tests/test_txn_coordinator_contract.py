@@ -57,6 +57,11 @@ class TransactionHarness:
                                    m.client_transaction_version, m.pending)
                 for transactional_id, m in shard.transactions.items()}
 
+    def read(self, shard: TransactionShard, at: int) -> Any:
+        """What DescribeTransactions and ListTransactions answer from: the committed state of each id."""
+        return {m.transactional_id: (m.producer_id, m.producer_epoch, m.state.name, sorted(m.partitions))
+                for m in shard.committed_transactions()}
+
     def request(self, api_key: int, version: int) -> Mapping[str, Any] | None:
         return None
 

@@ -122,23 +122,24 @@ async def test_verify_partitions(h):
 
 async def test_a_request_during_a_write_sees_concurrent_transactions(h):
     producer = await h.init()
-    h.context.hold = anyio.Event()
+    h.context.hold = True
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.add, producer)
         await anyio.wait_all_tasks_blocked()
-        assert h.state().pending == S.ONGOING
+        assert h.state().pending == S.ONGOING and h.state().state == S.EMPTY  # written, not committed
         assert await error_of(h.add(producer, ("orders", 1))) == E.concurrent_transactions
         assert await error_of(h.init()) == E.concurrent_transactions
-        h.context.hold.set()
+        h.context.hold = False
+        h.context.commit()
     assert h.state().state == S.ONGOING and not h.state().pending_transition
 
 
 async def test_a_failed_write_abandons_the_transition(h):
     producer = await h.init()
-    h.context.fail_writes = E.not_coordinator
+    h.context.fail_appends = E.not_coordinator
     assert await error_of(h.add(producer)) == E.not_coordinator
     assert h.state().state == S.EMPTY and h.state().pending is None
-    h.context.fail_writes = None
+    h.context.fail_appends = None
     await h.add(producer)
     assert h.state().state == S.ONGOING
 
@@ -166,8 +167,13 @@ async def test_markers_of_several_transactions_share_a_request(h):
     one, two = await h.init("one"), await h.init("two")
     await h.add(one, ("orders", 0), transactional_id="one")
     await h.add(two, ("orders", 0), transactional_id="two")
-    await h.end(one, transactional_id="one")
-    await h.end(two, commit=False, transactional_id="two")
+    h.context.hold = True  # both PrepareCommits commit together: their markers queue before any is sent
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: h.end(one, transactional_id="one"))
+        tg.start_soon(lambda: h.end(two, commit=False, transactional_id="two"))
+        await anyio.wait_all_tasks_blocked()
+        h.context.hold = False
+        h.context.commit()
     await h.settle("one")
     await h.settle("two")
     [(node, body)] = h.services.peers.requests
@@ -179,8 +185,9 @@ async def test_requests_while_markers_are_written(h):
     producer = await h.init()
     await h.add(producer)
     h.services.peers.gate = anyio.Event()
+    sent = h.services.peers.sent  # the markers go out as soon as PrepareCommit commits, before EndTxn is answered
     await h.end(producer)
-    await h.services.peers.sent.wait()
+    await sent.wait()
     assert await error_of(h.init()) == E.concurrent_transactions
     assert await error_of(h.add(producer)) == E.concurrent_transactions
     assert await error_of(h.end(producer)) == E.concurrent_transactions
@@ -204,8 +211,9 @@ async def test_a_marker_retried_on_a_new_leader(h):
     await h.add(producer, ("orders", 1))
     h.services.peers.errors[("orders", 1)] = [E.not_leader_or_follower]
     h.services.peers.gate = anyio.Event()
+    sent = h.services.peers.sent
     await h.end(producer)
-    await h.services.peers.sent.wait()
+    await sent.wait()
     h.services.add_topic("orders", {0: 1, 1: 3, 2: 3})  # the leader moved while the marker was on its way
     h.services.peers.gate.set()
     await h.settle()
@@ -218,8 +226,9 @@ async def test_markers_wait_for_an_unknown_leader_and_an_unreachable_broker(h):
     await h.add(producer, ("orders", 0), ("orders", 1))
     h.services.add_topic("orders", {0: -1, 1: 2})
     h.services.peers.unreachable = {2}
+    sent = h.services.peers.sent
     await h.end(producer)
-    await h.services.peers.sent.wait()
+    await sent.wait()
     assert h.state().state == S.PREPARE_COMMIT
     h.services.add_topic("orders", {0: 1, 1: 2})
     h.services.peers.unreachable = set()
@@ -242,8 +251,9 @@ async def test_a_fenced_coordinator_stops_sending(h):
     producer = await h.init()
     await h.add(producer)
     h.services.peers.errors[("orders", 0)] = [E.transaction_coordinator_fenced]
+    sent = h.services.peers.sent
     await h.end(producer)
-    await h.services.peers.sent.wait()
+    await sent.wait()
     await anyio.wait_all_tasks_blocked()
     assert h.state().state == S.PREPARE_COMMIT and len(h.services.peers.requests) == 1
     assert states(h)[-1] == "PrepareCommit"
@@ -253,8 +263,9 @@ async def test_a_new_coordinator_resumes_prepared_transactions(h):
     producer = await h.init()
     await h.add(producer, ("orders", 2))
     h.services.peers.gate = anyio.Event()
+    sent = h.services.peers.sent
     await h.end(producer)
-    await h.services.peers.sent.wait()
+    await sent.wait()
     shard = h.new_shard()  # leadership moved here: the state is loaded from the partition
     assert shard.transactions["tx"].state == S.PREPARE_COMMIT
     h.services.peers.gate.set()

@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
 from josef.testing import ManualClock
-from josef.coordinator.runtime import CoordinatorError
+from josef.protocol.topic_partition import TopicPartition
+from josef.testing.coordinator import Record, RecordingContext
 from josef_coordinator_txn import transactions
 from josef_coordinator_txn.configs import TxnSettings
 from josef_coordinator_txn.markers import MarkerChannel
@@ -27,36 +28,16 @@ from josef_coordinator_txn.shard import TransactionShard
 E = ErrorCode
 
 
-class FakeContext:
-    """What a TransactionShard needs of ShardContext: writes (replayed as the runtime does), timers, activity."""
+class FakeContext(RecordingContext):
+    """The contract suite's recording context (writes as the runtime makes them, timers fired by the test), with
+    the records written so far as (key, value) pairs."""
 
     def __init__(self, leader_epoch: int = 7) -> None:
-        self.active = True
-        self.tp = SimpleNamespace(topic="__transaction_state", partition=0)
-        self.leader_epoch = leader_epoch
-        self.shard: TransactionShard | None = None
-        self.written: list[tuple[bytes, bytes | None]] = []
-        self.timers: dict[Any, tuple[float, Any]] = {}
-        self.fail_writes: ErrorCode | None = None
-        #: When set, writes wait for it: a test can look at the state while a write is in flight.
-        self.hold: anyio.Event | None = None
+        super().__init__(None, TopicPartition("__transaction_state", 0), leader_epoch)
 
-    async def write(self, records):
-        if self.hold is not None:
-            await self.hold.wait()
-        if self.fail_writes is not None:
-            raise CoordinatorError(self.fail_writes, "injected failure")
-        for key, value in records:
-            self.written.append((key, value))
-            assert self.shard is not None
-            self.shard.replay(key, value, len(self.written) - 1)
-        return len(self.written) - 1
-
-    def schedule(self, key, delay_s, callback):
-        self.timers[key] = (delay_s, callback)
-
-    def cancel(self, key):
-        self.timers.pop(key, None)
+    @property
+    def written(self) -> list[tuple[bytes, bytes | None]]:
+        return [(entry.key, entry.value) for entry in self.log if isinstance(entry, Record)]
 
 
 class FakePeers:
@@ -157,14 +138,14 @@ class Harness:
     def new_shard(self) -> TransactionShard:
         """A shard loaded from everything written so far (a coordinator failover onto this partition)."""
         if self.context.shard is not None:
-            self.context.active = False
-        written = self.context.written
+            self.context.close()
+        log = self.context.log
         self.context = FakeContext()
-        self.context.written = written
         shard = TransactionShard(self.context, self.coordinator)  # type: ignore[arg-type]
         self.context.shard = shard
-        for offset, (key, value) in enumerate(written):
-            shard.replay(key, value, offset)
+        for entry in log:
+            shard.replay(entry.key, entry.value, entry.offset)
+        self.context.loaded(log)
         shard.loaded()
         self.shard = shard
         return shard

@@ -1,5 +1,9 @@
 """ListGroups (v0-v5), DescribeGroups (v0-v6) and DeleteGroups (v0-v2): what operators and admin clients ask.
 
+ListGroups and DescribeGroups are Kafka's read operations: they see the
+groups that exist at the shard's committed offset, never one whose records
+are not committed yet.
+
 DescribeGroups describes classic groups only, as Kafka's GroupMetadataManager
 does: a KIP-848 consumer group is "not a classic group" there (clients
 describe those with ConsumerGroupDescribe; Kafka's admin client falls back
@@ -41,14 +45,14 @@ def _not_found(shard: GroupShard, group_id: str, version: int) -> dict[str, Any]
     answer = {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
               "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "", "members": []}
     if version >= DESCRIBE_NOT_FOUND_VERSION:
-        message = f"Group {group_id} is not a classic group." if group_id in shard.consumer_groups \
-            else f"Group {group_id} not found."
+        message = f"Group {group_id} is not a classic group." \
+            if shard.consumer_groups.contains(group_id, shard.committed) else f"Group {group_id} not found."
         answer.update(error_code=ErrorCode.group_id_not_found, error_message=message)
     return answer
 
 
 def _describe(shard: GroupShard, group_id: str, version: int) -> dict[str, Any]:
-    group = shard.groups.get(group_id)
+    group = shard.groups.get(group_id, at=shard.committed)
     if group is None or group.state is GroupState.DEAD:
         return _not_found(shard, group_id, version)
     stable = group.state is GroupState.STABLE
@@ -77,14 +81,14 @@ class GroupAdminApis:
         groups = []
         if not types or CLASSIC_GROUP_TYPE in types:
             for shard in self.coordinator.shards():
-                for group in list(shard.groups.values()):
+                for group in shard.groups.values(shard.committed):
                     if group.state is GroupState.DEAD or (states and group.state.value.lower() not in states):
                         continue
                     groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                                    "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
         if not types or CONSUMER_GROUP_TYPE in types:
             for shard in self.coordinator.shards():
-                for consumer_group in list(shard.consumer_groups.values()):
+                for consumer_group in shard.consumer_groups.values(shard.committed):
                     if states and consumer_group.state.lower() not in states:
                         continue
                     groups.append({"group_id": consumer_group.group_id, "protocol_type": PROTOCOL_TYPE,
@@ -150,5 +154,5 @@ async def delete_consumer_group(shard: GroupShard, group_id: str) -> None:
     for member_id in list(group.target):
         records += member_tombstones(group, member_id)
     records += group_tombstones(group_id)
+    shard.consumer_groups.pop(group_id)  # with the records: a failed append puts it back
     await shard.write(records)
-    shard.consumer_groups.pop(group_id, None)

@@ -37,8 +37,15 @@ def ms(value: Any) -> int:
     return int(value)
 
 
-async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Callable[[GroupShard], Awaitable[T]]) -> T:
-    """Run ``operation`` on the shard of ``group_id`` with its lock held.
+async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Callable[[GroupShard], Awaitable[T]],
+                     *, settled: bool = True) -> T:
+    """Run ``operation`` on the shard of ``group_id`` with its lock held; answer once what it saw is committed.
+
+    ``settled``: the answer waits until everything applied before it ends is
+    committed (its own records and the ones it may have read), within
+    ``offsets.commit.timeout.ms``, as Kafka's write operations do; the lock is
+    released meanwhile. JoinGroup and SyncGroup, answered by a waiter, do not
+    wait (Kafka completes their responses apart from the write).
 
     Failures become a :class:`CoordinatorError` (or the operation's own
     :class:`GroupError`) whose code the handler returns: NOT_COORDINATOR /
@@ -50,7 +57,10 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
     async with context.lock:
         check_active(context)
         try:
-            return await operation(shard)
+            result = await operation(shard)
+            if settled and context.active:
+                await shard.wait(context.barrier())
+            return result
         except (CoordinatorError, GroupError, anyio.get_cancelled_exc_class()):
             raise
         except Exception as exc:

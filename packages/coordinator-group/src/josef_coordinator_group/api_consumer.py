@@ -103,10 +103,11 @@ class ConsumerGroupApis:
                 context, shard = await self.coordinator.shard_for(group_id)
                 if not context.active:
                     raise CoordinatorError(ErrorCode.not_coordinator, "moved")
-                group = shard.consumer_groups.get(group_id)
+                group = shard.consumer_groups.get(group_id, at=shard.committed)  # a read: committed state only
                 if group is None:
                     answer["error_code"] = ErrorCode.group_id_not_found
-                    answer["error_message"] = f"Group {group_id} not found." if group_id not in shard.groups \
+                    answer["error_message"] = f"Group {group_id} not found." \
+                        if not shard.groups.contains(group_id, shard.committed) \
                         else f"Group {group_id} is not a consumer group."
                 else:
                     answer.update(

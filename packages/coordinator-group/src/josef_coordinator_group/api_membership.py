@@ -76,7 +76,7 @@ class MembershipApis:
             return await shard.membership.join(join)
 
         try:
-            waiter = await with_shard(self.coordinator, join.group_id, operation)
+            waiter = await with_shard(self.coordinator, join.group_id, operation, settled=False)
             result = await waiter.wait()
         except CoordinatorError as exc:
             result = JoinResult.failed(exc.code, join.member_id)
@@ -99,7 +99,7 @@ class MembershipApis:
             return await shard.membership.sync(sync)
 
         try:
-            waiter = await with_shard(self.coordinator, sync.group_id, operation)
+            waiter = await with_shard(self.coordinator, sync.group_id, operation, settled=False)
             result = await waiter.wait()
         except CoordinatorError as exc:
             result = SyncResult(exc.code)

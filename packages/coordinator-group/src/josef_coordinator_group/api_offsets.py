@@ -4,7 +4,9 @@ Who may commit follows Kafka: members of the current generation (member id
 and generation checked), or anyone while the group is empty or does not
 exist when the request carries generation -1 (the admin client, consumers
 that assign partitions themselves), which creates a "simple" group. Offsets
-are written as records and answered only once committed to the partition.
+are written as records and answered only once committed to the partition;
+OffsetFetch reads the offsets committed (a commit still replicating is not
+seen, one that timed out is seen once it commits).
 (kio, which parses requests, knows no OffsetCommit v0-v1 nor OffsetFetch v0:
 those versions, dropped by Kafka 4.0 too (KIP-896), are not advertised.)
 
@@ -92,17 +94,18 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
     errors: PartitionErrors = {(topic, p[0]): ErrorCode.unknown_topic_or_partition
                                for topic, partitions in request.topics if topic not in image.topics for p in partitions}
     known = [(topic, partitions) for topic, partitions in request.topics if topic in image.topics]
-    written, code = await write_offsets(shard, request.group_id, known, request.retention_ms)
+    if group is not None and request.generation_id >= 0:
+        shard.membership.touch(group, request.member_id)  # at the request, as Kafka: the member is alive
+    written, _ = await write_offsets(shard, request.group_id, known, request.retention_ms)
     errors.update(written)
-    if group is not None and code == ErrorCode.none and request.generation_id >= 0:
-        shard.membership.touch(group, request.member_id)
     return errors
 
 
 async def write_offsets(shard: GroupShard, group_id: str, topics: CommitTopics, retention_ms: int = -1, *,
-                        producer_id: int = -1, producer_epoch: int = -1, transactional_id: str | None = None,
-                        add_partition: bool = False) -> tuple[PartitionErrors, ErrorCode]:
-    """Write the offset records of ``topics`` (existing ones), in ``producer_id``'s transaction if given.
+                        producer_id: int = -1, producer_epoch: int = -1,
+                        verification: object | None = None) -> tuple[PartitionErrors, ErrorCode]:
+    """Write the offset records of ``topics`` (existing ones), in ``producer_id``'s transaction if given
+    (``verification``: the guard of the partition's verification with the transaction coordinator).
 
     Returns each partition's error (OFFSET_METADATA_TOO_LARGE, or the
     write's outcome) and the write's outcome.
@@ -123,7 +126,7 @@ async def write_offsets(shard: GroupShard, group_id: str, topics: CommitTopics, 
                 written.append((topic, index))
     try:
         await shard.write(records, producer_id=producer_id, producer_epoch=producer_epoch,
-                          transactional_id=transactional_id, add_partition=add_partition)
+                          verification=verification)
         code = ErrorCode.none
     except CoordinatorError as exc:
         code = exc.code
@@ -148,12 +151,13 @@ def _commit_response(request: Any, names: list[str | None], errors: PartitionErr
 
 
 def _fetch_partition(shard: GroupShard | None, group_id: str, topic: str, partition: int,
-                     error: ErrorCode = ErrorCode.none, require_stable: bool = False) -> dict[str, Any]:
-    """One partition's committed offset; UNSTABLE_OFFSET_COMMIT under ``require_stable`` while one is pending."""
-    if require_stable and shard is not None and shard.offsets.has_pending(group_id, topic, partition):
+                     error: ErrorCode = ErrorCode.none, require_stable: bool = False,
+                     at: int | None = None) -> dict[str, Any]:
+    """One partition's offset ``at`` a snapshot; UNSTABLE_OFFSET_COMMIT under ``require_stable`` while one is pending."""
+    if require_stable and shard is not None and shard.offsets.has_pending(group_id, topic, partition, at):
         error, value = ErrorCode.unstable_offset_commit, None
     else:
-        value = shard.offsets.get(group_id, topic, partition) if shard is not None else None
+        value = shard.offsets.get(group_id, topic, partition, at) if shard is not None else None
     if value is None:
         return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
                 "metadata": "", "error_code": error}
@@ -212,28 +216,41 @@ class OffsetApis:
                            require_stable: bool) -> tuple[ErrorCode, list[dict[str, Any]]]:
         """One group's offsets: the requested topics' partitions (-1 when none is committed), or all it has.
 
-        ``require_stable`` (v7+, KIP-447): a partition whose offset an open
-        transaction is committing answers UNSTABLE_OFFSET_COMMIT (a partition
-        error, in every version), so the consumer retries rather than start
-        from an offset the transaction is about to replace.
+        A read of the committed offsets, as Kafka's. ``require_stable``
+        (v7+, KIP-447) makes it Kafka's write operation instead: the latest
+        state is read, a partition whose offset an open transaction is
+        committing answers UNSTABLE_OFFSET_COMMIT (a partition error, in
+        every version), so the consumer retries rather than start from an
+        offset the transaction is about to replace, and the answer waits
+        until everything written before it is committed.
         """
         try:
             context, shard = await self.coordinator.shard_for(group_id)
             if not context.active:
                 raise CoordinatorError(ErrorCode.not_coordinator, "moved")
+            if require_stable:
+                async with context.lock:
+                    topics = self._offsets(shard, group_id, requested, version, image, True, None)
+                    await shard.wait(context.barrier())
+                return ErrorCode.none, topics
         except CoordinatorError as exc:
             if requested is None or version >= 2:
                 return exc.code, []
             return exc.code, [{"name": t.name, "partitions": [_fetch_partition(None, group_id, t.name, p, exc.code)
                                                              for p in t.partition_indexes]} for t in requested]
+        return ErrorCode.none, self._offsets(shard, group_id, requested, version, image, False, shard.committed)
+
+    @staticmethod
+    def _offsets(shard: GroupShard, group_id: str, requested: Any, version: int, image: MetadataImage,
+                 require_stable: bool, at: int | None) -> list[dict[str, Any]]:
         if requested is None:
             by_topic: dict[str, list[int]] = defaultdict(list)
-            for topic, partition in sorted(shard.offsets.of_group(group_id)):
+            for topic, partition in sorted(shard.offsets.of_group(group_id, at)):
                 by_topic[topic].append(partition)
             ids = {topic: topic_id(image, topic) for topic in by_topic} if version >= TOPIC_ID_VERSION else {}
-            return ErrorCode.none, [
+            return [
                 {"name": topic, "topic_id": ids.get(topic),
-                 "partitions": [_fetch_partition(shard, group_id, topic, p, require_stable=require_stable)
+                 "partitions": [_fetch_partition(shard, group_id, topic, p, require_stable=require_stable, at=at)
                                 for p in partitions]}
                 for topic, partitions in by_topic.items()
                 if version < TOPIC_ID_VERSION or ids[topic] is not None]
@@ -241,10 +258,10 @@ class OffsetApis:
         for t in requested:
             name = topic_name(image, t, version)
             topics.append({"name": name, "topic_id": getattr(t, "topic_id", None), "partitions": [
-                _fetch_partition(shard, group_id, name, p, require_stable=require_stable) if name is not None
+                _fetch_partition(shard, group_id, name, p, require_stable=require_stable, at=at) if name is not None
                 else _fetch_partition(None, group_id, "", p, ErrorCode.unknown_topic_id)
                 for p in t.partition_indexes]})
-        return ErrorCode.none, topics
+        return topics
 
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         version = ctx.api_version

@@ -89,15 +89,18 @@ def validate_txn_commit(shard: GroupShard, request: TxnCommitRequest) -> None:
     # Otherwise the replayed records create the simple group, as for a plain commit.
 
 
-async def commit_transactional_offsets(shard: GroupShard, request: TxnCommitRequest) -> PartitionErrors:
-    """Validate the committer, write the offsets in the producer's transaction; each partition's error code."""
+async def commit_transactional_offsets(shard: GroupShard, request: TxnCommitRequest,
+                                       verification: object | None = None) -> PartitionErrors:
+    """Validate the committer, write the offsets in the producer's transaction; each partition's error code.
+
+    ``verification`` is the guard of the partition's verification with the transaction coordinator, made first.
+    """
     try:
         validate_txn_commit(shard, request)
     except GroupError as exc:
         return {(topic, p[0]): exc.code for topic, partitions in request.topics for p in partitions}
     errors, _ = await write_offsets(shard, request.group_id, request.topics, producer_id=request.producer_id,
-                                    producer_epoch=request.producer_epoch, transactional_id=request.transactional_id,
-                                    add_partition=request.add_partition)
+                                    producer_epoch=request.producer_epoch, verification=verification)
     return errors
 
 
@@ -138,10 +141,18 @@ class TxnOffsetApis:
             # A transactional batch needs a producer id: answered as one no transaction knows.
             return dict.fromkeys(known, ErrorCode.invalid_producer_id_mapping)
 
-        async def operation(shard: GroupShard) -> PartitionErrors:
-            return await commit_transactional_offsets(shard, commit)
-
         try:
+            verification = None
+            if commit.transactional_id is not None:
+                # Before the shard's lock, as Kafka verifies before it schedules the write.
+                context, _ = await self.coordinator.shard_for(commit.group_id)
+                verification = await context.verify_transaction(commit.transactional_id, commit.producer_id,
+                                                                 commit.producer_epoch,
+                                                                 add_partition=commit.add_partition)
+
+            async def operation(shard: GroupShard) -> PartitionErrors:
+                return await commit_transactional_offsets(shard, commit, verification)
+
             return await with_shard(self.coordinator, commit.group_id, operation)
         except CoordinatorError as exc:
             return dict.fromkeys(known, exc.code)

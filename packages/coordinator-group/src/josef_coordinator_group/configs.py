@@ -33,6 +33,12 @@ CONFIG_KEYS = (
               at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", I, 5000,
               "How long a write to __consumer_offsets may wait for replication before the request fails.", at_least(1)),
+    ConfigKey("group.coordinator.append.linger.ms", I, -1,
+              "How long the coordinator waits for writes to accumulate before appending them to __consumer_offsets as "
+              "one batch. Longer makes batches bigger and appends fewer, and adds that much to a request's latency. "
+              "-1 (Kafka 4.2's default; 4.1's was 5) adapts to the load: the batch is appended as soon as the writes "
+              "already arriving have joined it. Transactional writes are not accumulated.",
+              at_least(-1)),
     ConfigKey("offset.metadata.max.bytes", I, 4096,
               "The largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE beyond).", at_least(0)),
     ConfigKey("group.initial.rebalance.delay.ms", I, 3000,
@@ -64,6 +70,7 @@ class GroupSettings:
     offsets_retention_ms: int = 10080 * 60_000
     retention_check_interval_ms: int = 600000
     commit_timeout_ms: int = 5000
+    append_linger_ms: int = -1
     offset_metadata_max_bytes: int = 4096
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
@@ -85,6 +92,7 @@ class GroupSettings:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             commit_timeout_ms=config["offsets.commit.timeout.ms"],
+            append_linger_ms=config["group.coordinator.append.linger.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_timeout_ms=config["group.min.session.timeout.ms"],

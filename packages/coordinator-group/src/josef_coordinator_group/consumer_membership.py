@@ -1,8 +1,11 @@
 """ConsumerGroupHeartbeat on a shard: join, reconcile, leave, session expiry (KIP-848).
 
-Every heartbeat works on a copy-on-failure basis: the group is changed in
-memory, the records describing the change are written, and if the write
-fails the group is put back as it was (so memory never runs ahead of the log).
+Every heartbeat works on a copy of the group (copy-on-write): the copy takes
+the group's place in the shard's timeline map, is changed, and the records
+describing the change are appended. The version the map held before stays as
+it was, which is what reads at the committed offset see and what a failed
+append rolls the map back to. A heartbeat refused before it writes puts the
+version it found back itself.
 """
 
 from __future__ import annotations
@@ -93,20 +96,26 @@ class ConsumerMembership:
             return HeartbeatResult(exc.code, str(exc), request.member_id or None, request.member_epoch)
         group_id = request.group_id
         existing = shard.consumer_groups.get(group_id)
-        snapshot = copy.deepcopy(existing)
+        classic = shard.groups.get(group_id)
+        if existing is not None:
+            # Copy-on-write: the version the snapshots hold stays as it was (committed reads, rollback).
+            shard.consumer_groups[group_id] = copy.deepcopy(existing)
         try:
             if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 result, records = self._leave(request)
             else:
                 result, records = self._heartbeat(request, topics, settings)
-            await shard.write(records)
-        except (GroupError, CoordinatorError) as exc:
-            self._restore(group_id, existing, snapshot)
-            return HeartbeatResult(exc.code, getattr(exc, "message", None) or str(exc), request.member_id or None,
-                                   request.member_epoch)
+        except GroupError as exc:
+            self._restore(group_id, existing, classic)
+            return HeartbeatResult(exc.code, str(exc), request.member_id or None, request.member_epoch)
         except BaseException:
-            self._restore(group_id, existing, snapshot)
+            self._restore(group_id, existing, classic)
             raise
+        try:
+            # A failed append rolls the group back with the batch; a timeout leaves it as written (it may commit).
+            await shard.write(records)
+        except CoordinatorError as exc:
+            return HeartbeatResult(exc.code, exc.message, request.member_id or None, request.member_epoch)
         group = shard.consumer_groups.get(group_id)
         if result.member_epoch >= 0 or result.member_epoch == STATIC_LEAVE_EPOCH:
             if group is not None and result.member_id in group.members:
@@ -117,11 +126,14 @@ class ConsumerMembership:
             shard.cancel(revocation_key(group_id, result.member_id or ""))
         return result
 
-    def _restore(self, group_id: str, existing: ConsumerGroup | None, snapshot: ConsumerGroup | None) -> None:
-        if snapshot is None:
+    def _restore(self, group_id: str, existing: ConsumerGroup | None, classic: Any) -> None:
+        """A heartbeat refused: the groups are the versions it found (none, or the classic one it replaced)."""
+        if existing is None:
             self.shard.consumer_groups.pop(group_id, None)
         else:
-            self.shard.consumer_groups[group_id] = snapshot
+            self.shard.consumer_groups[group_id] = existing
+        if classic is not None and group_id not in self.shard.groups:
+            self.shard.groups[group_id] = classic
 
     def _validate(self, request: HeartbeatRequest, settings: Any) -> None:
         if not request.group_id:
@@ -356,18 +368,19 @@ class ConsumerMembership:
         self.shard.schedule(key, timeout, expire)
 
     async def expire_session(self, group_id: str, member_id: str) -> None:
-        group = self.shard.consumer_groups.get(group_id)
-        if group is None or member_id not in group.members:
+        current = self.shard.consumer_groups.get(group_id)
+        if current is None or member_id not in current.members:
             return
-        snapshot = copy.deepcopy(group)
+        group = self.shard.consumer_groups[group_id] = copy.deepcopy(current)
         records = self.remove_member(group, member_id)
         try:
             await self.shard.write(records)
             log.info("consumer group %s: member %s expired", group_id, member_id)
         except CoordinatorError as exc:
-            self.shard.consumer_groups[group_id] = snapshot
             log.warning("consumer group %s: could not remove expired member %s: %s", group_id, member_id, exc)
-            self.schedule_session(snapshot, member_id)
+            restored = self.shard.consumer_groups.get(group_id)
+            if restored is not None and member_id in restored.members:  # rolled back: try again later
+                self.schedule_session(restored, member_id)
 
     # Offsets -----------------------------------------------------------------------------------
 

@@ -81,6 +81,10 @@ class GroupCoordinator:
             (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),
         )
 
+    def append_linger_ms(self) -> int:
+        """``group.coordinator.append.linger.ms``: how long a batch of writes waits for more (-1 adaptive)."""
+        return int(self.services.config["group.coordinator.append.linger.ms"])
+
     def new_shard(self, context: ShardContext) -> GroupShard:
         shard = GroupShard(context, self.settings)
         shard.server_assignors = self.server_assignors

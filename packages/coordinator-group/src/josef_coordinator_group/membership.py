@@ -3,7 +3,9 @@
 This follows Kafka's classic-group logic (``GroupMetadataManager`` in Kafka
 4.x) step by step, because clients depend on its exact behaviour: when a
 JoinGroup is answered, which member leads, which errors make a client rejoin
-and which make it start over. Every method runs with the shard lock held.
+and which make it start over. Every method runs with the shard lock held, which
+a write releases while it waits for replication: after a write the group is
+looked at again, as Kafka's append-future callbacks do.
 
 A rebalance, in short:
 
@@ -45,7 +47,7 @@ from josef_coordinator_group.group import (
     SyncResult,
     Waiter,
 )
-from josef_coordinator_group.records import GroupKey, encode_group, encode_key
+from josef_coordinator_group.records import GroupKey, GroupValue, encode_group, encode_key
 
 if TYPE_CHECKING:
     from josef_coordinator_group.shard import GroupShard
@@ -128,13 +130,41 @@ class Membership:
         self.shard.cancel(_heartbeat_key(group.group_id, member_id))
 
     def forget(self, group: ClassicGroup, now_ms: int) -> None:
-        """The group is deleted: Dead, out of the shard, its timers stopped."""
+        """The group is deleted: Dead, out of the shard, its timers stopped (unless a new group took its id meanwhile)."""
         group.transition_to(S.DEAD, now_ms)
-        self.groups.pop(group.group_id, None)
+        current = self.groups.get(group.group_id)
+        if current is group:
+            self.groups.pop(group.group_id)
+        if current is None or current is group:
+            self.cancel_timers(group)
+
+    def cancel_timers(self, group: ClassicGroup) -> None:
         self.shard.cancel(_join_key(group.group_id))
         self.shard.cancel(_sync_key(group.group_id))
         for member_id in list(group.members) + list(group.pending_members):
             self.shard.cancel(_heartbeat_key(group.group_id, member_id))
+
+    def _persist_new_group(self, group: ClassicGroup) -> None:
+        """Write a new group's empty metadata, as Kafka does, so that the group exists in the committed state.
+
+        Not waited for: the join is answered as usual. If the append fails,
+        the group's creation is rolled back with it: the requests parked on it
+        are answered with the error and its timers stopped.
+        """
+        value = GroupValue("", 0, None, None, group.state_timestamp_ms)
+
+        def failed(error: CoordinatorError) -> None:
+            if self.shard.active and self.groups.get(group.group_id) is not group:
+                log.info("group %s: writing its creation failed (%s); it is gone", group.group_id, error.code.name)
+                self.shard.abandon(group, error.code)
+                self.cancel_timers(group)
+
+        try:
+            pending = self.shard.append([(encode_key(GroupKey(group.group_id)), encode_group(value))])
+        except CoordinatorError as exc:
+            failed(exc)
+            return
+        pending.add_done_callback(lambda done: failed(done.error) if done.error is not None else None)
 
     # JoinGroup --------------------------------------------------------------------------
 
@@ -167,10 +197,13 @@ class Membership:
             else:
                 await self._join_existing_member(group, request, waiter)
         finally:
-            if created and group.is_empty and not group.members and not group.pending_members \
-                    and not self.shard.offsets.has_offsets(group.group_id) and self.groups.get(group.group_id) is group:
-                # A join that failed before anything happened leaves no trace of the group.
-                del self.groups[group.group_id]
+            if created and self.groups.get(group.group_id) is group:
+                if group.is_empty and not group.members and not group.pending_members \
+                        and not self.shard.offsets.has_offsets(group.group_id):
+                    # A join that failed before anything happened leaves no trace of the group.
+                    del self.groups[group.group_id]
+                elif self.shard.active:
+                    self._persist_new_group(group)
         return waiter
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str, max_size: int) -> bool:
@@ -295,6 +328,9 @@ class Membership:
             try:
                 await self.shard.write([self.group_record(group)])
             except CoordinatorError as exc:
+                if group.members.get(new_member_id) is not member or self.groups.get(group.group_id) is not group:
+                    waiter.complete(JoinResult.failed(exc.code))  # the group moved on while the write waited
+                    return
                 member.join_waiter = None
                 group.update_member(member, old_protocols, old_rebalance, old_session, None)
                 group.replace_static_member(instance_id, new_member_id, old_member_id)

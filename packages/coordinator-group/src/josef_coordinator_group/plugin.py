@@ -13,7 +13,7 @@ from josef_coordinator_group.configs import CONFIG_KEYS
 from josef_coordinator_group.coordinator import GroupCoordinator
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.0,<2"
+JOSEF_PLUGIN_API = ">=1.2,<2"
 
 
 @josef.hookimpl

@@ -1,19 +1,32 @@
 """The state of one ``__consumer_offsets`` partition: its groups and their offsets, rebuilt by replay.
 
 This is the :class:`josef.coordinator.runtime.CoordinatorShard` of the group
-coordinator. Offsets live only in what the partition holds: they change when
-a committed record is replayed. Offsets written in a producer's transaction
-(TxnOffsetCommit) are replayed as pending and applied or dropped when the
-runtime replays the transaction's marker, while loading as afterwards. Groups follow Kafka's classic-group rule
-instead: their state changes in memory as requests and timers drive the state
-machine, and a GroupMetadata record is written at the end of every rebalance
-(and when the group becomes empty or is deleted) so a restarted coordinator
-resumes from the last generation. Group records are therefore applied only
-while loading; afterwards the in-memory group is already ahead of them.
+coordinator, on the runtime's timeline model (``timeline = True``): every
+record is replayed as soon as it is written, before it is committed, into
+timeline types (:mod:`josef.coordinator.timeline`), so a write whose append
+fails is rolled back exactly and reads (OffsetFetch, DescribeGroups,
+ListGroups, ConsumerGroupDescribe) see the state at the committed offset
+(:attr:`GroupShard.committed`), as Kafka's GroupCoordinatorShard does.
+
+What the records build is timeline state: the offsets (committed and those
+of open transactions, :mod:`josef_coordinator_group.offsets`), which groups
+exist (:attr:`GroupShard.groups`, :attr:`GroupShard.consumer_groups`) and
+each KIP-848 consumer group's state (a group is copied, changed and put back
+whole by each heartbeat, so the version a snapshot holds never changes).
+A classic group's members and generation are Kafka's *soft* state instead:
+they change in memory as requests and timers drive the state machine, and a
+GroupMetadata record is written at the end of every rebalance (and when the
+group is created, becomes empty or is deleted) so that a restarted
+coordinator resumes from the last generation. Those records are applied
+only while loading (a tombstone always: it removes the group); afterwards the
+in-memory group is already ahead of them. Waiters parked on a classic group
+(JoinGroup, SyncGroup) and timers are never replayed; an unload answers them.
 
 Every operation runs with the shard's lock held (handlers and timers alike),
-so the state machine sees one event at a time, like Kafka's single-threaded
-coordinator shards.
+except while a write waits for replication
+(:meth:`josef.coordinator.runtime.ShardContext.wait` releases it), so the
+state machine sees one event at a time, like Kafka's single-threaded
+coordinator shards, and code after a write looks at the state again.
 """
 
 from __future__ import annotations
@@ -22,11 +35,11 @@ import functools
 import logging
 from typing import Any, Awaitable, Callable
 
-import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
-from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
+from josef.coordinator.runtime import PendingWrite, Records, ShardContext
+from josef.coordinator.timeline import TimelineDict
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
 from josef_coordinator_group.consumer_membership import ConsumerMembership
@@ -61,16 +74,21 @@ EXPIRE_OFFSETS_TIMER = "expire-offsets"
 class GroupShard:
     """Groups and offsets of one partition, with timers that only fire while their key is still wanted."""
 
+    #: Records are replayed as written into timeline state (plugin API 1.2).
+    timeline = True
+
     def __init__(self, context: ShardContext, settings: Callable[[], GroupSettings]) -> None:
         self.context = context
         self._settings = settings
-        self.groups: dict[str, ClassicGroup] = {}
-        self.offsets = OffsetStore()
+        registry = context.snapshots
+        #: Classic (and simple) groups by id.
+        self.groups: TimelineDict[str, ClassicGroup] = TimelineDict(registry)
+        self.offsets = OffsetStore(registry)
         self.loading = True
         self.membership: Membership = Membership(self)
         self._timer_tokens: dict[Any, object] = {}
         #: KIP-848 consumer groups (a group id is either here or in ``groups``).
-        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_groups: TimelineDict[str, ConsumerGroup] = TimelineDict(registry)
         self.consumer_membership = ConsumerMembership(self)
         #: The server-side assignors by name (the coordinator sets them from the ``register_assignors`` hook).
         self.server_assignors: Callable[[], dict[str, Any]] = _builtin_assignors
@@ -81,6 +99,11 @@ class GroupShard:
     @property
     def active(self) -> bool:
         return bool(self.context.active)
+
+    @property
+    def committed(self) -> int:
+        """The snapshot epoch reads see: everything below it is committed."""
+        return self.context.committed_offset
 
     # CoordinatorShard -------------------------------------------------------------------
 
@@ -95,10 +118,10 @@ class GroupShard:
             elif isinstance(decoded, ConsumerKey):
                 if self.loading:
                     self._replay_consumer(decoded, value)
-            elif isinstance(decoded, GroupKey) and self.loading:
+            elif isinstance(decoded, GroupKey):
                 if value is None:
                     self.groups.pop(decoded.group, None)
-                else:
+                elif self.loading:
                     self.groups[decoded.group] = ClassicGroup.from_value(decoded.group, decode_group(value), clock.now_ms())
         except RecordFormatError as exc:
             log.warning("skipping unreadable record at %s offset %d: %s", self.context.tp, offset, exc)
@@ -179,41 +202,42 @@ class GroupShard:
     def unloaded(self) -> None:
         """The partition moved (or the broker stops): answer parked requests so clients look for the new coordinator."""
         self._timer_tokens.clear()
-        for group in self.groups.values():
-            for member in list(group.members.values()):
-                group.complete_join(member, JoinResult.failed(ErrorCode.not_coordinator, member.member_id))
-                group.complete_sync(member, SyncResult(ErrorCode.not_coordinator))
-        self.groups.clear()
-        self.consumer_groups.clear()
+        for group in list(self.groups.values()):
+            self.abandon(group, ErrorCode.not_coordinator)
+
+    def abandon(self, group: ClassicGroup, error: ErrorCode) -> None:
+        """Answer the requests parked on ``group`` with ``error``: it is gone (unloaded, or its creation rolled back)."""
+        for member in list(group.members.values()):
+            group.complete_join(member, JoinResult.failed(error, member.member_id))
+            group.complete_sync(member, SyncResult(error))
 
     # Writes and timers ---------------------------------------------------------------------
 
-    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
-                    transactional_id: str | None = None, add_partition: bool = False) -> None:
-        """Append and wait for commit (then replay), within ``offsets.commit.timeout.ms``.
+    def append(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+               verification: object | None = None, atomic: bool = True) -> PendingWrite:
+        """Apply and append ``records`` (see :meth:`josef.coordinator.runtime.ShardContext.append`); lock held."""
+        return self.context.append(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                   verification=verification, atomic=atomic)
 
-        With a ``producer_id`` the records join that producer's transaction
-        (verified with its coordinator when ``transactional_id`` is given; see
-        :meth:`josef.coordinator.runtime.ShardContext.write`).
-        Failures carry the error clients expect (Kafka's normalisation of
-        append errors). A write that times out fails the request with
-        COORDINATOR_NOT_AVAILABLE; its records may still commit later and are
-        then seen on the next load.
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+                    verification: object | None = None, atomic: bool = True) -> None:
+        """Apply and append ``records``, then wait for their commit within ``offsets.commit.timeout.ms``.
+
+        The lock is released while the write waits: what was read before
+        it may have changed when it returns. Failures carry the error
+        clients expect (Kafka's normalisation of append errors); a write
+        that times out is answered COORDINATOR_NOT_AVAILABLE, its records
+        stay applied and take effect for readers when they commit.
         """
         if not records:
             return
-        if not self.active:
-            raise CoordinatorError(ErrorCode.not_coordinator, f"{self.context.tp} is no longer coordinated here")
-        timeout = self.settings().commit_timeout_ms / 1000
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                await self.context.write(records, producer_id=producer_id, producer_epoch=producer_epoch,
-                                         transactional_id=transactional_id, add_partition=add_partition)
-        except CoordinatorError as exc:
-            raise CoordinatorError(write_error(exc.code), exc.message) from exc
-        if scope.cancelled_caught:
-            raise CoordinatorError(ErrorCode.coordinator_not_available,
-                                   f"writing to {self.context.tp} took longer than {timeout}s")
+        pending = self.append(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                              verification=verification, atomic=atomic)
+        await self.wait(pending)
+
+    async def wait(self, pending: PendingWrite) -> None:
+        """Wait for ``pending`` within ``offsets.commit.timeout.ms``, the lock released meanwhile."""
+        await self.context.wait(pending, self.settings().commit_timeout_ms / 1000)
 
     def schedule(self, key: Any, delay_ms: int, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` under the lock after ``delay_ms``, unless the key is rescheduled or cancelled first.
@@ -250,8 +274,8 @@ class GroupShard:
     async def expire_offsets(self) -> int:
         """Write tombstones for expired offsets, and for empty groups left without offsets; returns how many records.
 
-        One write for the whole shard: the check holds the shard's lock, so it
-        waits for replication once rather than once per group.
+        One write for the whole shard (split into batches if it must be),
+        waiting for replication once rather than once per group.
         """
         settings = self.settings()
         now = clock.now_ms()
@@ -274,9 +298,9 @@ class GroupShard:
                         and not self.offsets.has_open_transactions(group_id)):
                     records.append((encode_key(GroupKey(group_id)), None))
                     deleted.append(group)
-            await self.write(records)
+            await self.write(records, atomic=False)
             for group in deleted:
-                if self.groups.get(group.group_id) is group:
+                if self.groups.get(group.group_id) is not group:  # its tombstone took it out; no rollback put it back
                     self.membership.forget(group, now)
             if records:
                 log.info("%s: %d offsets expired, %d empty groups deleted", self.context.tp, expired_count,
@@ -289,15 +313,3 @@ def _builtin_assignors() -> dict[str, Any]:
     from josef_coordinator_group.server_assignors import BUILTIN
 
     return {cls.name: cls() for cls in BUILTIN}
-
-
-def write_error(code: ErrorCode) -> ErrorCode:
-    """What a failed write tells the client (Kafka's ``appendGroupMetadataErrorToResponseError``)."""
-    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
-                ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        return ErrorCode.unknown_server_error
-    return code

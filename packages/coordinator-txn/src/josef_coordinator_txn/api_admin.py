@@ -6,7 +6,9 @@ ListTransactions filters by state names (unknown names are returned in
 ``unknown_state_filters``), producer ids, v1's duration (transactions
 running for longer than that many milliseconds) and v2's transactional id
 pattern (KIP-1152, matched against the whole id). Ids being expired (Dead)
-are never shown.
+are never shown, and neither are ids whose first record is not committed yet:
+what is shown is the committed state of each id (a transition in flight
+shows once its record is committed).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ async def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any
         return shard.transaction(transactional_id)
 
     error, metadata = await on_shard(ctx, transactional_id, find)
-    if error == E.none and (metadata is None or metadata.state == TransactionState.DEAD):
+    if error == E.none and (metadata is None or metadata.state == TransactionState.DEAD or not metadata.persisted):
         error = E.transactional_id_not_found
     if error != E.none or metadata is None:
         answer["error_code"] = error
@@ -84,7 +86,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]
         return answer
     now = clock.now_ms()
     for shard in coordinator.shards():
-        for metadata in shard.transactions.values():
+        for metadata in shard.committed_transactions():
             if (metadata.state == TransactionState.DEAD
                     or (producer_ids and metadata.producer_id not in producer_ids)
                     or (states and metadata.state not in states)

@@ -149,6 +149,8 @@ class TransactionMetadata:
     pending: TransactionState | None = None
     #: A fencing epoch bump whose write failed: the next fence reuses that epoch instead of bumping again.
     has_failed_epoch_fence: bool = False
+    #: Some record of this id is committed (it was loaded, or a transition completed): reads may show it.
+    persisted: bool = False
 
     @classmethod
     def from_log(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
@@ -158,7 +160,7 @@ class TransactionMetadata:
                    producer_epoch=value.producer_epoch, previous_producer_id=value.previous_producer_id,
                    next_producer_id=value.next_producer_id,
                    partitions=set() if state == S.EMPTY else set(value.partitions), start_ms=value.start_ms,
-                   client_transaction_version=value.client_transaction_version)
+                   client_transaction_version=value.client_transaction_version, persisted=True)
 
     @property
     def producer_epoch_exhausted(self) -> bool:
@@ -295,6 +297,7 @@ class TransactionMetadata:
         self.client_transaction_version = transit.client_transaction_version
         self.pending = None
         self.state = state
+        self.persisted = True
 
     def _valid_epoch(self, transit: TxnTransit) -> bool:
         """Kafka's validProducerEpoch: V2 moves the epoch on at Prepare*, and to a new id at Complete* on overflow."""

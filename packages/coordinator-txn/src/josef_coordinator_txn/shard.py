@@ -2,19 +2,27 @@
 
 This is the :class:`josef.coordinator.runtime.CoordinatorShard` of the
 transaction coordinator. Records are applied only while loading; afterwards
-memory leads, as in Kafka: a transition is prepared in memory (its
-``pending`` state guards the transactional id), written, and made current
-once the write is committed (:meth:`TransactionShard.append`).
+memory leads, as in Kafka 4.x's TransactionStateManager: a transition is
+prepared in memory (its ``pending`` state guards the transactional id),
+appended through the runtime (batched with the partition's other writes),
+and made current once its record is committed (:meth:`TransactionShard.start_write`).
+So memory never runs ahead of the log and never falls behind it: a write
+that times out is answered COORDINATOR_NOT_AVAILABLE but keeps its pending
+state, and becomes current as soon as its record commits (a committed
+Prepare* then sends its markers); one whose append fails leaves nothing but
+a cleared pending state. Reads (DescribeTransactions, ListTransactions)
+therefore see committed states only, and ids whose first record is not
+committed yet are not shown.
 
-Unlike the group coordinator, requests do not hold the shard's lock while a
-write waits for replication: the pending state already keeps two requests
-for one id apart, so the partition's other transactional ids go on meanwhile,
-as Kafka's per-transaction locks allow. Every decision between two awaits is
-synchronous, which is what makes a pending state set before a write the only
-guard needed on one event loop.
+Requests do not hold the shard's lock: the pending state already keeps two
+requests for one id apart, so the partition's other transactional ids go on
+meanwhile, as Kafka's per-transaction locks allow. Every decision between
+two awaits is synchronous, which is what makes a pending state set before a
+write the only guard needed on one event loop.
 
 The coordinator epoch is the partition's leader epoch when the shard was
-loaded; markers carry it, and partitions refuse markers from an older one.
+loaded; the runtime loads the shard again when that epoch rises, so markers
+always carry the current one, and partitions refuse markers from an older one.
 """
 
 from __future__ import annotations
@@ -22,11 +30,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
-from josef.coordinator.runtime import CoordinatorError, Records, ShardContext
+from josef.coordinator.runtime import CoordinatorError, PendingWrite, Records, ShardContext
 from josef.services import ProducerIdUnavailable
 from josef_coordinator_txn import transactions
 from josef_coordinator_txn.configs import TxnSettings
@@ -44,6 +51,10 @@ EXPIRE_IDS_TIMER = "remove-expired-transactional-ids"
 
 class TransactionShard:
     """Transactional ids of one partition, their transitions, and the timers that abort and expire them."""
+
+    #: Plugin API 1.2: records go through the runtime's timeline model; this shard applies them only while
+    #: loading (afterwards a transition becomes current when its write commits), so it keeps no timeline state.
+    timeline = True
 
     def __init__(self, context: ShardContext, coordinator: TransactionCoordinator) -> None:
         self.context = context
@@ -93,6 +104,10 @@ class TransactionShard:
 
     # Transactional ids -----------------------------------------------------------------------------------
 
+    def committed_transactions(self) -> list[TransactionMetadata]:
+        """The ids whose state is committed (reads leave out one whose first record is not yet)."""
+        return [m for m in self.transactions.values() if m.persisted]
+
     def transaction(self, transactional_id: str) -> TransactionMetadata | None:
         if not self.active:
             raise TxnError(ErrorCode.not_coordinator, f"{self.context.tp} is no longer coordinated here")
@@ -123,44 +138,78 @@ class TransactionShard:
 
     # Writes --------------------------------------------------------------------------------------------
 
-    async def append(self, metadata: TransactionMetadata, transit: TxnTransit, *,
-                     retry_on_unavailable: bool = False) -> ErrorCode:
-        """Write ``transit`` and, once committed, make it current (Kafka's ``appendTransactionToLog``).
+    async def append(self, metadata: TransactionMetadata, transit: TxnTransit) -> ErrorCode:
+        """Write ``transit`` (Kafka's ``appendTransactionToLog``) and wait for it within ``request.timeout.ms``.
 
-        On failure the pending state is cleared, so the client may retry,
-        except for COORDINATOR_NOT_AVAILABLE with ``retry_on_unavailable``:
-        the completion of a transaction keeps its claim and writes again.
+        The error a client is told, or NONE. The transition becomes current
+        when its record commits, even after the wait timed out.
         """
-        version = 0 if self.server_transaction_version() == 0 else 1
-        error = await self.write([(encode_key(metadata.transactional_id), encode_value(transit.log_value(), version))])
-        if not self.owns(metadata):
-            return ErrorCode.not_coordinator if error == ErrorCode.none else error
-        if error == ErrorCode.none:
-            metadata.complete_transition(transit)
-        elif not (retry_on_unavailable and error == ErrorCode.coordinator_not_available):
-            log.info("%s: writing %s failed with %s; the transition is abandoned", metadata.transactional_id,
-                     transit.state.kafka_name, error.name)
-            metadata.pending = None
-        return error
-
-    async def write(self, records: Records) -> ErrorCode:
-        """Append and wait for commit within ``request.timeout.ms``; the error a client is told, or NONE.
-
-        A write that times out is answered COORDINATOR_NOT_AVAILABLE; its
-        record may still commit later and is then seen on the next load.
-        """
-        if not self.active:
-            return ErrorCode.not_coordinator
-        timeout = self.settings().write_timeout_ms / 1000
+        started = self.start_write(metadata, transit)
+        if isinstance(started, ErrorCode):
+            return started
         try:
-            with anyio.fail_after(timeout):
-                await self.context.write(records)
-        except TimeoutError:
-            log.warning("writing to %s took longer than %ss", self.context.tp, timeout)
-            return ErrorCode.coordinator_not_available
+            await self.context.wait(started, self.settings().write_timeout_ms / 1000)
         except CoordinatorError as exc:
             return exc.code
         return ErrorCode.none
+
+    def start_write(self, metadata: TransactionMetadata, transit: TxnTransit, *,
+                    keep_claim: bool = False) -> PendingWrite | ErrorCode:
+        """Append ``transit``'s record; the write, whose commit makes it current, or the error if nothing was appended.
+
+        A record that commits completes the transition (even when the write
+        is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND: it is in the log); one
+        that could not be appended clears the pending state, so the client
+        may retry, unless ``keep_claim`` and the error is retriable
+        (COORDINATOR_NOT_AVAILABLE): the completion of a transaction keeps its
+        claim and writes again.
+        """
+        if not self.active:
+            return ErrorCode.not_coordinator
+        version = 0 if self.server_transaction_version() == 0 else 1
+        record = (encode_key(metadata.transactional_id), encode_value(transit.log_value(), version))
+        try:
+            pending = self.context.append([record])
+        except CoordinatorError as exc:
+            self._abandon(metadata, transit, exc.code, keep_claim)
+            return exc.code
+        pending.add_done_callback(lambda done: self._written(metadata, transit, done, keep_claim))
+        return pending
+
+    def _written(self, metadata: TransactionMetadata, transit: TxnTransit, done: PendingWrite,
+                 keep_claim: bool) -> None:
+        if not self.owns(metadata) or metadata.pending != transit.state:
+            return
+        if not done.committed:
+            self._abandon(metadata, transit, done.error.code if done.error else ErrorCode.unknown_server_error,
+                          keep_claim)
+            return
+        metadata.complete_transition(transit)
+        if metadata.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            transactions.send_markers(self, metadata, metadata.prepare_complete(clock.now_ms()))
+
+    def _abandon(self, metadata: TransactionMetadata, transit: TxnTransit, error: ErrorCode, keep_claim: bool) -> None:
+        if keep_claim and error == ErrorCode.coordinator_not_available:
+            return
+        if self.owns(metadata) and metadata.pending == transit.state:
+            log.info("%s: writing %s failed with %s; the transition is abandoned", metadata.transactional_id,
+                     transit.state.kafka_name, error.name)
+            metadata.pending = None
+
+    async def write(self, records: Records) -> tuple[ErrorCode, PendingWrite | None]:
+        """Append ``records`` and wait within ``request.timeout.ms``: the error a client is told (or NONE), and
+        the write (None if nothing was appended), whose callbacks still run when it commits after a timeout."""
+        if not self.active:
+            return ErrorCode.not_coordinator, None
+        try:
+            pending = self.context.append(records)
+        except CoordinatorError as exc:
+            return exc.code, None
+        try:
+            await self.context.wait(pending, self.settings().write_timeout_ms / 1000)
+        except CoordinatorError as exc:
+            return exc.code, pending
+        return ErrorCode.none, pending
 
     # Timers --------------------------------------------------------------------------------------------
 

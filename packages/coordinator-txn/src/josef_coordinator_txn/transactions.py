@@ -22,6 +22,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator import clock
+from josef.coordinator.runtime import CoordinatorError, PendingWrite
 from josef_coordinator_txn.markers import RETRY_BACKOFF_S, PendingCompletion
 from josef_coordinator_txn.metadata import (
     MAX_EPOCH,
@@ -222,7 +223,7 @@ async def end_transaction(shard: TransactionShard, transactional_id: str, produc
             log.warning("%s: fencing epoch %d could not be written (%s)", transactional_id, decided.producer_epoch,
                         error.name)
         raise TxnError(error)
-    send_markers(shard, metadata, metadata.prepare_complete(clock.now_ms()))
+    # Prepare* is committed: the shard has sent its markers (it does whenever a Prepare* commits).
     if not v2:
         return NO_PRODUCER
     if metadata.next_producer_id != NO_PRODUCER_ID:
@@ -320,13 +321,23 @@ def send_markers(shard: TransactionShard, metadata: TransactionMetadata, complet
 
 
 async def write_completion(completion: PendingCompletion) -> None:
-    """Write CompleteCommit/CompleteAbort; retried while the partition is unavailable, dropped once it moved."""
+    """Write CompleteCommit/CompleteAbort; written again while the partition refuses it, dropped once it moved.
+
+    Nobody waits for the answer, so the write is waited for without a
+    timeout: once appended it completes the transition when it commits.
+    """
     shard, metadata = completion.shard, completion.metadata
     while completion.current:
-        error = await shard.append(metadata, completion.transit, retry_on_unavailable=True)
-        if error == E.none:
-            log.debug("%s: transaction %s", metadata.transactional_id, metadata.state.kafka_name)
-            return
+        started = shard.start_write(metadata, completion.transit, keep_claim=True)
+        error = started if isinstance(started, ErrorCode) else E.none
+        if not isinstance(started, ErrorCode):
+            try:
+                await shard.context.wait(started)
+            except CoordinatorError as exc:
+                error = exc.code
+            if started.committed:
+                log.debug("%s: transaction %s", metadata.transactional_id, metadata.state.kafka_name)
+                return
         if error != E.coordinator_not_available:
             log.info("%s: not completing the transaction here (%s); its next coordinator will",
                      metadata.transactional_id, error.name)
@@ -362,19 +373,26 @@ async def _abort_timed_out(shard: TransactionShard, metadata: TransactionMetadat
 
 
 async def expire_transactional_ids(shard: TransactionShard) -> None:
-    """Forget ids idle for ``transactional.id.expiration.ms``: tombstones, written in one batch."""
+    """Forget ids idle for ``transactional.id.expiration.ms``: tombstones, written in one batch; forgotten once committed."""
     horizon = clock.now_ms() - shard.settings().transactional_id_expiration_ms
     expired = [(m, m.prepare_dead()) for m in list(shard.transactions.values())
                if not m.pending_transition and m.state.expiration_allowed and m.last_update_ms <= horizon]
     if not expired:
         return
-    error = await shard.write([(encode_key(m.transactional_id), None) for m, _ in expired])
-    for metadata, transit in expired:
-        if not shard.owns(metadata):
-            continue
-        if error == E.none and metadata.pending == S.DEAD and metadata.producer_epoch == transit.producer_epoch:
-            del shard.transactions[metadata.transactional_id]
-        else:
-            metadata.pending = None
+
+    def written(done: PendingWrite) -> None:
+        for metadata, transit in expired:
+            if not shard.owns(metadata):
+                continue
+            if done.committed and metadata.pending == S.DEAD and metadata.producer_epoch == transit.producer_epoch:
+                del shard.transactions[metadata.transactional_id]
+            else:
+                metadata.pending = None
+
+    error, pending = await shard.write([(encode_key(m.transactional_id), None) for m, _ in expired])
+    if pending is None:
+        written(PendingWrite(-1))  # nothing appended: the ids stay
+    else:
+        pending.add_done_callback(written)
     log.info("%s: %d transactional ids expired%s", shard.context.tp, len(expired),
-             "" if error == E.none else f", but their tombstones failed ({error.name})")
+             "" if error == E.none else f", but their tombstones are not committed ({error.name})")

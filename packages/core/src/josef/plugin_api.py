@@ -34,7 +34,7 @@ from packaging.version import Version
 log = logging.getLogger(__name__)
 
 #: The plugin API this core offers.
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"
 
 #: The attribute of a plugin's entry-point module that states the API range it supports.
 RANGE_ATTRIBUTE = "JOSEF_PLUGIN_API"
@@ -60,7 +60,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.config": "*",
     "josef.coordinator": "*",
     "josef.coordinator.runtime": ("Coordinator", "CoordinatorError", "CoordinatorRuntime", "CoordinatorShard", "Records",
-                                  "ShardContext"),
+                                  "ShardContext", "PendingWrite", "response_error"),
+    "josef.coordinator.timeline": "*",
     "josef.coordinator.clock": "*",
     "josef.coordinator.hashing": "*",
     "josef.metadata": "*",

@@ -30,6 +30,11 @@ The coordinator is found as the broker finds it, through its plugin's
   what the scenario wrote has the same state, and so does one loaded from
   that partition compacted (the latest record of each key), with and
   without its tombstones; every record has a key;
+- the runtime's timeline model, for a shard that declares ``timeline``
+  (plugin API 1.2): loaded from any prefix of what the scenario wrote, then
+  given the rest as writes that are not committed, the shard rolls back to
+  exactly the prefix's state when those writes fail; and, if the harness
+  offers ``read``, reads at the committed offset do not see them meanwhile;
 - on a real broker (the ``josef_broker`` fixture, which loads plugins through
   their entry points), every API it declares is advertised by ApiVersions
   with the declared versions and answered, at each version, over a socket,
@@ -46,7 +51,7 @@ import dataclasses
 import datetime
 import re
 import struct
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -60,7 +65,8 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 import josef.coordinator.clock
 from josef.authorizer import AllowAll
 from josef.config import Config
-from josef.coordinator.runtime import Coordinator, CoordinatorError, CoordinatorShard, Records
+from josef.coordinator.runtime import Coordinator, CoordinatorError, CoordinatorShard, PendingWrite, Records
+from josef.coordinator.timeline import SnapshotRegistry
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import FeatureLevelRecord, PartitionRecord, TopicRecord, random_uuid, uuid_from_text
 from josef.node.server_properties import load_config
@@ -131,58 +137,168 @@ def compacted(entries: Sequence[Entry], *, tombstones: bool = True) -> list[Entr
 class RecordingContext:
     """A :class:`josef.coordinator.runtime.ShardContext` for a shard without a broker.
 
-    ``write`` appends to :attr:`log` and replays the records into the shard
-    as the runtime does once they are committed (``replay_transactional``
-    within a producer's transaction); :meth:`end_transaction` plays the
-    transaction coordinator's marker. Timers are kept in :attr:`timers` and go
-    off only when a test calls :meth:`fire`. What breaks the runtime's rules
-    (a record without a key) is noted in :attr:`problems`.
+    It keeps the runtime's contract: ``append`` replays the records into a
+    shard with ``timeline`` at once (``replay_transactional`` within a
+    producer's transaction) and adds them to :attr:`log`, each append its own
+    batch, with a snapshot of :attr:`snapshots` at every offset written up to;
+    they are committed at once unless :attr:`hold` is set, then when a test
+    calls :meth:`commit`. :attr:`fail_appends` makes appends fail as a
+    partition refusing them does: rolled back to the snapshot before them, the
+    write failed with the error clients are told. A shard of plugin API
+    1.0-1.1 (no ``timeline``) is replayed at commit instead.
+    :meth:`end_transaction` plays the transaction coordinator's marker.
+    Timers are kept in :attr:`timers` and go off only when a test calls
+    :meth:`fire`. What breaks the runtime's rules (a record without a key) is
+    noted in :attr:`problems`.
     """
 
-    def __init__(self, services: ContractServices, tp: TopicPartition, leader_epoch: int = 1) -> None:
+    def __init__(self, services: ContractServices | None, tp: TopicPartition, leader_epoch: int = 1) -> None:
         self.services = services
         self.tp = tp
         self.leader_epoch = leader_epoch
         self.lock = anyio.Lock()
         self.active = True
         self.shard: CoordinatorShard | None = None
+        self.snapshots = SnapshotRegistry()
+        self.snapshots.create_snapshot(0)
         self.log: list[Entry] = []
+        self.committed_offset = 0
         self.timers: dict[Any, tuple[float, Callable[[], Awaitable[None]]]] = {}
         self.problems: list[str] = []
+        #: While set, appends fail with this code (their partition's error, as NOT_ENOUGH_REPLICAS) and roll back.
+        self.fail_appends: ErrorCode | None = None
+        #: While set, appended records wait for :meth:`commit` (a follower that is not fetching).
+        self.hold = False
+        #: Appends made, each one batch (the runtime's ``flushes``).
+        self.flushes = 0
+        self._pending: list[PendingWrite] = []
 
     @property
     def end_offset(self) -> int:
         return len(self.log)
 
-    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
-                    transactional_id: str | None = None, add_partition: bool = False) -> int:
+    @property
+    def last_written_offset(self) -> int:
+        return len(self.log)
+
+    @property
+    def timeline(self) -> bool:
+        return bool(getattr(self.shard, "timeline", False))
+
+    def loaded(self, entries: Sequence[Entry]) -> None:
+        """The shard was loaded from ``entries``, all committed."""
+        self.log = list(entries)
+        self.committed_offset = len(self.log)
+        self.snapshots.create_snapshot(len(self.log))
+        self.snapshots.delete_snapshots_up_to(len(self.log))
+
+    # Writing ---------------------------------------------------------------------------------------------------
+
+    def append(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+               verification: object | None = None, atomic: bool = True) -> PendingWrite:
         if not self.active:
             raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved to another broker")
         if not records:
-            return self.end_offset - 1
+            return self.barrier()
+        base = self.end_offset
         written = []
         for key, value in records:
             if not isinstance(key, bytes) or not key:
                 self.problems.append(f"a record with key {key!r}: the runtime replays only records with a key")
             if value is not None and not isinstance(value, bytes):
                 self.problems.append(f"a record with value {value!r}: values are bytes, or None for a tombstone")
-            written.append(Record(self.end_offset + len(written), key, value, producer_id, producer_epoch))
+            written.append(Record(base + len(written), key, value, producer_id, producer_epoch))
         stored = build_batch([(r.key, r.value, 0) for r in written])
         if [(r.key, r.value) for r in iter_records(stored)] != [(key, value) for key, value in records]:
             self.problems.append("records do not survive a record batch unchanged")
-        self.log += written
         assert self.shard is not None, "the shard is set on its context before anything is written"
-        for record in written:
-            _replay(self.shard, record)
-        return written[-1].offset
+        pending = PendingWrite(written[-1].offset)
+        if self.timeline:
+            for record in written:
+                _replay(self.shard, record)
+        if self.fail_appends is not None:
+            if self.timeline:
+                self.snapshots.revert_to_snapshot(base)
+            pending.complete(CoordinatorError.of_write(self.fail_appends, "injected failure"))
+            return pending
+        self._written(written, pending)
+        return pending
 
     def end_transaction(self, producer_id: int, committed: bool) -> int:
-        """The marker of ``producer_id``'s transaction is committed in this partition: apply it to the shard."""
+        """The transaction coordinator's marker for ``producer_id``, written to this partition (and committed
+        unless :attr:`hold`)."""
         marker = Marker(self.end_offset, producer_id, committed)
-        self.log.append(marker)
         assert self.shard is not None
-        _replay(self.shard, marker)
+        if self.timeline:
+            _replay(self.shard, marker)
+        self._written([marker], PendingWrite(marker.offset))
         return marker.offset
+
+    def _written(self, entries: list[Entry], pending: PendingWrite) -> None:
+        self.log += entries
+        self.flushes += 1
+        self.snapshots.create_snapshot(self.end_offset)
+        self._pending.append(pending)
+        if not self.hold:
+            self.commit()
+
+    def commit(self) -> None:
+        """The high watermark reaches the log end: what was appended is committed, its writes done."""
+        if not self.timeline:
+            for entry in self.log[self.committed_offset:]:
+                _replay(self.shard, entry)  # type: ignore[arg-type]
+        self.committed_offset = self.end_offset
+        self.snapshots.delete_snapshots_up_to(self.committed_offset)
+        pending, self._pending = self._pending, []
+        for write in pending:
+            write.complete(committed=True)
+
+    def fail(self, code: ErrorCode) -> None:
+        """The writes not committed yet are lost (as if truncated): rolled back to the committed offset, failed."""
+        if self.timeline:
+            self.snapshots.revert_to_snapshot(self.committed_offset)
+        del self.log[self.committed_offset:]
+        pending, self._pending = self._pending, []
+        for write in pending:
+            write.complete(CoordinatorError.of_write(code, "injected failure"))
+
+    def barrier(self) -> PendingWrite:
+        pending = PendingWrite(self.end_offset - 1)
+        if self.committed_offset < self.end_offset:
+            self._pending.append(pending)
+        else:
+            pending.complete(committed=True)
+        return pending
+
+    async def wait(self, pending: PendingWrite, timeout_s: float | None = None) -> None:
+        """As the runtime's: the lock is released while the write waits, if this task holds it."""
+        owner = self.lock.statistics().owner
+        held = owner is not None and owner.id == anyio.get_current_task().id
+        if held:
+            self.lock.release()
+        try:
+            with anyio.move_on_after(timeout_s) as scope:
+                await pending.wait()
+        finally:
+            if held:
+                with anyio.CancelScope(shield=True):
+                    await self.lock.acquire()
+        if scope.cancelled_caught:
+            raise CoordinatorError.of_write(ErrorCode.request_timed_out, f"writing to {self.tp} timed out")
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                                 add_partition: bool = False) -> object | None:
+        """There is no transaction coordinator to ask: every partition is taken to be in the transaction."""
+        return None
+
+    async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
+                    transactional_id: str | None = None, add_partition: bool = False,
+                    timeout_s: float | None = None) -> int:
+        pending = self.append(records, producer_id=producer_id, producer_epoch=producer_epoch)
+        await self.wait(pending, timeout_s)
+        return pending.last_offset
+
+    # Timers ----------------------------------------------------------------------------------------------------
 
     def schedule(self, key: Any, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
         self.timers[key] = (delay_s, callback)
@@ -196,9 +312,13 @@ class RecordingContext:
         await callback()
 
     def close(self) -> None:
-        """Unload the shard, as the runtime does when leadership moves: inactive, timers gone, ``unloaded()`` if any."""
+        """Unload the shard, as the runtime does when leadership moves: inactive, timers gone, pending writes failed
+        with NOT_COORDINATOR, then ``unloaded()`` if any."""
         self.active = False
         self.timers.clear()
+        pending, self._pending = self._pending, []
+        for write in pending:
+            write.complete(CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved"))
         unloaded = getattr(self.shard, "unloaded", None)
         if unloaded is not None:
             unloaded()
@@ -243,7 +363,7 @@ class ContractRuntime:
         context.shard = shard = self.coordinator.new_shard(context)  # type: ignore[arg-type]
         for entry in entries:
             _replay(shard, entry)
-        context.log = entries
+        context.loaded(entries)
         self.context = context
         shard.loaded()
         return context
@@ -398,6 +518,9 @@ class CoordinatorHarness(Protocol):
     def request(self, api_key: int, version: int) -> Mapping[str, Any] | None:
         """The body the end-to-end test sends for ``api_key`` at ``version``; None: :func:`minimal_request`'s."""
 
+    # Optional: ``read(self, shard, at: int) -> Any``: a comparable summary of what the coordinator's reads
+    # (OffsetFetch, Describe*, List*) answer from, read at snapshot ``at`` (the shard's committed offset).
+
 
 # The suite ---------------------------------------------------------------------------------------------------------
 
@@ -523,6 +646,61 @@ class CoordinatorContract:
                 first.close()
                 second = services.coordinators.load(live.log)
                 assert coordinator_harness.state(second.shard) == first_state
+                tg.cancel_scope.cancel()
+
+    # The timeline model (plugin API 1.2) ---------------------------------------------------------------------------
+
+    async def _prefixes(self, harness: CoordinatorHarness, factory: Callable[[Any], Coordinator],
+                        tg: anyio.abc.TaskGroup, clock: ManualClock,
+                        ) -> Iterator[tuple[ContractServices, RecordingContext, list[Entry]]]:
+        """For each prefix of what the scenario wrote: a shard loaded from it, and the entries after it."""
+        services, live, _, _ = await self._scenario(harness, factory, tg, clock)
+        if not getattr(live.shard, "timeline", False):
+            pytest.skip("a shard of plugin API 1.0-1.1 (no timeline) replays only committed records")
+        live.close()
+        entries = list(live.log)
+        return ((services, services.coordinators.load(entries[:cut]), entries[cut:]) for cut in range(len(entries)))
+
+    @staticmethod
+    def _write_uncommitted(context: RecordingContext, entries: Sequence[Entry]) -> None:
+        """``entries`` written as the runtime writes them, none committed."""
+        context.hold = True
+        for entry in entries:
+            if isinstance(entry, Marker):
+                context.end_transaction(entry.producer_id, entry.committed)
+            else:
+                context.append([(entry.key, entry.value)], producer_id=entry.producer_id,
+                               producer_epoch=entry.producer_epoch)
+
+    @pytest.mark.anyio
+    async def test_writes_whose_append_fails_are_rolled_back_exactly(self, coordinator_harness, factory, clock):
+        with anyio.fail_after(self.TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                for _, context, rest in await self._prefixes(coordinator_harness, factory, tg, clock):
+                    before = coordinator_harness.state(context.shard)
+                    self._write_uncommitted(context, rest)
+                    context.fail(ErrorCode.not_enough_replicas)
+                    assert coordinator_harness.state(context.shard) == before, (
+                        f"after {len(rest)} writes rolled back to offset {context.committed_offset}, the state "
+                        "differs from the state loaded from that offset: replayed state outside timeline types?")
+                    context.close()
+                tg.cancel_scope.cancel()
+
+    @pytest.mark.anyio
+    async def test_reads_at_the_committed_offset_do_not_see_uncommitted_writes(self, coordinator_harness, factory,
+                                                                              clock):
+        read = getattr(coordinator_harness, "read", None)
+        if read is None:
+            pytest.skip("the harness offers no read(shard, at) to compare")
+        with anyio.fail_after(self.TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                for _, context, rest in await self._prefixes(coordinator_harness, factory, tg, clock):
+                    committed = read(context.shard, context.committed_offset)
+                    self._write_uncommitted(context, rest)
+                    assert read(context.shard, context.committed_offset) == committed, (
+                        f"{len(rest)} writes not committed yet are visible to reads")
+                    context.commit()
+                    context.close()
                 tg.cancel_scope.cancel()
 
     # On a broker ---------------------------------------------------------------------------------------------------

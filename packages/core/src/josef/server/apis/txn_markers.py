@@ -7,8 +7,10 @@ batch) as leader, checked against the producer's state
 (:meth:`josef.replication.partition.Partition.append_marker`), and answers once the ISR
 has it, as Kafka appends markers with acks=all. A marker in a coordinator's
 internal partition (``__consumer_offsets``: offsets committed in a
-transaction) is then applied to the coordinator's state through the
-coordinator runtime.
+transaction) is written through the coordinator runtime instead
+(:meth:`josef.coordinator.runtime.CoordinatorRuntime.write_marker`), which
+applies it to the shard as it writes it; a partition whose shard is loading
+answers NOT_LEADER_OR_FOLLOWER, so the coordinator retries, as in Kafka.
 
 The answer waits (a :class:`~josef.server.dispatch.Later`), so the
 coordinator's connection carries the markers of other transactions
@@ -20,8 +22,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.coordinator.runtime import CoordinatorError, PendingWrite
 from josef.server.apis.common import error_of, partition_for
 from josef.server.apis.produce import await_replication
 from josef.server.dispatch import Later, RequestContext
@@ -31,7 +35,7 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Later:
     replicas = ctx.broker.replicas
     answers = []
     waiting = []  # (partition, marker offset, result), as Produce's acks=all waits
-    applied = []  # (partition, producer id, commit, marker offset, result): internal partitions' shards
+    coordinated: list[tuple[PendingWrite, dict[str, Any]]] = []  # markers of coordinators' internal partitions
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
@@ -41,14 +45,22 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Later:
                 partitions.append(result)
                 try:
                     partition = partition_for(ctx, topic.name, index)
+                    pending = ctx.broker.coordinators.write_marker(
+                        partition, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                        marker.transaction_result)
+                    if pending is not None:
+                        coordinated.append((pending, result))
+                        continue
                     info = partition.append_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                                                    marker.transaction_result)
+                except CoordinatorError as exc:
+                    result["error_code"] = _marker_error(exc)
+                    continue
                 except Exception as exc:
                     result["error_code"], _ = error_of(exc)
                     continue
                 replicas.appended(partition.tp)
                 waiting.append((partition, info.last_offset, result))
-                applied.append((partition, marker.producer_id, marker.transaction_result, info.last_offset, result))
             topics.append({"name": topic.name, "partitions": partitions})
         answers.append({"producer_id": marker.producer_id, "topics": topics})
     epochs = {id(partition): partition.leader_epoch for partition, _, _ in waiting}
@@ -56,9 +68,23 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Later:
 
     async def answer() -> dict[str, Any]:
         await await_replication(ctx, waiting, epochs, deadline)
-        for partition, producer_id, commit, offset, result in applied:
-            if result["error_code"] == ErrorCode.none:
-                await ctx.broker.coordinators.complete_transaction(partition.tp, producer_id, commit, offset)
+        for pending, result in coordinated:
+            with anyio.move_on_after(max(deadline - time.monotonic(), 0)):
+                try:
+                    await pending.wait()
+                except CoordinatorError as exc:
+                    result["error_code"] = _marker_error(exc)
+            if not pending.done:
+                result["error_code"] = ErrorCode.request_timed_out
         return {"throttle_time": 0, "markers": answers}
 
     return Later(answer())
+
+
+def _marker_error(exc: CoordinatorError) -> ErrorCode:
+    """A coordinator's partition that cannot take the marker now: NOT_LEADER_OR_FOLLOWER, so it is retried (Kafka's mapping)."""
+    if exc.code in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                    ErrorCode.coordinator_not_available):
+        return ErrorCode.not_enough_replicas_after_append \
+            if exc.cause == ErrorCode.not_enough_replicas_after_append else ErrorCode.not_leader_or_follower
+    return exc.cause
