@@ -12,6 +12,7 @@ import attrs
 import pytest
 from kio.schema.errors import ErrorCode
 
+from josef.metadata.controller import ControllerError
 from josef.protocol.api_keys import ApiKey
 from josef.server.dispatch import Later
 from josef.testing import RawClient
@@ -81,3 +82,28 @@ def test_a_response_with_a_field_missing_is_answered_with_unknown_server_error(j
         client.close()
     [record] = [r for r in caplog.records if r.name == "josef.server.dispatch"]
     assert "needs field" in str(record.exc_info[1])
+
+
+def test_an_error_with_a_kafka_code_is_answered_with_that_code(josef_broker, replaced, caplog):
+    """A controller that is not the active one raised NOT_CONTROLLER out of AlterClientQuotas, which became
+    UNKNOWN_SERVER_ERROR and a traceback (found by fuzzing a cluster's controller listener). Kafka answers the
+    error's own code, as it maps its ApiExceptions."""
+    async def not_active(ctx, request):
+        raise ControllerError(ErrorCode.not_controller, "this node is not the active controller")
+
+    replaced(ApiKey.ALTER_CLIENT_QUOTAS, not_active)
+    client = RawClient(josef_broker.port)
+    try:
+        with caplog.at_level(logging.INFO, logger="josef.server.dispatch"):
+            response = client.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+                {"entity": [{"entity_type": "user", "entity_name": "u"}],
+                 "ops": [{"key": "producer_byte_rate", "value": 10.0, "remove": False}]}]})
+        assert [(e.error_code, e.error_message) for e in response.entries] == [
+            (ErrorCode.not_controller, "this node is not the active controller")]
+        assert client.call(ApiKey.API_VERSIONS, 3, VERSIONS).error_code == ErrorCode.none
+    finally:
+        client.close()
+    [record] = [r for r in caplog.records if r.name == "josef.server.dispatch"]
+    assert record.levelno == logging.INFO and record.exc_info is None
+    assert record.getMessage() == ("alter_client_quotas v1 request from client 'raw' refused: NOT_CONTROLLER "
+                                   "(this node is not the active controller)")

@@ -27,7 +27,9 @@ is answered with UNKNOWN_SERVER_ERROR in every error code of its response
 serves the next one, as Kafka's ``KafkaApis`` does. So is a request whose
 response cannot be encoded in its version (a value out of a field's range):
 the response is only written here, and a dropped connection would tell the
-client nothing. Only a request no error response can answer (acks=0
+client nothing. An exception that carries its Kafka error code (a
+controller's NOT_CONTROLLER) is answered with that code instead, as Kafka
+maps its ApiExceptions. Only a request no error response can answer (acks=0
 produce) closes the connection, as do frames that cannot be parsed.
 """
 
@@ -268,7 +270,9 @@ class Dispatcher:
             body = await self._chain(header.api_key)(ctx, request)
         except UnanswerableRequestError:
             raise
-        except Exception:
+        except Exception as exc:
+            if _carried_code(exc) is not None:
+                return self._refused(header, request, frame, exc)
             return self._failed(header, request, frame)
         if isinstance(body, Later):
             return self._later(header, request, frame, body.body)
@@ -280,7 +284,9 @@ class Dispatcher:
                      body: Awaitable[dict[str, Any] | Encoded]) -> Frame:
         try:
             answer = await body
-        except Exception:
+        except Exception as exc:
+            if _carried_code(exc) is not None:
+                return self._refused(header, request, frame, exc)
             return self._failed(header, request, frame)
         return self._answer(header, request, frame, answer)
 
@@ -292,6 +298,28 @@ class Dispatcher:
             return self._encode(header.correlation_id, header.api_key, header.api_version, body)
         except Exception:
             return self._failed(header, request, frame, encoding=True)
+
+    def _refused(self, header: Any, request: Any, frame: bytes | memoryview, exc: Exception) -> Frame:
+        """The error a handler raised with its Kafka code (NOT_CONTROLLER from a controller that is not the
+        active one), answered with that code as Kafka's ``Errors.forException`` maps its ApiExceptions: a
+        refusal, logged in one line, not a failure of the broker."""
+        code = _carried_code(exc)
+        assert code is not None
+        version = header.api_version
+        name = api_key_map[header.api_key]
+        try:
+            if self.apis[header.api_key].decode is not None:
+                request = parse_body(header.api_key, version, _read_only(frame), header.body_offset)
+            response = error_response(header.api_key, version, request, code, str(exc) or code.name)
+            answer = None if response is None else encode_response(header.api_key, version, header.correlation_id,
+                                                                     response)
+        except Exception:
+            answer = None
+        if answer is None:
+            return self._failed(header, request, frame)
+        log.info("%s v%d request from client %r refused: %s (%s)", name, version, header.client_id, code.name.upper(),
+                 exc)
+        return [answer]
 
     def _failed(self, header: Any, request: Any, frame: bytes | memoryview, encoding: bool = False) -> Frame:
         """UNKNOWN_SERVER_ERROR for a request whose handler raised, or whose response could not be encoded
@@ -343,6 +371,14 @@ def _link(stage: Stage, inner: Handler) -> Handler:
     async def linked(ctx: RequestContext, request: Any) -> Any:
         return await stage(ctx, request, inner)
     return linked
+
+
+def _carried_code(exc: Exception) -> ErrorCode | None:
+    """The Kafka error an exception carries (josef's errors that name one hold it as ``code``), unless it is
+    UNKNOWN_SERVER_ERROR; None for any other exception, which is a failure."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, ErrorCode) and code not in (ErrorCode.unknown_server_error, ErrorCode.none) \
+        else None
 
 
 def _shown(request: Any, limit: int = 2000) -> str:
