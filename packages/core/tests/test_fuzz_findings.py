@@ -16,6 +16,11 @@
   valid request was refused.
 - WriteTxnMarkers for producer id -1 failed an assertion in the partition's
   marker append (UNKNOWN_SERVER_ERROR and a traceback): Kafka appends it.
+- Controller APIs on a cluster's controller listener: an Envelope whose
+  principal bytes are short raised struct.error (UNKNOWN_SERVER_ERROR and a
+  traceback; Kafka answers PRINCIPAL_DESERIALIZATION_FAILURE), and
+  AssignReplicasToDirs and AlterPartition crashed on the zero topic id
+  (kio's None) instead of answering UNKNOWN_TOPIC_ID.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -233,5 +238,54 @@ def test_a_transaction_marker_for_no_producer_is_appended_and_ends_nothing(josef
         offsets = client.call(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 1, "topics": [
             {"name": "marked", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
         assert offsets.topics[0].partitions[0].offset == 1  # the marker, and no transaction left open
+    finally:
+        client.close()
+
+
+CONTROLLER_LISTENER = pytest.mark.josef_config(listeners="PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0")
+
+
+def controller_client(josef_broker) -> RawClient:
+    return RawClient(next(b.port for b in josef_broker.broker.bound if b.name == "CONTROLLER"))
+
+
+@CONTROLLER_LISTENER
+@pytest.mark.parametrize("principal", [b"\x00", b"\x00\x00\x05ab", b"\x00\x07"])
+def test_an_envelope_whose_principal_cannot_be_read_is_refused_as_kafka_refuses_it(josef_broker, caplog, principal):
+    """A principal too short to hold its version (or a bad string) raised struct.error out of the Envelope
+    handler: UNKNOWN_SERVER_ERROR and a traceback. Kafka answers PRINCIPAL_DESERIALIZATION_FAILURE."""
+    client = controller_client(josef_broker)
+    try:
+        with caplog.at_level(logging.ERROR):
+            response = client.call(ApiKey.ENVELOPE, 0, {"request_data": b"\x00" * 12, "request_principal": principal,
+                                                        "client_host_address": b"\x7f\x00\x00\x01"})
+        assert response.error_code == ErrorCode.principal_deserialization_failure
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        client.close()
+
+
+@CONTROLLER_LISTENER
+def test_the_zero_topic_id_names_no_topic_in_controller_requests(josef_broker, caplog):
+    """kio reads the zero UUID as None, which AssignReplicasToDirs and AlterPartition turned into text and
+    crashed on (UNKNOWN_SERVER_ERROR, a traceback): it names no topic, UNKNOWN_TOPIC_ID."""
+    broker = josef_broker.broker
+    epoch = broker.image.brokers[broker.node_id].epoch
+    client = controller_client(josef_broker)
+    try:
+        with caplog.at_level(logging.ERROR):
+            assigned = client.call(ApiKey.ASSIGN_REPLICAS_TO_DIRS, 0, {
+                "broker_id": broker.node_id, "broker_epoch": epoch, "directories": [
+                    {"id_": uuid.UUID(int=3), "topics": [{"topic_id": None, "partitions": [{"partition_index": 0}]}]}]})
+            altered = client.call(ApiKey.ALTER_PARTITION, 3, {
+                "broker_id": broker.node_id, "broker_epoch": epoch, "topics": [{"topic_id": None, "partitions": [
+                    {"partition_index": 0, "leader_epoch": 0, "new_isr_with_epochs": [], "leader_recovery_state": 0,
+                     "partition_epoch": 0}]}]})
+        assert assigned.error_code == ErrorCode.none
+        assert [p.error_code for d in assigned.directories for t in d.topics for p in t.partitions] == [
+            ErrorCode.unknown_topic_id]
+        assert altered.error_code == ErrorCode.none
+        assert [p.error_code for t in altered.topics for p in t.partitions] == [ErrorCode.unknown_topic_id]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         client.close()

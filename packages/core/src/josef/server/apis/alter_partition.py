@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from josef.metadata.controller import ControllerError, IsrChange
-from josef.metadata.records import uuid_to_text
+from josef.server.apis.common import id_text
 from josef.server.dispatch import RequestContext
 
 
@@ -23,7 +23,7 @@ def _new_isr(partition: Any) -> tuple[tuple[int, int], ...]:
 
 
 async def alter_partition(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    changes = [IsrChange(uuid_to_text(topic.topic_id), p.partition_index, p.leader_epoch, p.partition_epoch,
+    changes = [IsrChange(id_text(topic.topic_id), p.partition_index, p.leader_epoch, p.partition_epoch,
                          _new_isr(p), p.leader_recovery_state)
                for topic in request.topics for p in topic.partitions]
     try:

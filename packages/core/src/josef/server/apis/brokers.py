@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from josef.metadata.controller import ControllerError
 from josef.metadata.image import dir_to_text
-from josef.metadata.records import SECURITY_PROTOCOL_NAMES, Endpoint, uuid_to_text
+from josef.metadata.records import SECURITY_PROTOCOL_NAMES, Endpoint
+from josef.server.apis.common import id_text
 from josef.server.dispatch import RequestContext
 
 
@@ -25,7 +26,7 @@ async def broker_registration(ctx: RequestContext, request: Any) -> dict[str, An
     features = {f.name: (f.min_supported_version, f.max_supported_version) for f in request.features}
     try:
         epoch = await ctx.broker.controller.register_broker(
-            request.broker_id, uuid_to_text(request.incarnation_id), endpoints, request.rack, features,
+            request.broker_id, id_text(request.incarnation_id), endpoints, request.rack, features,
             getattr(request, "previous_broker_epoch", -1), [dir_to_text(d) for d in getattr(request, "log_dirs", ())])
     except ControllerError as exc:
         return {"throttle_time": 0, "error_code": exc.code, "broker_epoch": -1}
@@ -46,7 +47,7 @@ async def broker_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 async def assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Which log directory each of a broker's replicas is in (KIP-858); an error per partition, in request order."""
-    assignments = [(dir_to_text(d.id_), uuid_to_text(t.topic_id), p.partition_index)
+    assignments = [(dir_to_text(d.id_), id_text(t.topic_id), p.partition_index)
                    for d in request.directories for t in d.topics for p in t.partitions]
     try:
         codes = iter(await ctx.broker.controller.assign_replicas_to_dirs(

@@ -32,6 +32,12 @@ def error_of(exc: Exception) -> tuple[ErrorCode, str]:
     raise exc
 
 
+def id_text(value: uuid.UUID | None) -> str:
+    """A topic or incarnation id of a request as text. kio reads the zero UUID as None; Kafka's zero id names
+    nothing, so it is looked up as the zero id and found nowhere (UNKNOWN_TOPIC_ID), never a crash."""
+    return uuid_to_text(uuid.UUID(int=0) if value is None else value)
+
+
 def topic_name(ctx: RequestContext, topic: Any) -> str | None:
     """The name of a request's topic entry, which newer versions give as a topic id."""
     name = getattr(topic, "name", None) or getattr(topic, "topic", None)

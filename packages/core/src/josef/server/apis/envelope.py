@@ -53,11 +53,19 @@ def read_principal(data: bytes) -> KafkaPrincipal:
     return read_principal_data(data)[0]
 
 
+class PrincipalDeserializationError(ValueError):
+    """An Envelope's principal that cannot be read: PRINCIPAL_DESERIALIZATION_FAILURE, as Kafka answers."""
+
+
 def read_principal_data(data: bytes) -> tuple[KafkaPrincipal, bool]:
     """The principal of an Envelope, and whether it authenticated with a delegation token."""
-    if _VERSION.unpack_from(data, 0)[0] != 0:
-        raise ValueError("unknown principal serialisation version")
-    principal, _ = entity_reader(DefaultPrincipalData)(data, _VERSION.size)  # type: ignore[arg-type]
+    try:
+        version = _VERSION.unpack_from(data, 0)[0]
+        if version != 0:
+            raise ValueError(f"unknown principal serialisation version {version}")
+        principal, _ = entity_reader(DefaultPrincipalData)(data, _VERSION.size)  # type: ignore[arg-type]
+    except Exception as exc:  # short bytes, a bad string: whatever a forwarding broker (or anyone) sent
+        raise PrincipalDeserializationError(f"cannot read the envelope's principal: {exc}") from None
     return KafkaPrincipal(principal.type_, principal.name), bool(principal.token_authenticated)
 
 
@@ -73,6 +81,8 @@ async def envelope(ctx: RequestContext, request: Any) -> dict[str, Any]:
         principal, token_authenticated = (ANONYMOUS, False) if request.request_principal is None \
             else read_principal_data(request.request_principal)
         host = str(ipaddress.ip_address(request.client_host_address)) if request.client_host_address else ""
+    except PrincipalDeserializationError:
+        return {"response_data": None, "error_code": ErrorCode.principal_deserialization_failure}
     except ValueError:
         return {"response_data": None, "error_code": ErrorCode.invalid_request}
     try:
