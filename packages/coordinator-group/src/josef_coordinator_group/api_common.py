@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef_coordinator_group.group import GroupError
+from josef_coordinator_group.shard import ANSWERED
 
 if TYPE_CHECKING:
     from josef.server.dispatch import RequestContext
@@ -41,11 +42,13 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
                      *, settled: bool = True) -> T:
     """Run ``operation`` on the shard of ``group_id`` with its lock held; answer once what it saw is committed.
 
-    ``settled``: the answer waits until everything applied before it ends is
-    committed (its own records and the ones it may have read), within
-    ``offsets.commit.timeout.ms``, as Kafka's write operations do; the lock is
-    released meanwhile. JoinGroup and SyncGroup, answered by a waiter, do not
-    wait (Kafka completes their responses apart from the write).
+    ``settled``: an operation that appended nothing is answered only once
+    everything applied before it ended is committed (what it read), within
+    ``offsets.commit.timeout.ms``, as Kafka's write operations without records
+    are; the lock is released meanwhile. One that appended is answered by its
+    own write, one that was refused (:meth:`GroupShard.refused`) at once.
+    JoinGroup and SyncGroup, answered by a waiter, do not wait (Kafka
+    completes their responses apart from the write).
 
     Failures become a :class:`CoordinatorError` (or the operation's own
     :class:`GroupError`) whose code the handler returns: NOT_COORDINATOR /
@@ -56,9 +59,10 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
     context, shard = await coordinator.shard_for(group_id)
     async with context.lock:
         check_active(context)
+        appended = ANSWERED.set(False)
         try:
             result = await operation(shard)
-            if settled and context.active:
+            if settled and context.active and not ANSWERED.get():
                 await shard.wait(context.barrier())
             return result
         except (CoordinatorError, GroupError, anyio.get_cancelled_exc_class()):
@@ -66,6 +70,8 @@ async def with_shard(coordinator: GroupCoordinator, group_id: str, operation: Ca
         except Exception as exc:
             log.exception("group %r: request failed", group_id)
             raise CoordinatorError(ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            ANSWERED.reset(appended)
 
 
 def client_host(ctx: RequestContext) -> str:

@@ -66,7 +66,10 @@ class ConsumerGroupApis:
         topics: Topics = cluster_topics(ctx.services.image)
 
         async def operation(shard: GroupShard) -> HeartbeatResult:
-            return await shard.consumer_membership.heartbeat(hb, topics)
+            result = await shard.consumer_membership.heartbeat(hb, topics)
+            if result.error != ErrorCode.none:
+                shard.refused()
+            return result
 
         try:
             result = await with_shard(self.coordinator, hb.group_id, operation) if hb.group_id else \

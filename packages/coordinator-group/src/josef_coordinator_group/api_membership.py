@@ -112,7 +112,10 @@ class MembershipApis:
         instance_id = getattr(request, "group_instance_id", None)
 
         async def operation(shard: GroupShard) -> ErrorCode:
-            return shard.membership.heartbeat(group_id, request.member_id, instance_id, request.generation_id)
+            error = shard.membership.heartbeat(group_id, request.member_id, instance_id, request.generation_id)
+            if error not in (ErrorCode.none, ErrorCode.rebalance_in_progress):
+                shard.refused()
+            return error
 
         try:
             error = await with_shard(self.coordinator, group_id, operation)

@@ -90,6 +90,7 @@ async def commit_offsets(shard: GroupShard, image: MetadataImage, request: Commi
         else:
             group.validate_offset_commit(request.member_id, request.group_instance_id, request.generation_id)
     except GroupError as exc:
+        shard.refused()
         return {tp: exc.code for tp in everything}
     errors: PartitionErrors = {(topic, p[0]): ErrorCode.unknown_topic_or_partition
                                for topic, partitions in request.topics if topic not in image.topics for p in partitions}

@@ -98,6 +98,7 @@ async def commit_transactional_offsets(shard: GroupShard, request: TxnCommitRequ
     try:
         validate_txn_commit(shard, request)
     except GroupError as exc:
+        shard.refused()
         return {(topic, p[0]): exc.code for topic, partitions in request.topics for p in partitions}
     errors, _ = await write_offsets(shard, request.group_id, request.topics, producer_id=request.producer_id,
                                     producer_epoch=request.producer_epoch, verification=verification)

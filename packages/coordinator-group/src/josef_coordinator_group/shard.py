@@ -31,6 +31,7 @@ coordinator shards, and code after a write looks at the state again.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from typing import Any, Awaitable, Callable
@@ -69,6 +70,9 @@ from josef_coordinator_group.records import (
 log = logging.getLogger(__name__)
 
 EXPIRE_OFFSETS_TIMER = "expire-offsets"
+#: Whether the current request is answered by its own outcome: it appended records (its write answers it) or
+#: was refused (Kafka's operation throws); otherwise its answer waits for what it read to be committed.
+ANSWERED: contextvars.ContextVar[bool] = contextvars.ContextVar("josef_group_answered", default=False)
 
 
 class GroupShard:
@@ -216,8 +220,14 @@ class GroupShard:
     def append(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
                verification: object | None = None, atomic: bool = True) -> PendingWrite:
         """Apply and append ``records`` (see :meth:`josef.coordinator.runtime.ShardContext.append`); lock held."""
+        ANSWERED.set(True)
         return self.context.append(records, producer_id=producer_id, producer_epoch=producer_epoch,
                                    verification=verification, atomic=atomic)
+
+    @staticmethod
+    def refused() -> None:
+        """The current request is refused: it is answered at once, as a Kafka operation that throws."""
+        ANSWERED.set(True)
 
     async def write(self, records: Records, *, producer_id: int = -1, producer_epoch: int = -1,
                     verification: object | None = None, atomic: bool = True) -> None:
