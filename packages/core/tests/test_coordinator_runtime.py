@@ -1,4 +1,5 @@
-"""The coordinator runtime with a toy coordinator: shards load by replay, writes commit then apply, timers fire."""
+"""The coordinator runtime with toy coordinators: a shard of plugin API 1.0-1.1 (writes commit, then apply) and a
+timeline shard (writes apply at once, batched, rolled back if their append fails); loads, timers, unloads."""
 
 import anyio
 import pytest
@@ -6,6 +7,8 @@ from kio.schema.errors import ErrorCode
 
 from josef import hookimpl
 from josef.coordinator.hashing import java_string_hashcode, partition_for
+from josef.coordinator.runtime import CoordinatorError
+from josef.coordinator.timeline import TimelineDict
 from josef.plugins import get_plugin_manager
 from josef.node.runner import BrokerThread
 from josef.testing import RawClient, broker_overrides
@@ -166,3 +169,164 @@ def test_dropped_shards_are_told_after_their_timers_stop(broker):
         return context.active, context.shard.was_unloaded
 
     assert broker.call(main) == (False, True)
+
+
+# The timeline model (plugin API 1.2) --------------------------------------------------------------------------------
+
+
+class TimelineCounterShard:
+    """Counts per key in a timeline dict: applied as written, rolled back with a failed batch."""
+
+    timeline = True
+
+    def __init__(self, context):
+        self.context = context
+        self.counts = TimelineDict(context.snapshots)
+
+    def replay(self, key, value, offset):
+        if value is None:
+            self.counts.pop(key.decode(), None)
+        else:
+            self.counts[key.decode()] = int(value)
+
+    def loaded(self):
+        pass
+
+
+class TimelineToy(ToyCoordinator):
+    internal_topic = "__timeline_toy"
+    linger_ms = -1
+
+    def topic_settings(self):
+        return 1, 1, {"cleanup.policy": "compact"}
+
+    def append_linger_ms(self):
+        return self.linger_ms
+
+    def new_shard(self, context):
+        return TimelineCounterShard(context)
+
+
+class TimelinePlugin:
+    @staticmethod
+    @hookimpl
+    def register_coordinators(register):
+        register("timeline", TimelineToy)
+
+
+@pytest.fixture
+def timeline_broker(tmp_path):
+    pm = get_plugin_manager(plugins=[TimelinePlugin()], block=["coordinator-group", "coordinator-txn"])
+    thread = BrokerThread(broker_overrides(tmp_path), pm=pm)
+    thread.start()
+    yield thread
+    thread.stop()
+
+
+def timeline_toy(thread):
+    return thread.broker.coordinators.coordinators["timeline"]
+
+
+async def counts_at_committed(context):
+    return context.shard.counts.view(context.committed_offset)
+
+
+def test_writes_arriving_together_share_one_append(timeline_broker):
+    async def main():
+        context = await timeline_broker.broker.coordinators.shard_for(timeline_toy(timeline_broker), "k")
+        before = context.flushes
+
+        async def one(i):
+            async with context.lock:
+                pending = context.append([(f"k{i}".encode(), b"1")])
+                assert context.shard.counts[f"k{i}"] == 1  # applied at once, before it is committed
+                await context.wait(pending, 10)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+        return context.flushes - before, await counts_at_committed(context), context.partition.log.log_end_offset
+
+    flushes, counts, end = timeline_broker.call(main)
+    assert flushes == 1 and end == 20
+    assert counts == {f"k{i}": 1 for i in range(20)}
+
+
+def test_a_failed_append_rolls_the_shard_back_and_leaves_earlier_writes(timeline_broker):
+    async def write(context, key, value):
+        async with context.lock:
+            await context.wait(context.append([(key, value)]), 10)
+
+    async def main():
+        context = await timeline_broker.broker.coordinators.shard_for(timeline_toy(timeline_broker), "k")
+        await write(context, b"kept", b"1")
+        # One in-sync replica where two are required: the partition refuses the next append (acks=all's rule).
+        context.partition.topic_config["min.insync.replicas"] = 2
+        try:
+            await write(context, b"kept", b"2")
+        except CoordinatorError as exc:
+            failed = (exc.code, exc.cause)
+        else:
+            failed = None
+        context.partition.topic_config["min.insync.replicas"] = 1
+        state = (context.shard.counts.view(), await counts_at_committed(context), context.partition.log.log_end_offset,
+                 context.snapshots.epochs())
+        await write(context, b"after", b"3")
+        return failed, state, context.shard.counts.view()
+
+    failed, (latest, committed, end, epochs), after = timeline_broker.call(main)
+    assert failed == (ErrorCode.coordinator_not_available, ErrorCode.not_enough_replicas)
+    assert latest == committed == {"kept": 1} and end == 1 and epochs == [1]
+    assert after == {"kept": 1, "after": 3}
+
+
+def test_unloading_fails_the_writes_waiting_with_not_coordinator(timeline_broker):
+    async def main():
+        toy = timeline_toy(timeline_broker)
+        toy.linger_ms = 60_000  # the batch waits: nothing is appended before the shard is unloaded
+        context = await timeline_broker.broker.coordinators.shard_for(toy, "k")
+        async with context.lock:
+            pending = context.append([(b"k", b"1")])
+        timeline_broker.broker.coordinators.close()
+        with pytest.raises(CoordinatorError) as failed:
+            await context.wait(pending, 10)
+        return failed.value.code, context.active, context.partition.log.log_end_offset
+
+    assert timeline_broker.call(main) == (ErrorCode.not_coordinator, False, 0)
+
+
+def test_loading_a_large_partition_lets_the_broker_work_meanwhile(timeline_broker):
+    value = b"9" * 1000
+
+    async def fill():
+        context = await timeline_broker.broker.coordinators.shard_for(timeline_toy(timeline_broker), "k")
+        async with context.lock:
+            for start in range(0, 4000, 500):
+                await context.wait(context.append([(f"k{i}".encode(), value) for i in range(start, start + 500)]), 30)
+        return context.tp
+
+    tp = timeline_broker.call(fill)
+
+    async def reload():
+        runtime = timeline_broker.broker.coordinators
+        ticks = 0
+        done = anyio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.sleep(0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.sleep(0)
+            before = ticks
+            runtime.reload(tp)
+            context = await runtime.shard_for(timeline_toy(timeline_broker), "k")
+            done.set()
+        return ticks - before, len(context.shard.counts)
+
+    ticks, loaded = timeline_broker.call(reload)
+    assert loaded == 4000
+    assert ticks >= 4  # about 4 MB in 1 MiB chunks: the loop ran other tasks between them
