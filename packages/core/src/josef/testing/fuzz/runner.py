@@ -207,7 +207,8 @@ class Fuzzer:
     def __init__(self, target: targets.Target, *, versions: dict[int, tuple[int, int]] | None = None,
                  corpus: Sequence[bytes] = (), raw_share: float = 0.4, answer_timeout: float = 30.0,
                  check_every: int = 2000, rss_limit: int = 1 << 30, reset: bool = True, node_id: int = 1,
-                 batch: int = 10, chunk: int = 5000, healthy: Callable[[], str | None] | None = None,
+                 batch: int = 10, chunk: int = 5000, settle_timeout: float = 30.0,
+                 healthy: Callable[[], str | None] | None = None,
                  progress: Callable[[Report], None] | None = None) -> None:
         self.target = target
         self.versions = versions if versions is not None else targets.api_versions(target)
@@ -220,6 +221,7 @@ class Fuzzer:
         self.node_id = node_id
         self.batch = batch
         self.chunk = chunk
+        self.settle_timeout = settle_timeout
         self.healthy = healthy or (lambda: targets.health_problem(target))
         self.progress = progress
         self._sock: socket.socket | None = None
@@ -511,9 +513,10 @@ class Fuzzer:
             report.duration_s = time.monotonic() - report.started
             self.progress(report)
 
-    def _connections_settled(self, timeout: float = 30) -> list[str] | None:
-        """None once the listener holds no more connections than before fuzzing; else those it still holds."""
-        deadline = time.monotonic() + timeout
+    def _connections_settled(self) -> list[str] | None:
+        """None once the listener holds no more connections than before fuzzing (within ``settle_timeout``);
+        else those it still holds."""
+        deadline = time.monotonic() + self.settle_timeout
         while True:
             held = targets.connections(self.target)
             if len(held) <= self._baseline:
