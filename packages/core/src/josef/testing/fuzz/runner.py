@@ -15,9 +15,9 @@ Each input is one of:
 Every ``check_every`` inputs (and at the end) the fuzzer closes its
 connection and checks the broker: the process is alive; it logged no error
 or traceback; it still answers ApiVersions and a produce/fetch round trip;
-the connections on its listener come back to where they were before the
-fuzzer started; its RSS is under ``rss_limit``. What goes wrong becomes a
-:class:`Finding` in the :class:`Report`, with the input that showed it
+it holds no connection the fuzzer closed (half-closed, CLOSE_WAIT) and no
+more sockets outside every table than before; its RSS is under
+``rss_limit``. What goes wrong becomes a :class:`Finding` in the :class:`Report`, with the input that showed it
 (hex, and how it was made), rather than stopping the run, except a dead
 broker, which ends it.
 
@@ -238,7 +238,7 @@ class Fuzzer:
     def run(self, inputs: int, seed: int = 0) -> Report:
         self.report = report = Report(seed=seed)
         self._limit = inputs
-        self._baseline = len(targets.connections(self.target))
+        self._baseline = targets.sockets(self.target).orphans
         self._check()
         chunk = 0
         try:
@@ -501,8 +501,9 @@ class Fuzzer:
                 report.add("unhealthy", f"resetting the fuzzed state failed: {exc!r}", f"after {report.inputs} inputs")
         held = self._connections_settled()
         if held is not None:
-            report.add("leak", f"{len(held)} connections still open on the listener (before fuzzing: "
-                               f"{self._baseline})", f"after {report.inputs} inputs: {held[:20]}")
+            report.add("leak", f"{len(held.closed_by_peer())} connections closed by their client still open on the "
+                               f"listener; {held.orphans} sockets in no table (before fuzzing: {self._baseline})",
+                       f"after {report.inputs} inputs: {held.listener[:20]}")
         rss = targets.rss(self.target)
         report.rss.append((time.monotonic() - report.started, report.inputs, rss))
         if rss > self.rss_limit:
@@ -513,13 +514,13 @@ class Fuzzer:
             report.duration_s = time.monotonic() - report.started
             self.progress(report)
 
-    def _connections_settled(self) -> list[str] | None:
-        """None once the listener holds no more connections than before fuzzing (within ``settle_timeout``);
-        else those it still holds."""
+    def _connections_settled(self) -> targets.Sockets | None:
+        """None once the broker holds no connection its client closed and no more sockets outside every table
+        than before fuzzing (within ``settle_timeout``); else what it still holds."""
         deadline = time.monotonic() + self.settle_timeout
         while True:
-            held = targets.connections(self.target)
-            if len(held) <= self._baseline:
+            held = targets.sockets(self.target)
+            if not held.closed_by_peer() and held.orphans <= self._baseline:
                 return None
             if time.monotonic() > deadline:
                 return held

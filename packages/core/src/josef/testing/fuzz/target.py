@@ -6,14 +6,15 @@ server start``, as a user runs it) or a node of a
 :class:`josef.node.cluster.JosefCluster`. Between batches of inputs the
 fuzzer asks it:
 
-- :meth:`Target.alive`: the process still runs;
+- :func:`alive`: the process still runs;
 - :func:`health_problem`: it answers ApiVersions, and a record produced to
   its own topic is fetched back;
-- :meth:`Target.connections`: how many TCP connections its listener holds
-  open (from ``/proc/<pid>/fd`` and ``/proc/<pid>/net/tcp``: every socket
-  of the process whose local port is the listener's), which must come back
-  to where it was before the fuzzer connected;
-- :meth:`Target.rss`: its resident memory;
+- :func:`sockets`: the connections its listener holds (from
+  ``/proc/<pid>/fd`` and ``/proc/<pid>/net/tcp``): once the fuzzer closed
+  its connections, none may stay half-closed (CLOSE_WAIT: the client closed,
+  the broker did not), and no socket may be left that no table knows (a
+  reset connection whose descriptor was never closed);
+- :func:`rss`: its resident memory;
 - :meth:`Target.new_log_lines`: what it logged since the last call, which
   the fuzzer searches for errors and tracebacks.
 
@@ -35,6 +36,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
+import attrs
+
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
@@ -48,9 +51,15 @@ _READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
 _INTERNAL = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata", HEALTH_TOPIC, *FUZZ_TOPICS})
 
 
-class Target(Protocol):
+class Listener(Protocol):
+    """Where a broker listens."""
+
     host: str
     port: int
+
+
+class Target(Listener, Protocol):
+    """A broker process listening there."""
 
     @property
     def pid(self) -> int: ...
@@ -155,8 +164,27 @@ def rss(target: Target) -> int:
     return 0
 
 
-def connections(target: Target) -> list[str]:
-    """The TCP connections the process holds on its listener's port, as ``state remote-port`` strings."""
+_STATES = {"01": "ESTABLISHED", "08": "CLOSE_WAIT", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "0B": "CLOSING",
+           "09": "LAST_ACK", "06": "TIME_WAIT", "07": "CLOSE", "0A": "LISTEN"}
+
+
+@attrs.frozen
+class Sockets:
+    """What a process holds: its connections on the listener's port, and sockets no table knows any more."""
+
+    #: ``state remote-port`` of each connection on the listener's port (the listening socket excepted).
+    listener: list[str]
+    #: Socket descriptors in no TCP, UDP or Unix table: a connection reset under the broker, whose descriptor
+    #: it never closed.
+    orphans: int
+
+    def closed_by_peer(self) -> list[str]:
+        """Connections whose client closed its end and the broker did not: a leak, once things settle."""
+        return [c for c in self.listener if c.startswith("CLOSE_WAIT")]
+
+
+def sockets(target: Target) -> Sockets:
+    """The sockets of the process, from ``/proc/<pid>/fd`` and its network tables."""
     inodes = set()
     try:
         for fd in os.listdir(f"/proc/{target.pid}/fd"):
@@ -167,31 +195,25 @@ def connections(target: Target) -> list[str]:
             if link.startswith("socket:["):
                 inodes.add(link[8:-1])
     except FileNotFoundError:
-        return []
-    found = []
-    states = {"01": "ESTABLISHED", "08": "CLOSE_WAIT", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "0B": "CLOSING",
-              "09": "LAST_ACK", "06": "TIME_WAIT", "0A": "LISTEN"}
-    for table in ("tcp", "tcp6"):
+        return Sockets([], 0)
+    listener = []
+    known = set()
+    for table in ("tcp", "tcp6", "udp", "udp6", "unix"):
         try:
             with open(f"/proc/{target.pid}/net/{table}") as f:
                 next(f)
                 for line in f:
                     parts = line.split()
+                    if table == "unix":
+                        known.add(parts[6])
+                        continue
                     local, remote, state, inode = parts[1], parts[2], parts[3], parts[9]
+                    known.add(inode)
                     if inode in inodes and int(local.rsplit(":", 1)[1], 16) == target.port and state != "0A":
-                        found.append(f"{states.get(state, state)} {int(remote.rsplit(':', 1)[1], 16)}")
+                        listener.append(f"{_STATES.get(state, state)} {int(remote.rsplit(':', 1)[1], 16)}")
         except FileNotFoundError:
             continue
-    return found
-
-
-def socket_fds(target: Target) -> int:
-    """How many sockets the process has open, all kinds."""
-    try:
-        return sum(1 for fd in os.listdir(f"/proc/{target.pid}/fd")
-                   if os.readlink(f"/proc/{target.pid}/fd/{fd}").startswith("socket:"))
-    except (FileNotFoundError, OSError):
-        return -1
+    return Sockets(listener, len(inodes - known))
 
 
 # --------------------------------------------------------------------------- a small blocking client
@@ -200,7 +222,7 @@ def socket_fds(target: Target) -> int:
 class Client:
     """Requests as dicts over one socket, answers as kio objects: the fuzzer's own, well-behaved traffic."""
 
-    def __init__(self, target: Target, timeout: float = 30) -> None:
+    def __init__(self, target: Listener, timeout: float = 30) -> None:
         self.sock = socket.create_connection((target.host, target.port), timeout=timeout)
         self.correlation = 0
 
@@ -271,7 +293,10 @@ def health_problem(target: Target) -> str | None:
         return f"ApiVersions failed: {exc!r}"
     value = uuid.uuid4().bytes
     try:
-        with Client(target, timeout=30) as client:
+        leader = _leader(target, HEALTH_TOPIC)
+        if leader is None:
+            return f"{HEALTH_TOPIC} has no leader"
+        with Client(leader, timeout=30) as client:
             produced = client.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
                                                        "topic_data": [{"name": HEALTH_TOPIC, "partition_data": [
                                                            {"index": 0, "records": build_batch(
@@ -293,6 +318,23 @@ def health_problem(target: Target) -> str | None:
     except Exception as exc:
         return f"produce/fetch round trip failed: {exc!r}"
     return None
+
+
+@attrs.frozen
+class _Address:
+    host: str
+    port: int
+
+
+def _leader(target: Listener, topic: str) -> Listener | None:
+    """Where partition 0 of ``topic`` is led, as ``target``'s Metadata says (another node of a cluster)."""
+    with Client(target) as client:
+        metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                    "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+    partition = next((p for t in metadata.topics for p in t.partitions if p.partition_index == 0), None)
+    broker = next((b for b in metadata.brokers if partition is not None and b.node_id == partition.leader_id), None)
+    return None if broker is None else _Address(broker.host, broker.port)
 
 
 def reset_state(target: Target, node_id: int = 1) -> None:
