@@ -21,6 +21,9 @@
   traceback; Kafka answers PRINCIPAL_DESERIALIZATION_FAILURE), and
   AssignReplicasToDirs and AlterPartition crashed on the zero topic id
   (kio's None) instead of answering UNKNOWN_TOPIC_ID.
+- CreatePartitions (or CreateTopics) of 2**31-2 partitions: the controller
+  built that many records, the broker grew to 22 GB and was killed; Kafka
+  refuses an operation of more than 10,000 records (POLICY_VIOLATION).
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -287,5 +290,26 @@ def test_the_zero_topic_id_names_no_topic_in_controller_requests(josef_broker, c
         assert altered.error_code == ErrorCode.none
         assert [p.error_code for t in altered.topics for p in t.partitions] == [ErrorCode.unknown_topic_id]
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        client.close()
+
+
+def test_an_operation_of_more_records_than_kafka_writes_at_once_is_refused(josef_broker):
+    """CreatePartitions to 2**31-2 partitions made the controller build that many records: the broker took
+    22 GB and was killed. Kafka refuses more than 10,000 records per operation (POLICY_VIOLATION)."""
+    client = RawClient(josef_broker.port)
+    try:
+        created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "huge", "num_partitions": 2**31 - 1, "replication_factor": 1, "assignments": [], "configs": []},
+            {"name": "small", "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False})
+        assert [(t.name, t.error_code, t.error_message) for t in created.topics] == [
+            ("huge", ErrorCode.policy_violation, "Unable to perform excessively large batch operation."),
+            ("small", ErrorCode.none, None)]
+        grown = client.call(ApiKey.CREATE_PARTITIONS, 3, {"topics": [
+            {"name": "small", "count": 2**31 - 2, "assignments": None}, {"name": "small", "count": 3, "assignments": None}],
+            "timeout": 30_000, "validate_only": False})
+        assert [r.error_code for r in grown.results] == [ErrorCode.policy_violation, ErrorCode.none]
+        assert len(josef_broker.broker.image.topics["small"].partitions) == 3
     finally:
         client.close()

@@ -1,7 +1,9 @@
 """CreateTopics, DeleteTopics and CreatePartitions: requests the controller decides.
 
 CreateTopics is checked by the node's create-topic policy (:mod:`josef.policy`);
-CreatePartitions is not, as in Kafka's KRaft controller.
+CreatePartitions is not, as in Kafka's KRaft controller. Either is refused
+(POLICY_VIOLATION) when it would write more metadata records than Kafka's
+controller writes for one operation.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from josef.metadata.records import uuid_to_text
 from josef.server.apis.configs import topic_config_entries
 from josef.server.dispatch import RequestContext
 
+#: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: an operation that would write more metadata records than
+#: this is refused before anything is built (a CreatePartitions to 2**31-1 partitions once took all memory).
+MAX_RECORDS_PER_OPERATION = 10_000
+#: What Kafka answers such an operation (POLICY_VIOLATION).
+EXCESSIVE = "Unable to perform excessively large batch operation."
+
 
 async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     controller = ctx.broker.controller
@@ -22,6 +30,11 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "topic_id": None, "error_code": ErrorCode.none,
                                   "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
+        partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
+        if partitions >= MAX_RECORDS_PER_OPERATION:  # a topic record and one per partition
+            result.update(error_code=ErrorCode.policy_violation, error_message=EXCESSIVE)
+            topics.append(result)
+            continue
         try:
             created = await controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
@@ -64,6 +77,11 @@ async def create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none, "error_message": None}
         assignments = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+        existing = ctx.broker.image.topics.get(topic.name)
+        if existing is not None and topic.count - len(existing.partitions) > MAX_RECORDS_PER_OPERATION:
+            result.update(error_code=ErrorCode.policy_violation, error_message=EXCESSIVE)
+            results.append(result)
+            continue
         try:
             await ctx.broker.controller.create_partitions(topic.name, topic.count, assignments, request.validate_only)
         except ControllerError as exc:

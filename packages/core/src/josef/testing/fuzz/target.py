@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import socket
 import struct
 import subprocess
@@ -34,7 +35,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import attrs
 
@@ -73,11 +74,14 @@ class BrokerProcess:
 
     Only the listener (``port`` of 127.0.0.1, by default a free one) and the
     log directory are set; everything else is the default a user gets.
-    ``extra`` adds ``--override`` s. Stopped by its PID.
+    ``extra`` adds ``--override`` s. Stopped by its PID. Its address space
+    is capped at ``memory_limit`` bytes: a broker that an input makes
+    allocate without bound then fails on its own (a finding) rather than
+    taking the machine's memory from everything else on it.
     """
 
     def __init__(self, directory: Path, port: int = 0, extra: dict[str, str] | None = None,
-                 start_timeout: float = 60) -> None:
+                 start_timeout: float = 60, memory_limit: int | None = 8 << 30) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.host, self.port = "127.0.0.1", port
@@ -89,7 +93,8 @@ class BrokerProcess:
             args += ["--override", f"{key}={value}"]
         self._log = open(self.log_path, "w", encoding="utf-8")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.directory,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                                     preexec_fn=None if memory_limit is None else _limit_memory(memory_limit))
         self._read_at = 0
         deadline = time.monotonic() + start_timeout
         while not (ready := _READY.search(self.log_path.read_text(encoding="utf-8", errors="replace"))):
@@ -122,6 +127,12 @@ class BrokerProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def _limit_memory(limit: int) -> Callable[[], None]:
+    def limit_memory() -> None:  # in the child, before it runs python
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit_memory
 
 
 class ClusterNode:
