@@ -48,6 +48,7 @@ from josef.testing.fuzz import (
     Fuzzer,
     Report,
     api_versions,
+    cap_memory,
     capture_client_sessions,
     create_topics,
     health_problem,
@@ -93,6 +94,8 @@ def cluster(args: argparse.Namespace, base: Path) -> list[tuple[str, Report]]:
         create_topics(broker, [HEALTH_TOPIC], partitions=1, replicas=3)
         create_topics(broker, FUZZ_TOPICS, replicas=3)
         everyone = [ClusterNode(nodes.node(i)) for i in (1, 2, 3)]
+        for node in everyone:
+            cap_memory(node.pid)
 
         def healthy() -> str | None:
             for node in everyone:

@@ -33,6 +33,7 @@ from josef.testing.fuzz import (
     ClusterNode,
     Fuzzer,
     api_versions,
+    cap_memory,
     capture_client_sessions,
     create_topics,
     health_problem,
@@ -89,6 +90,8 @@ def test_fuzz_a_cluster_s_inter_broker_apis(josef_cluster):
     broker = ClusterNode(cluster.node(1))
     create_topics(broker, [HEALTH_TOPIC], partitions=1, replicas=3)
     nodes = [ClusterNode(cluster.node(i)) for i in (1, 2, 3)]
+    for node in nodes:
+        cap_memory(node.pid)
 
     def healthy() -> str | None:
         for node in nodes:

@@ -34,11 +34,12 @@ from josef.testing.fuzz.target import (
     BrokerProcess,
     ClusterNode,
     api_versions,
+    cap_memory,
     create_topics,
     health_problem,
     reset_state,
 )
 
-__all__ = ["FUZZ_TOPICS", "HEALTH_TOPIC", "BrokerProcess", "Capture", "ClusterNode", "Finding", "Fuzzer", "Input", "RawInput",
-           "RecordingProxy", "Report", "api_versions", "capture_client_sessions", "create_topics", "health_problem",
-           "mutated_traffic", "request_frames", "reset_state"]
+__all__ = ["FUZZ_TOPICS", "HEALTH_TOPIC", "BrokerProcess", "Capture", "ClusterNode", "Finding", "Fuzzer", "Input",
+           "RawInput", "RecordingProxy", "Report", "api_versions", "cap_memory", "capture_client_sessions",
+           "create_topics", "health_problem", "mutated_traffic", "request_frames", "reset_state"]

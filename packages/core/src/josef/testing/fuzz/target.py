@@ -129,6 +129,12 @@ class BrokerProcess:
         return self.proc.returncode
 
 
+def cap_memory(pid: int, limit: int = 8 << 30) -> None:
+    """Cap the address space of a running broker process (a cluster's node) at ``limit`` bytes, as
+    :class:`BrokerProcess` caps its own: a runaway allocation fails that broker, not the machine."""
+    resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+
+
 def _limit_memory(limit: int) -> Callable[[], None]:
     def limit_memory() -> None:  # in the child, before it runs python
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
