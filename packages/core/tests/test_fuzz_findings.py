@@ -24,6 +24,9 @@
 - CreatePartitions (or CreateTopics) of 2**31-2 partitions: the controller
   built that many records, the broker grew to 22 GB and was killed; Kafka
   refuses an operation of more than 10,000 records (POLICY_VIOLATION).
+- DescribeClientQuotas and AlterClientQuotas errors quoted every entity type
+  of the request: with thousands, a message longer than v0 strings hold,
+  and a response that could not be encoded.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -311,5 +314,26 @@ def test_an_operation_of_more_records_than_kafka_writes_at_once_is_refused(josef
             "timeout": 30_000, "validate_only": False})
         assert [r.error_code for r in grown.results] == [ErrorCode.policy_violation, ErrorCode.none]
         assert len(josef_broker.broker.image.topics["small"].partitions) == 3
+    finally:
+        client.close()
+
+
+def test_quota_errors_name_a_client_s_strings_briefly(josef_broker, caplog):
+    """A quota entity or filter repeating one type thousands of times was answered with an error message
+    listing them all, longer than v0's strings hold: the response could not be encoded."""
+    client = RawClient(josef_broker.port)
+    try:
+        with caplog.at_level(logging.ERROR):
+            described = client.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, {"strict": False, "components": [
+                {"entity_type": "user", "match_type": 1, "match": None}] * 5000})
+            altered = client.call(ApiKey.ALTER_CLIENT_QUOTAS, 0, {"validate_only": False, "entries": [
+                {"entity": [{"entity_type": "user", "entity_name": "u"}] * 5000,
+                 "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]},
+                {"entity": [{"entity_type": "x" * 30_000, "entity_name": "u"}], "ops": []}]})
+        assert (described.error_code, described.error_message) == (
+            ErrorCode.invalid_request, "duplicate entity type in the filter: 'user'")
+        assert [(e.error_code, len(e.error_message) < 200) for e in altered.entries] == [
+            (ErrorCode.invalid_request, True), (ErrorCode.invalid_request, True)]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         client.close()

@@ -37,6 +37,17 @@ class Component:
     match: str | None = None
 
 
+def _first_duplicate(values: list[str]) -> str:
+    seen: set[str] = set()
+    return next(v for v in values if v in seen or seen.add(v))  # type: ignore[func-returns-value]
+
+
+def _shown(value: str, limit: int = 100) -> str:
+    """A client's string in an error message, cut short: the message goes back in a response whose strings
+    (before flexible versions) hold 32,767 bytes at most, and a request may name thousands of them."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
 def check_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     """The entity as stored (sorted pairs), or :class:`QuotaError` for an invalid combination."""
     entity = tuple(sorted(pairs))
@@ -44,10 +55,10 @@ def check_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     if not types:
         raise QuotaError("a client quota entity needs at least one entity type")
     if len(set(types)) != len(types):
-        raise QuotaError(f"duplicate entity type in {types}")
+        raise QuotaError(f"duplicate entity type {_shown(_first_duplicate(types))}")
     unknown = set(types) - {USER, CLIENT_ID, IP}
     if unknown:
-        raise QuotaError(f"unknown entity type {sorted(unknown)[0]!r}; expected user, client-id or ip")
+        raise QuotaError(f"unknown entity type {_shown(sorted(unknown)[0])}; expected user, client-id or ip")
     if IP in types and len(types) > 1:
         raise QuotaError("an ip quota entity cannot be combined with user or client-id")
     return entity
@@ -57,7 +68,8 @@ def check_op(entity: QuotaEntity, key: str, value: float, remove: bool) -> None:
     """:class:`QuotaError` unless ``key`` applies to ``entity`` and, when setting it, ``value`` fits it."""
     keys = IP_KEYS if entity[0][0] == IP else CLIENT_KEYS
     if key not in keys:
-        raise QuotaError(f"{key!r} is not a quota key of {'ip' if keys is IP_KEYS else 'user/client-id'} entities")
+        kind = "ip" if keys is IP_KEYS else "user/client-id"
+        raise QuotaError(f"{_shown(key)} is not a quota key of {kind} entities")
     if not remove and keys[key] and abs(value - round(value)) > 1e-6:
         raise QuotaError(f"{key} must be a whole number, got {value}")
 
@@ -66,12 +78,12 @@ def check_filter(components: Iterable[Component]) -> list[Component]:
     components = list(components)
     types = [c.entity_type for c in components]
     if len(set(types)) != len(types):
-        raise QuotaError(f"duplicate entity type in the filter: {types}")
+        raise QuotaError(f"duplicate entity type in the filter: {_shown(_first_duplicate(types))}")
     for c in components:
         if c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
             raise QuotaError(f"unknown match type {c.match_type}")
         if c.match_type == MATCH_EXACT and c.match is None:
-            raise QuotaError(f"an exact match of {c.entity_type} needs a name")
+            raise QuotaError(f"an exact match of {_shown(c.entity_type)} needs a name")
     return components
 
 
