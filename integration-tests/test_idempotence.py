@@ -14,6 +14,7 @@ import asyncio
 import io
 import socket
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -130,7 +131,10 @@ def leader_of(brokers, topic: str) -> Raw:
 
 
 def batch(producer_id: int, epoch: int, sequence: int, count: int = 1, value_size: int = 10) -> bytes:
-    records = [(None, f"{sequence + i:0{value_size}d}".encode(), 1000 + i) for i in range(count)]
+    """Stamped now, as a client stamps its records: a producer whose last batch is older than
+    producer.id.expiration.ms (a day) is forgotten, as Kafka forgets it."""
+    now = int(time.time() * 1000)
+    records = [(None, f"{sequence + i:0{value_size}d}".encode(), now + i) for i in range(count)]
     return build_batch(records, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
 
 
