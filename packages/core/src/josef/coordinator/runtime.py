@@ -86,9 +86,7 @@ log = logging.getLogger(__name__)
 Records = Sequence[tuple[bytes, bytes | None]]
 #: How much of the log a load replays before it lets the broker's other work run.
 LOAD_CHUNK_BYTES = 1024 * 1024
-#: ``append.linger.ms`` of -1: flush the batch once the shard has been quiet for this many turns of the event loop...
-ADAPTIVE_QUIET_TURNS = 2
-#: ...and at the latest after this many (a steady stream of writes still goes out).
+#: ``append.linger.ms`` of -1: a batch waits for the operations queued when it opened, at most this many loop turns.
 ADAPTIVE_MAX_TURNS = 64
 #: A batch's bytes beyond its records (Kafka's record batch header).
 BATCH_OVERHEAD = 61
@@ -286,7 +284,7 @@ class ShardContext:
         self.tp = tp
         self.partition = partition
         #: Held while a request or timer works on the shard's state (never across a wait for replication).
-        self.lock = anyio.Lock()
+        self.lock = ShardLock()
         self.shard: CoordinatorShard | None = None
         self.active = True
         #: The snapshots of the shard's timeline state (:mod:`josef.coordinator.timeline`).
@@ -477,23 +475,27 @@ class ShardContext:
         return batch
 
     async def _linger(self, batch: _Batch, linger_ms: int) -> None:
-        """Flush ``batch`` after ``linger_ms``, or (-1) once no write has joined it for a few turns of the loop.
+        """Flush ``batch`` after ``linger_ms``, or (-1) once the operations queued on the shard when it opened are done.
 
-        The adaptive mode is Kafka 4.2's: the batch goes out once the
-        operations already queued have run, so a lone write waits only for
-        the loop to come round and a burst of writes shares one append.
+        The adaptive mode is Kafka 4.2's: the flush goes to the end of the
+        shard's queue of operations, so a lone write waits only for the loop
+        to come round and a burst of writes shares one append. Here the queue
+        is the shard's lock (those holding it and waiting for it when the
+        batch opened); a shard without ``timeline`` (whose writers hold the
+        lock while they wait) flushes once the loop has come round.
         """
         if linger_ms > 0:
             await anyio.sleep(linger_ms / 1000)
         else:
-            quiet = turns = 0
-            size = len(batch.records)
-            while quiet < ADAPTIVE_QUIET_TURNS and turns < ADAPTIVE_MAX_TURNS and self._batch is batch:
+            lock = self.lock
+            stats = lock.statistics()
+            queued = lock.releases + stats.tasks_waiting + (1 if stats.locked else 0) if self._timeline else 0
+            for _ in range(ADAPTIVE_MAX_TURNS):
                 await anyio.lowlevel.checkpoint()
-                turns += 1
-                waiting = self.lock.statistics().tasks_waiting if self._timeline else 0
-                quiet = quiet + 1 if len(batch.records) == size and not waiting else 0
-                size = len(batch.records)
+                if self._batch is not batch or lock.releases >= queued or not self._timeline:
+                    break
+                if not lock.locked() and not lock.statistics().tasks_waiting:
+                    break
         if self._batch is batch:
             self._flush()
 
@@ -695,7 +697,36 @@ class _OutOfSync(Exception):
         self.expected = expected
 
 
-def _holds(lock: anyio.Lock) -> bool:
+class ShardLock:
+    """A shard's lock (an :class:`anyio.Lock`) that also counts its releases: the operations done on the shard."""
+
+    __slots__ = ("_lock", "releases")
+
+    def __init__(self) -> None:
+        self._lock = anyio.Lock()
+        self.releases = 0
+
+    async def acquire(self) -> None:
+        await self._lock.acquire()
+
+    def release(self) -> None:
+        self._lock.release()
+        self.releases += 1
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def statistics(self) -> anyio.LockStatistics:
+        return self._lock.statistics()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holds(lock: Any) -> bool:
     owner = lock.statistics().owner
     return owner is not None and owner.id == anyio.get_current_task().id
 
