@@ -7,10 +7,13 @@ confluent-kafka produce, transaction, consume and group session, and a
 kafka-python admin session), then runs :class:`josef.testing.fuzz.Fuzzer`:
 requests drawn from kio's schemas for every API and version the broker
 advertises, valid and broken, and byte mutations of the captured frames.
-Every ``--check-every`` inputs the broker is checked (alive, no error
-logged, ApiVersions and a produce/fetch round trip, the listener's
-connections back to where they were, RSS under ``--rss-limit-mb``) and the
-state fuzzed admin requests left is undone.
+``--workers`` fuzzers (separate processes, seeds and connections) run side
+by side, so that drawing inputs and the broker's work overlap. Every
+``--check-every`` inputs of each, the broker is checked (alive, no error
+logged, ApiVersions and a produce/fetch round trip, no connection left
+half-closed or socket leaked, RSS under ``--rss-limit-mb``) and the state
+fuzzed admin requests left is undone. The broker's address space is capped
+at 8 GB, so a runaway allocation fails it alone.
 
 With ``--cluster-inputs N`` it also starts a 3-node cluster (combined
 roles) and sends N inputs to node 1's controller listener (the Raft and
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import sys
 import tempfile
@@ -47,6 +51,7 @@ from josef.testing.fuzz import (
     ClusterNode,
     Fuzzer,
     Report,
+    RunningBroker,
     api_versions,
     cap_memory,
     capture_client_sessions,
@@ -74,10 +79,18 @@ def single_node(args: argparse.Namespace, base: Path) -> Report:
         print(f"captured {len(capture.frames)} request frames of real clients", flush=True)
         for error in capture.errors:
             print(f"  a client session step failed: {error}", flush=True)
-        fuzzer = Fuzzer(broker, corpus=capture.frames, raw_share=args.raw_share, check_every=args.check_every,
-                        rss_limit=args.rss_limit_mb << 20, answer_timeout=args.answer_timeout,
-                        progress=progress("single node"))
-        report = fuzzer.run(args.inputs, seed=args.seed)
+        shares = [args.inputs // args.workers + (i < args.inputs % args.workers) for i in range(args.workers)]
+        jobs = [(broker.running().from_now(), capture.frames, args, n, args.seed * 1000 + i, i)
+                for i, n in enumerate(shares)]
+        if args.workers == 1:
+            reports = [fuzz_worker(*jobs[0])]
+        else:
+            with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+                reports = pool.starmap(fuzz_worker, jobs)
+        report = reports[0]
+        for other in reports[1:]:
+            report.merge(other)
+        report.seed = args.seed
         for error in capture.errors:
             report.add("client session failed", error, "capturing client traffic before fuzzing")
     finally:
@@ -85,6 +98,16 @@ def single_node(args: argparse.Namespace, base: Path) -> Report:
     if status not in (0, None):
         report.add("crash", f"the broker exited with status {status} after SIGTERM", "")
     return report
+
+
+def fuzz_worker(target: RunningBroker, corpus: list[bytes], args: argparse.Namespace, inputs: int, seed: int,
+                index: int) -> Report:
+    """One fuzzer of ``inputs`` inputs (in its own process when there are several): worker 0 reports the
+    errors the broker logs."""
+    fuzzer = Fuzzer(target, corpus=corpus, raw_share=args.raw_share, check_every=args.check_every,
+                    rss_limit=args.rss_limit_mb << 20, answer_timeout=args.answer_timeout, log_errors=index == 0,
+                    progress=progress(f"single node, fuzzer {index}"))
+    return fuzzer.run(inputs, seed=seed)
 
 
 def cluster(args: argparse.Namespace, base: Path) -> list[tuple[str, Report]]:
@@ -125,6 +148,7 @@ def main() -> int:
     parser.add_argument("--check-every", type=int, default=5000)
     parser.add_argument("--rss-limit-mb", type=int, default=1024)
     parser.add_argument("--answer-timeout", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=2, help="fuzzers side by side on the single node")
     parser.add_argument("--cluster-inputs", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -26,7 +26,8 @@
   refuses an operation of more than 10,000 records (POLICY_VIOLATION).
 - DescribeClientQuotas and AlterClientQuotas errors quoted every entity type
   of the request: with thousands, a message longer than v0 strings hold,
-  and a response that could not be encoded.
+  and a response that could not be encoded; an entity naming a type twice,
+  once as the default, failed sorting None against a name.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -334,6 +335,22 @@ def test_quota_errors_name_a_client_s_strings_briefly(josef_broker, caplog):
             ErrorCode.invalid_request, "duplicate entity type in the filter: 'user'")
         assert [(e.error_code, len(e.error_message) < 200) for e in altered.entries] == [
             (ErrorCode.invalid_request, True), (ErrorCode.invalid_request, True)]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        client.close()
+
+
+def test_a_quota_entity_naming_a_type_twice_with_a_default_is_refused(josef_broker, caplog):
+    """user (default) and user "u" in one entity: sorting its pairs compared None with a name and raised
+    TypeError (UNKNOWN_SERVER_ERROR); the duplicate type is refused first."""
+    client = RawClient(josef_broker.port)
+    try:
+        with caplog.at_level(logging.ERROR):
+            altered = client.call(ApiKey.ALTER_CLIENT_QUOTAS, 0, {"validate_only": False, "entries": [
+                {"entity": [{"entity_type": "user", "entity_name": None}, {"entity_type": "user", "entity_name": "u"}],
+                 "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]}]})
+        assert [(e.error_code, e.error_message) for e in altered.entries] == [
+            (ErrorCode.invalid_request, "duplicate entity type 'user'")]
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         client.close()

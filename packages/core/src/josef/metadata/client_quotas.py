@@ -50,12 +50,13 @@ def _shown(value: str, limit: int = 100) -> str:
 
 def check_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     """The entity as stored (sorted pairs), or :class:`QuotaError` for an invalid combination."""
-    entity = tuple(sorted(pairs))
-    types = [t for t, _ in entity]
+    pairs = list(pairs)
+    types = [t for t, _ in pairs]
     if not types:
         raise QuotaError("a client quota entity needs at least one entity type")
-    if len(set(types)) != len(types):
+    if len(set(types)) != len(types):  # (before sorting, which would compare a default entity's None name)
         raise QuotaError(f"duplicate entity type {_shown(_first_duplicate(types))}")
+    entity = tuple(sorted(pairs))
     unknown = set(types) - {USER, CLIENT_ID, IP}
     if unknown:
         raise QuotaError(f"unknown entity type {_shown(sorted(unknown)[0])}; expected user, client-id or ip")

@@ -33,6 +33,7 @@ from josef.testing.fuzz.target import (
     HEALTH_TOPIC,
     BrokerProcess,
     ClusterNode,
+    RunningBroker,
     api_versions,
     cap_memory,
     create_topics,
@@ -41,5 +42,5 @@ from josef.testing.fuzz.target import (
 )
 
 __all__ = ["FUZZ_TOPICS", "HEALTH_TOPIC", "BrokerProcess", "Capture", "ClusterNode", "Finding", "Fuzzer", "Input",
-           "RawInput", "RecordingProxy", "Report", "api_versions", "cap_memory", "capture_client_sessions",
+           "RawInput", "RecordingProxy", "Report", "RunningBroker", "api_versions", "cap_memory", "capture_client_sessions",
            "create_topics", "health_problem", "mutated_traffic", "request_frames", "reset_state"]

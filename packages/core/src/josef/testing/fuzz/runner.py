@@ -89,7 +89,7 @@ class Report:
     inputs: int = 0
     started: float = attrs.field(factory=time.monotonic)
     duration_s: float = 0.0
-    by_api: dict[str, ApiStats] = attrs.field(factory=lambda: collections.defaultdict(ApiStats))
+    by_api: dict[str, ApiStats] = attrs.field(factory=dict)
     by_kind: collections.Counter[str] = attrs.field(factory=collections.Counter)
     findings: dict[tuple[str, str], Finding] = attrs.field(factory=dict)
     #: (seconds since the start, inputs sent, broker RSS in bytes), at every check.
@@ -99,6 +99,31 @@ class Report:
     crashed: bool = False
     #: The slowest inputs: (seconds, what it was).
     slowest: list[tuple[float, str]] = attrs.field(factory=list)
+
+    def api(self, name: str) -> ApiStats:
+        found = self.by_api.get(name)
+        if found is None:
+            found = self.by_api[name] = ApiStats()
+        return found
+
+    def merge(self, other: Report) -> None:
+        """Add ``other``'s counts, findings and samples to this report (fuzzers run side by side)."""
+        self.inputs += other.inputs
+        self.duration_s = max(self.duration_s, other.duration_s)
+        self.checks += other.checks
+        self.crashed = self.crashed or other.crashed
+        self.by_kind.update(other.by_kind)
+        for name, stats in other.by_api.items():
+            mine = self.api(name)
+            for field in attrs.fields(ApiStats):
+                setattr(mine, field.name, getattr(mine, field.name) + getattr(stats, field.name))
+        for key, finding in other.findings.items():
+            if key in self.findings:
+                self.findings[key].count += finding.count
+            else:
+                self.findings[key] = finding
+        self.rss = sorted(self.rss + other.rss)
+        self.slowest = sorted(self.slowest + other.slowest, reverse=True)[:10]
 
     def add(self, category: str, summary: str, example: str) -> None:
         key = (category, _NUMBERS.sub("N", summary)[:200])
@@ -201,13 +226,16 @@ class Fuzzer:
     request frames to mutate (none: only drawn requests). ``raw_share`` of
     the inputs are mutations of the corpus. With ``reset``, the state fuzzed
     admin requests leave is undone at every check
-    (:func:`josef.testing.fuzz.target.reset_state`).
+    (:func:`josef.testing.fuzz.target.reset_state`). Several fuzzers may
+    run side by side on one broker (each its own process, seed and
+    connections; :meth:`Report.merge` adds their reports up); all but one
+    then leave the broker's errors to that one (``log_errors=False``).
     """
 
     def __init__(self, target: targets.Target, *, versions: dict[int, tuple[int, int]] | None = None,
                  corpus: Sequence[bytes] = (), raw_share: float = 0.4, answer_timeout: float = 30.0,
                  check_every: int = 2000, rss_limit: int = 1 << 30, reset: bool = True, node_id: int = 1,
-                 batch: int = 10, chunk: int = 5000, settle_timeout: float = 30.0,
+                 batch: int = 10, chunk: int = 5000, settle_timeout: float = 30.0, log_errors: bool = True,
                  healthy: Callable[[], str | None] | None = None,
                  progress: Callable[[Report], None] | None = None) -> None:
         self.target = target
@@ -222,6 +250,7 @@ class Fuzzer:
         self.batch = batch
         self.chunk = chunk
         self.settle_timeout = settle_timeout
+        self.log_errors = log_errors
         self.healthy = healthy or (lambda: targets.health_problem(target))
         self.progress = progress
         self._sock: socket.socket | None = None
@@ -321,7 +350,7 @@ class Fuzzer:
             self._sock = None
 
     def _structured(self, item: Input) -> ApiStats:
-        stats = self.report.by_api[_api_name(item.api_key)]
+        stats = self.report.api(_api_name(item.api_key))
         stats.inputs += 1
         probe_id = item.correlation_id + 1 if item.correlation_id < 2**31 - 1 else 0
         probe = encode_request(ApiKey.API_VERSIONS, 0, probe_id, b"fuzz-probe", {})
@@ -428,7 +457,7 @@ class Fuzzer:
             asked[header.correlation_id].append((header.api_key, header.api_version))
             if first == "raw":
                 first = f"raw {_api_name(header.api_key)}"
-        stats = self.report.by_api[first]
+        stats = self.report.api(first)
         stats.inputs += 1
         example = self._last_example = _example(item.data, item.how)
         buffer = b""
@@ -530,7 +559,8 @@ class Fuzzer:
         lines = self.target.new_log_lines()
         for record in _records(lines):
             first = record[0]
-            if _ERROR_LINE.search(first) or any(line.startswith("Traceback") for line in record[1:]):
+            if self.log_errors and (_ERROR_LINE.search(first)
+                                    or any(line.startswith("Traceback") for line in record[1:])):
                 summary = re.sub(r"^\[[^\]]*\]\s*", "", first)[:300]
                 if len(record) > 1:  # the exception itself, where a traceback ends
                     summary += f" | {record[-1].strip()[:200]}"

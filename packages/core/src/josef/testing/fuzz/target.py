@@ -95,7 +95,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.directory,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
                                      preexec_fn=None if memory_limit is None else _limit_memory(memory_limit))
-        self._read_at = 0
+        self._running: RunningBroker | None = None
         deadline = time.monotonic() + start_timeout
         while not (ready := _READY.search(self.log_path.read_text(encoding="utf-8", errors="replace"))):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -109,12 +109,13 @@ class BrokerProcess:
         return self.proc.pid
 
     def new_log_lines(self) -> list[str]:
-        with open(self.log_path, encoding="utf-8", errors="replace") as log:
-            log.seek(self._read_at)
-            text = log.read()
-        end = text.rfind("\n") + 1  # a line still being written is read next time
-        self._read_at += len(text[:end].encode("utf-8", errors="replace"))
-        return text[:end].splitlines()
+        return self.running().new_log_lines() if self._running is None else self._running.new_log_lines()
+
+    def running(self) -> RunningBroker:
+        """This broker as a :class:`RunningBroker`, which another process (a second fuzzer) can be given."""
+        if self._running is None:
+            self._running = RunningBroker(self.host, self.port, self.pid, self.log_path)
+        return self._running
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; the exit status."""
@@ -127,6 +128,29 @@ class BrokerProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+@attrs.define
+class RunningBroker:
+    """A broker process by its address, PID and log file: a :class:`Target` that can be pickled to another process."""
+
+    host: str
+    port: int
+    pid: int
+    log_path: Path
+    _read_at: int = 0
+
+    def new_log_lines(self) -> list[str]:
+        with open(self.log_path, "rb") as log:
+            log.seek(self._read_at)
+            data = log.read()
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self._read_at += end
+        return data[:end].decode("utf-8", errors="replace").splitlines()
+
+    def from_now(self) -> RunningBroker:
+        """The same broker, its log read from what it writes next."""
+        return RunningBroker(self.host, self.port, self.pid, self.log_path, self.log_path.stat().st_size)
 
 
 def cap_memory(pid: int, limit: int = 8 << 30) -> None:
