@@ -97,6 +97,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.testing.coordinator": "*",
     "josef.testing.oauth": "*",
     "josef.testing.tls": "*",
+    "josef.testing.faults": "*",
+    "josef.testing.history": "*",
+    "josef.testing.workload": "*",
 }
 
 
