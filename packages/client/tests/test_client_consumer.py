@@ -41,6 +41,7 @@ from josef_client.consumer import (
     OffsetAndMetadata,
     OffsetOutOfRangeError,
 )
+from josef_client.producer import AsyncProducer
 from josef_client.records import FetchedPartition
 
 TP = TopicPartition("t", 0)
@@ -250,6 +251,31 @@ def test_latest_reset_sees_only_new_records(josef_broker):
             await produce(josef_broker.bootstrap_servers, TP, batch_of(10, 5))
             records = await consume(c, 5)
             assert [r.offset for r in records] == [10, 11, 12, 13, 14]
+
+    run(main())
+
+
+def test_a_fetch_that_brings_only_a_transaction_marker_is_followed_by_the_next_fetch(josef_broker):
+    """The marker moves the position without a record to return; the partition must be fetched again at once,
+    not when something else wakes the fetcher (a group member whose partitions all stopped at markers stalled)."""
+    async def main():
+        bootstrap = josef_broker.bootstrap_servers
+        await create_topic(bootstrap, TP.topic)
+        async with consumer(josef_broker) as c, AsyncProducer(bootstrap_servers=bootstrap,
+                                                               transactional_id="marker") as producer:
+            c.assign([TP])
+            await producer.init_transactions()
+            producer.begin_transaction()
+            await (await producer.send(TP.topic, b"in-txn", partition=TP.partition))
+            assert values(await consume(c, 1)) == [b"in-txn"]  # read_uncommitted: before the marker exists
+            await producer.commit_transaction()  # the commit marker, at offset 1
+            deadline = asyncio.get_running_loop().time() + 20
+            while c.highwater(TP) != 2:  # fetched while nobody polls, as between an application's polls
+                assert asyncio.get_running_loop().time() < deadline, "the marker was never fetched"
+                await asyncio.sleep(0.01)
+            assert await c.poll(timeout_ms=100) == {} and await c.position(TP) == 2  # the marker alone
+            await produce(bootstrap, TP, batch_of(0, 1))
+            assert values(await consume(c, 1, timeout_s=10)) == [b"v0"]
 
     run(main())
 

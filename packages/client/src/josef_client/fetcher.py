@@ -176,6 +176,7 @@ class Fetcher:
         states = self.subscriptions.states
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
+        drained = False
         pending, self._buffer = self._buffer, collections.deque()
         try:
             while pending:
@@ -199,10 +200,13 @@ class Fetcher:
                     taken += len(records)
                 if fp.exhausted:
                     pending.popleft()
+                    drained = True
                 else:
                     self._buffer.append(pending.popleft())
         finally:
             self._buffer.extend(pending)
+        if drained:  # fetchable again, even when all it held was control or aborted batches (no record to return)
+            self.wake()
         return out
 
     # The loop ----------------------------------------------------------------------------
