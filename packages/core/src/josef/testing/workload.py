@@ -644,13 +644,17 @@ class _Consumer(_Worker):
         self.group = group
         self.settings = _consumer_settings(isolation, group or f"josef-reader-{uuid.uuid4().hex[:12]}", settings)
         self.poll_errors = 0
+        self.last_poll_error = ""
 
     def _poll(self, consumer: ConsumerClient) -> list[Record]:
         try:
             records = consumer.poll(500, 0.2)
         except Exception as exc:
             self.poll_errors += 1
-            log.info("consumer %s: poll failed: %s", self.name, self.client.classify(exc).text)
+            text = self.client.classify(exc).text
+            if text != self.last_poll_error:  # each new error once, with its traceback: a stuck consumer shows
+                self.last_poll_error = text
+                log.warning("consumer %s: poll failed (trying again): %s", self.name, text, exc_info=exc)
             self._stop.wait(0.2)
             return []
         for r in records:
