@@ -13,9 +13,7 @@ import threading
 import pytest
 
 
-@pytest.mark.parametrize("client", ["confluent", pytest.param("josef", marks=pytest.mark.xfail(
-    strict=False, reason="issue 23, open: in one split-layout run josef's consumers committed past 143 records of a "
-                         "partition they never read (the checker's group-missed); under investigation"))])
+@pytest.mark.parametrize("client", ["confluent", "josef"])
 def test_a_group_keeps_consuming_through_a_killed_coordinator_a_frozen_node_and_a_restart(scenario, client):
     if client == "josef":
         from josef_client.workload import JosefClient
