@@ -61,8 +61,9 @@ from josef.testing.history import (
 )
 
 __all__ = [
-    "Client", "ConfluentClient", "Failure", "Group", "Producers", "Readers", "Record", "Transactions", "Workload",
-    "create_topic", "final_read", "group_offsets",
+    "Client", "ConfluentClient", "ConsumerClient", "Delivery", "Failure", "Group", "ProducerClient", "Producers",
+    "Readers", "Rebalance", "Record", "Transactions", "Workload", "create_topic", "final_read", "group_offsets",
+    "resolve_client",
 ]
 
 log = logging.getLogger(__name__)
