@@ -596,7 +596,13 @@ class _TransactionalProducer(_Sender):
             return self._abort(producer, txn, values)
         if self.random.random() < self.spec.abort_ratio:
             return self._abort(producer, txn, values)
-        for attempt in range(COMMIT_ATTEMPTS):
+        return self._commit(producer, txn, values)
+
+    def _commit(self, producer: ProducerClient, txn: str, values: list[str]) -> ProducerClient | None:
+        """Commit, trying a retriable failure again (COMMIT_ATTEMPTS in all, within the drain); an outcome it
+        cannot learn is unknown, and the producer is replaced (its successor's init settles the transaction)."""
+        attempt = 1
+        while True:
             try:
                 producer.commit_transaction(self._call_timeout())
             except Exception as exc:
@@ -604,14 +610,14 @@ class _TransactionalProducer(_Sender):
                 if failure.abortable:  # refused before it could commit: abort and go on
                     self.history.txn_commit(self.process, txn, values, FAILED, failure.text)
                     return self._abort(producer, txn, values)
-                if (failure.retriable and not failure.fatal and attempt + 1 < COMMIT_ATTEMPTS
+                if (failure.retriable and not failure.fatal and attempt < COMMIT_ATTEMPTS
                         and time.monotonic() < self.workload.drain_deadline):
+                    attempt += 1
                     continue
                 self.history.txn_commit(self.process, txn, values, UNKNOWN, failure.text)
                 return self._replace(producer, f"commit of {txn} unknown: {failure.text}")
             self.history.txn_commit(self.process, txn, values, OK)
             return producer
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _call_timeout(self) -> float:
         """CALL_TIMEOUT_S, or less once the drain has begun, so that the drain ends by its deadline."""
