@@ -27,7 +27,8 @@ AlterPartition, WriteTxnMarkers among the rest), checking every node.
 The report (inputs per API, answers and refusals, findings, RSS over time,
 duration) is printed at every check and at the end; ``--json`` writes it
 too. The exit status is 1 when anything was found. Every process it starts
-is stopped by its PID and the data directories removed.
+is stopped by its PID; the data directories are removed, unless something
+was found (their logs then show it).
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ def main() -> int:
         if args.cluster_inputs:
             results += cluster(args, base)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if any(report.findings for _, report in results) or not results:
+            print(f"\nthe brokers' directories and logs are kept in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     found = False
     for label, report in results:
         print(f"\n=== {label}\n{report.text()}")

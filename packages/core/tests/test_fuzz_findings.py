@@ -28,6 +28,9 @@
   of the request: with thousands, a message longer than v0 strings hold,
   and a response that could not be encoded; an entity naming a type twice,
   once as the default, failed sorting None against a name.
+- A topic could be named __cluster_metadata, sharing the metadata log's
+  directory: deleting it closed the metadata log's files, and the broker
+  stopped with every log directory failed. Kafka refuses the name.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -352,5 +355,31 @@ def test_a_quota_entity_naming_a_type_twice_with_a_default_is_refused(josef_brok
         assert [(e.error_code, e.error_message) for e in altered.entries] == [
             (ErrorCode.invalid_request, "duplicate entity type 'user'")]
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        client.close()
+
+
+def test_no_topic_may_be_named_after_the_metadata_log(josef_broker):
+    """A topic named __cluster_metadata shared the metadata log's directory; deleting it closed the metadata
+    log's files under the quorum (EBADF, then ESPIPE once a socket took the descriptor) and the broker stopped.
+    Kafka refuses the name."""
+    client = RawClient(josef_broker.port)
+    try:
+        created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "__cluster_metadata", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": []}], "timeout": 30_000, "validate_only": False})
+        assert [(t.error_code, t.error_message) for t in created.topics] == [
+            (ErrorCode.invalid_request, "Creation of internal topic __cluster_metadata is prohibited.")]
+        metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "__cluster_metadata", "topic_id": None}],
+                                                    "allow_auto_topic_creation": True,
+                                                    "include_topic_authorized_operations": False})
+        assert metadata.topics[0].error_code != ErrorCode.none
+        deleted = client.call(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": "__cluster_metadata", "topic_id": None}],
+                                                        "timeout": 30_000})
+        assert deleted.responses[0].error_code == ErrorCode.unknown_topic_or_partition
+        after = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "after", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False})
+        assert after.topics[0].error_code == ErrorCode.none, "the metadata log still takes records"
     finally:
         client.close()

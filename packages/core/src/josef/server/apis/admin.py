@@ -3,7 +3,8 @@
 CreateTopics is checked by the node's create-topic policy (:mod:`josef.policy`);
 CreatePartitions is not, as in Kafka's KRaft controller. Either is refused
 (POLICY_VIOLATION) when it would write more metadata records than Kafka's
-controller writes for one operation.
+controller writes for one operation. No topic may be named after the
+metadata log (``__cluster_metadata``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from josef.server.dispatch import RequestContext
 MAX_RECORDS_PER_OPERATION = 10_000
 #: What Kafka answers such an operation (POLICY_VIOLATION).
 EXCESSIVE = "Unable to perform excessively large batch operation."
+#: The metadata log's partition directory: a topic of this name would share it, and deleting the topic would
+#: close the metadata log's files under the quorum (Kafka's ControllerApis refuses it by name).
+METADATA_TOPIC = "__cluster_metadata"
 
 
 async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -30,6 +34,11 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "topic_id": None, "error_code": ErrorCode.none,
                                   "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
+        if topic.name == METADATA_TOPIC:
+            result.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
+            topics.append(result)
+            continue
         partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
         if partitions >= MAX_RECORDS_PER_OPERATION:  # a topic record and one per partition
             result.update(error_code=ErrorCode.policy_violation, error_message=EXCESSIVE)
