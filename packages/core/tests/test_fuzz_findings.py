@@ -31,6 +31,9 @@
 - A topic could be named __cluster_metadata, sharing the metadata log's
   directory: deleting it closed the metadata log's files, and the broker
   stopped with every log directory failed. Kafka refuses the name.
+- A connection muted for its throttle time (KIP-219), hours under a tiny
+  byte-rate quota, was held half-closed all that time after its client
+  disconnected.
 - Metadata v10-11 naming a topic by id (or by a null name) was answered with
   a null name, which those versions cannot encode, and the connection was
   closed: Kafka answers INVALID_REQUEST.
@@ -38,6 +41,7 @@
 
 import io
 import logging
+import os
 import socket
 import struct
 import uuid
@@ -61,6 +65,7 @@ from josef.protocol.messages import (
 from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
 from josef.testing.fuzz.requests import frame, header, uvarint
+from josef.testing.fuzz.target import RunningBroker, sockets
 
 
 def body(api_key: int, version: int, data: dict) -> bytes:
@@ -383,3 +388,27 @@ def test_no_topic_may_be_named_after_the_metadata_log(josef_broker):
         assert after.topics[0].error_code == ErrorCode.none, "the metadata log still takes records"
     finally:
         client.close()
+
+
+def test_a_throttled_client_that_disconnects_frees_its_connection(josef_broker):
+    """Over a byte-rate quota, a connection reads nothing for the throttle time (KIP-219), which can be hours:
+    a client that closed meanwhile left the broker holding its connection, half-closed, all that time."""
+    client = RawClient(josef_broker.port)
+    try:
+        created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "throttled", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False})
+        assert created.topics[0].error_code == ErrorCode.none
+        quota = client.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+            {"entity": [{"entity_type": "user", "entity_name": None}],
+             "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]}]})
+        assert quota.entries[0].error_code == ErrorCode.none
+        eventually(lambda: josef_broker.broker.image.client_quotas, what="the quota in the broker's image")
+        produced = client.call(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 30_000, "transactional_id": None,
+                                                   "topic_data": [{"name": "throttled", "partition_data": [
+                                                       {"index": 0, "records": build_batch([(None, b"x" * 100_000, 1)])}]}]})
+        assert produced.throttle_time.total_seconds() > 3600
+    finally:
+        client.close()
+    me = RunningBroker("127.0.0.1", josef_broker.port, os.getpid(), Path("/dev/null"))
+    eventually(lambda: not sockets(me).listener, timeout=10, what="the broker closing the throttled connection")

@@ -199,12 +199,22 @@ class Connection:
             self._wire.authenticated = True
 
     async def _sit_out_throttle(self) -> None:
-        """Read nothing from a client over its quota until its throttle time is over (Kafka mutes the channel, KIP-219)."""
+        """Read nothing from a client over its quota until its throttle time is over (Kafka mutes the channel, KIP-219).
+
+        A client that closes the connection meanwhile ends the wait: a
+        throttle can last hours (a tiny byte-rate quota, a large request),
+        and the connection would be held, half-closed, all that time.
+        """
         self._writer.flush_held()
         delay = self.session.throttled_until - time.monotonic()
         self.session.throttled_until = 0.0
-        if delay > 0:
+        if delay <= 0:
+            return
+        if self._wire is None:
             await anyio.sleep(delay)
+            return
+        with anyio.move_on_after(delay):
+            await self._wire.ended()
 
     def _next_frame_received(self) -> bool:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""
@@ -340,6 +350,15 @@ class _Wire(FrameReader):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    async def ended(self) -> None:
+        """Return once the peer closed (or the connection broke); what it sent before is still read."""
+        while not self._ended:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     def eof_received(self) -> bool:
         self._ended = True

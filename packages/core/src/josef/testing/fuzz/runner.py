@@ -186,6 +186,12 @@ def _reports(entity: Any, code: ErrorCode) -> bool:
     return False
 
 
+def _alters_quotas(item: Input | RawInput) -> bool:
+    if isinstance(item, Input):
+        return item.api_key == ApiKey.ALTER_CLIENT_QUOTAS
+    return any(frame[4:6] == b"\x00\x31" for frame in split_frames(item.data)[0])  # (api key 49)
+
+
 def _records(lines: list[str]) -> list[list[str]]:
     """Log lines grouped into records: a line that starts with ``[`` (a timestamp) and the lines that follow it
     (a traceback)."""
@@ -255,6 +261,7 @@ class Fuzzer:
         self.progress = progress
         self._sock: socket.socket | None = None
         self._last_example = ""
+        self._throttled = False
         #: Valid requests the broker refused, by the port of their connection, until its log says why.
         self._refused: dict[int, tuple[str, str]] = {}
         self._last_check = 0
@@ -329,6 +336,12 @@ class Fuzzer:
         else:
             self.report.by_kind[item.kind] += 1
             stats = self._structured(item)
+        if self._throttled or _alters_quotas(item):
+            # A fuzzed quota may throttle this connection (or the next ones) for days: start afresh.
+            self._throttled = False
+            self._disconnect()
+            if _alters_quotas(item):
+                targets.reset_quotas(self.target)
         took = time.monotonic() - started
         stats.seconds += took
         slowest = self.report.slowest
@@ -444,6 +457,9 @@ class Fuzzer:
             return
         if api_key not in _TOO_LARGE_IS_UNKNOWN and _reports(response, ErrorCode.unknown_server_error):
             self.report.add("unknown server error", f"{name} answered UNKNOWN_SERVER_ERROR", example)
+        throttle = getattr(response, "throttle_time", None)
+        if throttle:  # the broker now reads nothing more on this connection for that long (KIP-219)
+            self._throttled = True
 
     def _raw(self, item: RawInput) -> ApiStats:
         requests, _ = split_frames(item.data)

@@ -287,10 +287,15 @@ class Client:
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = sock.recv(n, socket.MSG_WAITALL)
-    if len(data) != n:
-        raise ConnectionError(f"connection closed after {len(data)} of {n} bytes")
-    return data
+    parts = []
+    left = n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))  # (MSG_WAITALL returns short on a socket with a timeout)
+        if not chunk:
+            raise ConnectionError(f"connection closed after {n - left} of {n} bytes")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
 
 
 def api_versions(target: Target) -> dict[int, tuple[int, int]]:
@@ -378,8 +383,9 @@ def _leader(target: Listener, topic: str) -> Listener | None:
     return None if broker is None else _Address(broker.host, broker.port)
 
 
-def reset_state(target: Target, node_id: int = 1) -> None:
-    """Undo what fuzzed admin requests left: quotas, dynamic broker configs, ACLs, topics, groups, SCRAM users."""
+def reset_quotas(target: Listener) -> None:
+    """Remove every client quota: fuzzed ones can mute a client's connection for days (a throttle of a large
+    request under a quota of a byte a second), which holds back the fuzzer, not the broker."""
     with Client(target) as client:
         quotas = client.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
         if quotas.entries:
@@ -387,6 +393,12 @@ def reset_state(target: Target, node_id: int = 1) -> None:
                 {"entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity],
                  "ops": [{"key": v.key, "value": 0.0, "remove": True} for v in entry.values]}
                 for entry in quotas.entries]})
+
+
+def reset_state(target: Target, node_id: int = 1) -> None:
+    """Undo what fuzzed admin requests left: quotas, dynamic broker configs, ACLs, topics, groups, SCRAM users."""
+    reset_quotas(target)
+    with Client(target) as client:
         for name in ("", str(node_id)):
             described = client.call(ApiKey.DESCRIBE_CONFIGS, 4, {
                 "resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}],
