@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 
 import anyio
 import attrs
@@ -19,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from josef.protocol.api_keys import ApiKey
-from josef.protocol.messages import is_flexible, parse_body, parse_header
+from josef.protocol.messages import encode_request, is_flexible, parse_body, parse_header
 from josef.server.apis import CONTROLLER_APIS, CORE_APIS
 from josef.testing.fuzz import HEALTH_TOPIC, Fuzzer, create_topics, mutated_traffic
 from josef.testing.fuzz.mutations import split_frames
-from josef.testing.fuzz.requests import _request, frame, header
+from josef.testing.fuzz.requests import MAX_WAIT_MS, _request, capped_waits, declared_wait_ms, frame, header
 
 VERSIONS = {key: (low, high) for key, _, low, high in (*CORE_APIS, *CONTROLLER_APIS)}
 QUICK = settings(max_examples=60, database=None, deadline=None, phases=[Phase.generate],
@@ -130,3 +131,18 @@ def test_a_sound_broker_yields_no_finding(fuzzed, josef_broker):
     assert report.inputs == 40 and report.checks >= 4
     assert not report.findings, report.text()
     assert report.by_api["describe_cluster"].answered > 0
+
+
+def test_captured_requests_ask_for_short_waits_only():
+    """librdkafka's JoinGroup asks for a 300 s rebalance, which a group whose other members left may rightly
+    take in full: the fuzzer cuts such waits in captured frames, and leaves everything else as it was."""
+    join = encode_request(ApiKey.JOIN_GROUP, 5, 7, b"rdkafka", {
+        "group_id": "g", "session_timeout": 45_000, "rebalance_timeout": 300_000, "member_id": "",
+        "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]})
+    assert declared_wait_ms(join) == 300_000
+    capped = capped_waits(join)
+    assert declared_wait_ms(capped) == MAX_WAIT_MS
+    assert capped.replace(struct.pack(">i", MAX_WAIT_MS), struct.pack(">i", 300_000)) == join
+    versions = encode_request(ApiKey.API_VERSIONS, 3, 1, b"c", {"client_software_name": "c",
+                                                               "client_software_version": "1"})
+    assert capped_waits(versions) is versions

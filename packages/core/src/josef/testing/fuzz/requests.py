@@ -14,8 +14,9 @@ UNKNOWN_TOPIC_OR_PARTITION.
 
 Fields that make the broker wait (Fetch's ``max_wait``, admin ``timeout`` s,
 JoinGroup's ``rebalance_timeout``) are drawn at most
-:data:`MAX_WAIT_MS`: a broker that waits as long as it was asked is right,
-and the fuzzer bounds how long an answer may take.
+:data:`MAX_WAIT_MS` (and :func:`capped_waits` cuts them so in captured
+frames): a broker that waits as long as it was asked is right, and the
+fuzzer bounds how long an answer may take.
 
 :func:`request_frames` is the strategy of whole frames (size, header, body)
 for the APIs and versions a broker advertises; each comes as a
@@ -25,6 +26,7 @@ for the APIs and versions a broker advertises; each comes as a
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import struct
 import uuid
 from functools import cache
@@ -35,7 +37,7 @@ from hypothesis import strategies as st
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
-from josef.protocol.messages import is_flexible, request_type
+from josef.protocol.messages import encode_body, is_flexible, parse_body, parse_header, request_type
 from josef.protocol.records import Compression, build_batch, build_marker
 
 #: The longest a drawn request asks the broker to wait (ms).
@@ -59,7 +61,7 @@ _INT_BOUNDS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "error_code": 1
 _FIXED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "error_code": ">h", "timedelta_i32": ">i",
           "timedelta_i64": ">q", "datetime_i64": ">q", "uint16": ">H", "float64": ">d"}
 #: Fields whose value is how long the broker waits before answering.
-_WAITS = frozenset({"max_wait", "timeout", "rebalance_timeout", "timeout_ms", "max_wait_ms"})
+WAITS = frozenset({"max_wait", "timeout", "rebalance_timeout", "timeout_ms", "max_wait_ms"})
 
 
 @attrs.frozen
@@ -102,7 +104,7 @@ def _ints(kafka_type: str, name: str) -> st.SearchStrategy[int]:
     else:
         bits = _INT_BOUNDS[kafka_type]
         low, high = -(2**bits), 2**bits - 1
-    if name in _WAITS:
+    if name in WAITS:
         high = min(high, MAX_WAIT_MS)
     edges = sorted(v for v in {low, low + 1, -1, 0, 1, 2, high - 1, high} if low <= v <= high)
     small = st.integers(max(low, -1), min(high, 3))  # partition indexes, broker ids, versions: where state is
@@ -355,3 +357,36 @@ def request_frames(versions: Mapping[int, tuple[int, int]], invalid_share: int =
     known = {key: (low, high) for key, (low, high) in versions.items() if key in api_key_map
              and low <= high and max(schema_name_map[api_key_map[key]]) >= low}
     return st.one_of(*[_request(known, False)] * invalid_share, _request(known, True))
+
+
+def declared_wait_ms(frame_data: bytes) -> int:
+    """How long a request frame (size prefix included) asks the broker to wait at most, in ms: the largest of
+    its waiting fields (0 when it has none or cannot be read)."""
+    try:
+        data = frame_data[4:]
+        head = parse_header(data, is_flexible)
+        request = parse_body(head.api_key, head.api_version, data, head.body_offset)
+    except Exception:
+        return 0
+    waits = [getattr(request, name) for name in WAITS if hasattr(request, name)]
+    return max((int(w.total_seconds() * 1000) if isinstance(w, datetime.timedelta) else int(w) for w in waits),
+               default=0)
+
+
+def capped_waits(frame_data: bytes) -> bytes:
+    """A request frame (a captured client's) with its waiting fields cut to :data:`MAX_WAIT_MS` (librdkafka's
+    JoinGroup asks for a 300 s rebalance, which a group whose other members left may take in full)."""
+    if declared_wait_ms(frame_data) <= MAX_WAIT_MS:
+        return frame_data
+    data = frame_data[4:]
+    head = parse_header(data, is_flexible)
+    request = parse_body(head.api_key, head.api_version, data, head.body_offset)
+    changes = {}
+    for name in WAITS:
+        value = getattr(request, name, None)
+        if isinstance(value, datetime.timedelta) and value > datetime.timedelta(milliseconds=MAX_WAIT_MS):
+            changes[name] = datetime.timedelta(milliseconds=MAX_WAIT_MS)
+        elif isinstance(value, int) and value > MAX_WAIT_MS:
+            changes[name] = type(value)(MAX_WAIT_MS)
+    body = encode_body(dataclasses.replace(request, **changes))
+    return frame(bytes(data[:head.body_offset]) + body)
