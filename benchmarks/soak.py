@@ -83,6 +83,8 @@ def main() -> int:
     started = time.monotonic()
     workload = None
     nemesis = None
+    verdict = None
+    error = ""
     try:
         cluster.start()
         assert cluster.faults is not None
@@ -107,6 +109,8 @@ def main() -> int:
         workload.progress(100, timeout=180)
         final = workload.finish(timeout=300)
         verdict = check(history, final)
+    except Exception as exc:  # a run that cannot finish is a finding too: report what happened up to it
+        error = f"{type(exc).__name__}: {exc}"
     finally:
         if workload is not None:
             workload.stop()
@@ -123,10 +127,10 @@ def main() -> int:
         f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})",
         f"- nemesis errors (faults that could not be injected): {len(nemesis.errors) if nemesis else 0}",
         f"- history: {len(history)} events, kept in {args.report.with_suffix('.history.jsonl')}",
-        f"- verdict: {'OK' if verdict.ok else 'VIOLATIONS'}",
+        f"- verdict: {'OK' if verdict and verdict.ok else 'VIOLATIONS' if verdict else 'ERROR: ' + error}",
         "",
         "```",
-        verdict.report(),
+        verdict.report() if verdict else error,
         "```",
         "",
         "## Schedule",
@@ -136,7 +140,7 @@ def main() -> int:
     ]
     args.report.write_text("\n".join(report) + "\n", encoding="utf-8")
     print("\n".join(report[:8]))
-    return 0 if verdict.ok else 1
+    return 0 if verdict is not None and verdict.ok else 1
 
 
 if __name__ == "__main__":
