@@ -131,7 +131,7 @@ def cluster(args: argparse.Namespace, base: Path) -> list[tuple[str, Report]]:
             node = ClusterNode(nodes.node(1), listener)
             fuzzer = Fuzzer(node, versions=api_versions(node), check_every=max(args.cluster_inputs // 5, 100),
                             rss_limit=args.rss_limit_mb << 20, answer_timeout=args.answer_timeout,
-                            reset=False, healthy=healthy, progress=progress(f"cluster {listener}"))
+                            reset=False, healthy=healthy, admin=broker, progress=progress(f"cluster {listener}"))
             report = fuzzer.run(args.cluster_inputs, seed=args.seed)
             for other in everyone[1:]:  # what the other nodes logged meanwhile
                 for line in other.new_log_lines():

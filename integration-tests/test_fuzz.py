@@ -102,7 +102,7 @@ def test_fuzz_a_cluster_s_inter_broker_apis(josef_cluster):
     for listener in ("CONTROLLER", "PLAINTEXT"):
         target = ClusterNode(cluster.node(1), listener)
         fuzzer = Fuzzer(target, versions=api_versions(target), check_every=max(INPUTS // 20, 1), reset=False,
-                        healthy=healthy, rss_limit=RSS_LIMIT)
+                        healthy=healthy, admin=broker, rss_limit=RSS_LIMIT)
         report = fuzzer.run(max(INPUTS // 10, 1), seed=SEED)
         print(f"node 1's {listener} listener:\n{report.text()}")
         assert not report.findings, f"the fuzzer found problems on {listener} (seed {SEED}):\n{report.text()}"

@@ -232,7 +232,9 @@ class Fuzzer:
     request frames to mutate (none: only drawn requests). ``raw_share`` of
     the inputs are mutations of the corpus. With ``reset``, the state fuzzed
     admin requests leave is undone at every check
-    (:func:`josef.testing.fuzz.target.reset_state`). Several fuzzers may
+    (:func:`josef.testing.fuzz.target.reset_state`), through ``admin``, a
+    client listener (by default ``target``; another for a controller
+    listener, which answers no client API). Several fuzzers may
     run side by side on one broker (each its own process, seed and
     connections; :meth:`Report.merge` adds their reports up); all but one
     then leave the broker's errors to that one (``log_errors=False``).
@@ -242,7 +244,7 @@ class Fuzzer:
                  corpus: Sequence[bytes] = (), raw_share: float = 0.4, answer_timeout: float = 30.0,
                  check_every: int = 2000, rss_limit: int = 1 << 30, reset: bool = True, node_id: int = 1,
                  batch: int = 10, chunk: int = 5000, settle_timeout: float = 30.0, log_errors: bool = True,
-                 healthy: Callable[[], str | None] | None = None,
+                 healthy: Callable[[], str | None] | None = None, admin: targets.Listener | None = None,
                  progress: Callable[[Report], None] | None = None) -> None:
         self.target = target
         self.versions = versions if versions is not None else targets.api_versions(target)
@@ -257,7 +259,8 @@ class Fuzzer:
         self.chunk = chunk
         self.settle_timeout = settle_timeout
         self.log_errors = log_errors
-        self.healthy = healthy or (lambda: targets.health_problem(target))
+        self.admin = admin or target
+        self.healthy = healthy or (lambda: targets.health_problem(self.admin))
         self.progress = progress
         self._sock: socket.socket | None = None
         self._last_example = ""
@@ -341,7 +344,10 @@ class Fuzzer:
             self._throttled = False
             self._disconnect()
             if _alters_quotas(item):
-                targets.reset_quotas(self.target)
+                try:
+                    targets.reset_quotas(self.admin)
+                except Exception as exc:
+                    self.report.add("unhealthy", f"removing fuzzed quotas failed: {exc!r}", self._last_example)
         took = time.monotonic() - started
         stats.seconds += took
         slowest = self.report.slowest
@@ -546,7 +552,7 @@ class Fuzzer:
             report.add("unhealthy", problem, f"after {report.inputs} inputs")
         if self.reset:
             try:
-                targets.reset_state(self.target, self.node_id)
+                targets.reset_state(self.admin, self.node_id)
             except Exception as exc:
                 report.add("unhealthy", f"resetting the fuzzed state failed: {exc!r}", f"after {report.inputs} inputs")
         held = self._connections_settled()
