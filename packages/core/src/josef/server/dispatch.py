@@ -314,11 +314,12 @@ class Dispatcher:
             answer = None if response is None else encode_response(header.api_key, version, header.correlation_id,
                                                                      response)
         except Exception:
-            answer = None
-        if answer is None:
-            return self._failed(header, request, frame)
-        log.info("%s v%d request from client %r refused: %s (%s)", name, version, header.client_id, code.name.upper(),
-                 exc)
+            return self._failed(header, request, frame, encoding=True)
+        outcome = "" if answer is not None else "; closing the connection: no error response can answer it"
+        log.info("%s v%d request from client %r refused: %s (%s)%s", name, version, header.client_id,
+                 code.name.upper(), exc, outcome)
+        if answer is None:  # (acks=0 produce)
+            raise UnanswerableRequestError(f"{name} v{version} request refused and cannot be answered")
         return [answer]
 
     def _failed(self, header: Any, request: Any, frame: bytes | memoryview, encoding: bool = False) -> Frame:
