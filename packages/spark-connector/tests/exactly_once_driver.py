@@ -1,26 +1,38 @@
-"""A Spark driver in its own process, for tests that kill a driver or need task retries.
+"""A Spark driver in its own process, for tests that kill a driver or an executor, or need task retries.
 
-    python exactly_once_driver.py stream BOOTSTRAP INPUT OUTPUT CHECKPOINT (running|available-now) [MASTER]
+    python exactly_once_driver.py stream BOOTSTRAP INPUT OUTPUT CHECKPOINT (running|available-now)
+    python exactly_once_driver.py stalled-stream BOOTSTRAP INPUT OUTPUT CHECKPOINT
     python exactly_once_driver.py failing-batch BOOTSTRAP OUTPUT
+    python exactly_once_driver.py upstream-failing-batch BOOTSTRAP OUTPUT
     python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID (slow|fast) RUN[,RUN...]
 
 Once the session is up it prints ``JVM_PID <pid>``: the Spark driver's JVM,
-which a test may SIGKILL (the Python process then ends with it). With
-MASTER ``local-cluster[2,1,1024]`` the executors are JVMs of their own,
-children of the driver's JVM, which a test may SIGKILL too.
+which a test may SIGKILL (the Python process then ends with it).
 
 ``stream`` copies INPUT to OUTPUT through josef-spark, 2000 offsets a
-micro-batch (MASTER: ``local[2]`` by default). Its producers send one
-record a request, one request at a time (``kafka.batch.size=1``,
-``kafka.max.in.flight.requests.per.connection=1``), so each task's
-transaction stays open for a second or more with records in it, and a kill
-lands in the middle of a batch. The transaction timeout is 5 minutes: only
-fencing, not the coordinator's timeout, can end the transactions of a killed
-driver within a test.
+micro-batch. Its producers send one record a request, one request at a time
+(``kafka.batch.size=1``, ``kafka.max.in.flight.requests.per.connection=1``),
+so each task's transaction stays open for a second or more with records in
+it, and a kill lands in the middle of a batch. The transaction timeout is 5
+minutes: only fencing, not the coordinator's timeout, can end the
+transactions of a killed driver within a test.
 
+``stalled-stream`` copies INPUT to OUTPUT in one micro-batch (AvailableNow)
+on Spark's ``local-cluster[2,1,1024]``: two executors of one core each, JVMs
+of their own (children of the driver's JVM), which a test may SIGKILL. The
+first attempt of Spark partition 0's task stops at the row of offset 300
+(in a Python UDF), its transaction open with the rows before it sent, until
+its executor is killed; later attempts go through. Rows reach the writer in
+Arrow batches of 100; with values of 1 KB, each batch of 100 leaves the
+UDF's Python worker at once (it holds back 64 KB of output).
 ``failing-batch`` writes 0..1999 (Spark partition 0 has 0..999, partition 1
 1000..1999) with up to three attempts per task; on its first attempt row 1950
 has no topic, so that attempt fails half-way through its rows.
+
+``upstream-failing-batch`` writes 0..1999 (as ``failing-batch``) with
+values of 1 KB made by a Python UDF, which fails at row 1950 on its first
+attempt: Spark then shuts the writer's input down after the batches of 100
+rows it had sent, which the writer must not take for the end of its rows.
 
 ``named-batch`` writes 0..3999 in 4 Spark partitions (Kafka partition: the
 number modulo 2) with ``writeId`` WRITE_ID, once for each RUN, each a job of
@@ -35,21 +47,25 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from pyspark import TaskContext  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.functions import udf  # noqa: E402
-from pyspark.sql.types import StringType  # noqa: E402
+from pyspark.sql.functions import col, udf  # noqa: E402
+from pyspark.sql.types import BinaryType, StringType  # noqa: E402
 
 from josef_spark import JosefDataSource  # noqa: E402
 
 
-def session(master: str) -> SparkSession:
-    spark = (SparkSession.builder.master(master).appName("josef-spark-exactly-once")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+def session(master: str, **config: str) -> SparkSession:
+    builder = (SparkSession.builder.master(master).appName("josef-spark-exactly-once")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(JosefDataSource)
     print("JVM_PID", spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid(), flush=True)
@@ -61,14 +77,35 @@ SLOW = {"kafka.batch.size": "1", "kafka.max.in.flight.requests.per.connection": 
         "kafka.transaction.timeout.ms": "300000"}
 
 
-def stream(bootstrap: str, source: str, sink: str, checkpoint: str, mode: str, master: str = "local[2]") -> None:
-    spark = session(master)
+def stream(bootstrap: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
+    spark = session("local[2]")
     trigger = {"availableNow": True} if mode == "available-now" else {"processingTime": "0 seconds"}
     query = (spark.readStream.format("josef").option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", source).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "2000")
              .load().select("key", "value", "partition")
              .writeStream.format("josef").option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
              .options(**SLOW).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"the query failed: {query.exception()}")
+    spark.stop()
+
+
+def stalled_stream(bootstrap: str, source: str, sink: str, checkpoint: str) -> None:
+    spark = session("local-cluster[2,1,1024]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+
+    @udf(BinaryType())
+    def stall(value: bytes, offset: int) -> bytes:
+        context = TaskContext.get()
+        if offset >= 300 and context.partitionId() == 0 and context.attemptNumber() == 0:
+            threading.Event().wait(600)  # until the executor is killed (the test gives up well before)
+        return value
+
+    query = (spark.readStream.format("josef").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", source).option("startingOffsets", "earliest").load()
+             .select("key", stall("value", "offset").alias("value"), "partition")
+             .writeStream.format("josef").option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(f"the query failed: {query.exception()}")
@@ -85,6 +122,20 @@ def failing_batch(bootstrap: str, sink: str) -> None:
     df = spark.range(0, 2000, 1, 2).selectExpr("id", "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
     df.select(topic("id").alias("topic"), "value", "partition").write.format("josef").mode("append") \
         .option("kafka.bootstrap.servers", bootstrap).save()
+    spark.stop()
+
+
+def upstream_failing_batch(bootstrap: str, sink: str) -> None:
+    spark = session("local[2,3]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+
+    @udf(StringType())
+    def padded(number: int) -> str:
+        if number == 1950 and TaskContext.get().attemptNumber() == 0:
+            raise ValueError("row 1950 cannot be made on a first attempt")
+        return f"{number}:" + "." * 1000
+
+    df = spark.range(0, 2000, 1, 2).select(padded("id").alias("value"), (col("id") % 2).cast("int").alias("partition"))
+    df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", sink).save()
     spark.stop()
 
 
@@ -107,4 +158,5 @@ def named_batch(bootstrap: str, sink: str, write_id: str, speed: str, runs: str)
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"stream": stream, "failing-batch": failing_batch, "named-batch": named_batch}[command](*args)
+    {"stream": stream, "stalled-stream": stalled_stream, "failing-batch": failing_batch,
+     "upstream-failing-batch": upstream_failing_batch, "named-batch": named_batch}[command](*args)

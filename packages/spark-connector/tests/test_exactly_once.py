@@ -6,14 +6,15 @@ a named batch write (``writeId``) after a failed job; Spark drivers in their
 own processes (``exactly_once_driver.py``) for a task that fails half-way and
 is retried, for a named batch write whose driver is killed with SIGKILL
 half-way and which is run again, and for a streaming query whose driver, or
-whose executors (``local-cluster`` mode: executors are JVMs of their own),
-are killed with SIGKILL in the middle of a micro-batch.
+whose executor (``local-cluster`` mode: executors are JVMs of their own),
+is killed with SIGKILL in the middle of a micro-batch.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -235,25 +236,32 @@ def drivers():
         driver.stop()
 
 
-def mid_batch(broker, topic: str, partitions: int, committed_below: int, driver: Driver, *,
-              some_committed: bool = True) -> bool:
-    """Whether a write is under way (after its first commit), before ``committed_below`` rows are committed.
-
-    A writer's transaction is open with records in the log (read_uncommitted
-    is ahead of read_committed), and, if ``some_committed``, some rows are
-    committed. A driver that ended first fails the test with its log.
-    """
+def running(driver: Driver) -> None:
+    """A driver that ended before the moment a test waits for fails the test, with its log."""
     if driver.proc.poll() is not None:
         raise AssertionError(f"the driver ended ({driver.proc.returncode}) before its write was under way:\n{driver.log()}")
+
+
+def ongoing(admin: Admin) -> list[str]:
+    """The transactional ids of josef-spark's tasks whose transaction is open with partitions in it."""
+    return [t.transactional_id for ts in admin.list_transactions().values() for t in ts
+            if t.transactional_id.startswith("josef-spark-") and t.state == "Ongoing"]
+
+
+def mid_batch(broker, topic: str, partitions: int, committed_below: int, driver: Driver) -> bool:
+    """Whether a write is under way after its first commit, before ``committed_below`` rows are committed.
+
+    Some rows are committed, and a writer's transaction is open with records
+    in the log (read_uncommitted is ahead of read_committed).
+    """
+    running(driver)
     with Admin({"bootstrap.servers": broker.bootstrap_servers}) as admin:
-        ongoing = [t for ts in admin.list_transactions().values() for t in ts
-                   if t.transactional_id.startswith("josef-spark-") and t.state == "Ongoing"]
+        writing = ongoing(admin)
         tps = {TopicPartition(topic, p): "latest" for p in range(partitions)}
         high = admin.list_offsets(tps)
         stable = admin.list_offsets(tps, read_committed=True)
     committed = sum(stable[tp].offset for tp in tps)
-    return (bool(ongoing) and (0 < committed or not some_committed) and committed < committed_below
-            and any(high[tp].offset > stable[tp].offset for tp in tps))
+    return bool(writing) and 0 < committed < committed_below and any(high[tp].offset > stable[tp].offset for tp in tps)
 
 
 def test_a_streaming_query_killed_mid_batch_and_restarted_writes_every_row_once(josef_broker, drivers, tmp_path):
@@ -309,40 +317,66 @@ def spark_home(tmp_path: Path) -> Path:
     return home
 
 
-def executors(jvm: int) -> list[int]:
-    """The executor JVMs of a ``local-cluster`` driver: the children of its JVM that run CoarseGrainedExecutorBackend."""
-    found = []
+def executors(jvm: int) -> dict[int, str]:
+    """The executor JVMs of a ``local-cluster`` driver (children of its JVM that run CoarseGrainedExecutorBackend).
+
+    Their pids, with their executor ids.
+    """
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == jvm and b"CoarseGrainedExecutorBackend" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            if ppid == jvm and b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args:
+                found[int(entry.name)] = args[args.index(b"--executor-id") + 1].decode()
         except (OSError, ValueError, IndexError):
             continue  # not a process, or one that ended meanwhile
     return found
 
 
-def test_a_streaming_query_whose_executors_are_killed_mid_batch_writes_every_row_once(josef_broker, drivers, tmp_path):
-    """Both executors are killed while a task's transaction is open, so that task is on a killed one; Spark's
-    standalone worker starts new executors, the lost tasks run again there, and the query ends on its own
-    (AvailableNow). One micro-batch: the retries fence the transactions the killed tasks left open."""
+def executor_running(home: Path, partition: int) -> str | None:
+    """The id of the executor whose log (``work/{app}/{executor}/stderr``) shows partition ``partition``'s task start."""
+    for log in home.glob("work/*/*/stderr"):
+        if re.search(rf"Running task {partition}\.0 in stage \d+\.0 \(TID \d+\)", log.read_text(errors="replace")):
+            return log.parent.name
+    return None
+
+
+def test_a_streaming_query_whose_executor_is_killed_mid_batch_writes_every_row_once(josef_broker, drivers, tmp_path):
+    """Two executors run the micro-batch's two tasks; partition 0's first attempt stops half-way with its transaction
+    open (``stalled-stream``), and its executor is killed. The task runs again on the other executor (Spark's
+    standalone worker also starts a new one), fencing the killed attempt's transaction; the query then ends."""
     create_topic(josef_broker, "clicks", 2)
     create_topic(josef_broker, "clicks-copy", 2)
-    values = [f"{i}".encode() for i in range(400)]
-    produce(josef_broker, "clicks", values, keys=[f"k{i}".encode() for i in range(400)])
-    driver = drivers("stream", josef_broker.bootstrap_servers, "clicks", "clicks-copy", str(tmp_path / "checkpoint"),
-                     "available-now", "local-cluster[2,1,1024]", env={"SPARK_HOME": str(spark_home(tmp_path))})
+    values = [f"{i}:".encode() + b"." * 1000 for i in range(2000)]  # a batch of 100 rows is more than a buffer
+    produce(josef_broker, "clicks", values, keys=[f"k{i}".encode() for i in range(2000)])
+    home = spark_home(tmp_path)
+    driver = drivers("stalled-stream", josef_broker.bootstrap_servers, "clicks", "clicks-copy",
+                     str(tmp_path / "checkpoint"), env={"SPARK_HOME": str(home)})
     jvm = driver.jvm_pid.get(timeout=TIMEOUT_S)
-    eventually(lambda: mid_batch(josef_broker, "clicks-copy", 2, len(values), driver, some_committed=False),
-               TIMEOUT_S, "a micro-batch with its transactions open")
-    killed = executors(jvm)
-    assert len(killed) == 2, driver.log()
-    for pid in killed:
-        os.kill(pid, signal.SIGKILL)
+    with Admin({"bootstrap.servers": josef_broker.bootstrap_servers}) as admin:
+        eventually(lambda: running(driver) or any(t.endswith("-0") for t in ongoing(admin)), TIMEOUT_S,
+                   "partition 0's task stopped with its transaction open")
+    executor_id = executor_running(home, 0)
+    (pid,) = [pid for pid, found in executors(jvm).items() if found == executor_id]
+    os.kill(pid, signal.SIGKILL)
     assert driver.wait() == 0, driver.log()
-    log = "".join(driver.output)
-    assert "Lost executor 0" in log and "Lost executor 1" in log  # Spark saw them go, and ran their tasks again
-    eventually(lambda: sorted(read(josef_broker, "clicks-copy", 2), key=int) == values, TIMEOUT_S, "every row committed")
+    assert f"Lost executor {executor_id} " in "".join(driver.output)  # Spark saw it go, and ran its task again
+    eventually(lambda: sorted(read(josef_broker, "clicks-copy", 2), key=lambda v: int(v.split(b":")[0])) == values,
+               TIMEOUT_S, "every row committed")
+    assert len(read(josef_broker, "clicks-copy", 2, "read_uncommitted")) > len(values)  # the killed attempt's, aborted
+
+
+def test_a_task_whose_input_fails_upstream_is_not_committed_with_the_rows_it_got(josef_broker, drivers):
+    """Spark shuts the writer's input down when a UDF before it fails: the rows that came are not committed as the
+    partition's (the next attempt would skip the rest), but aborted, and the next attempt writes them all."""
+    create_topic(josef_broker, "padded", 2)
+    driver = drivers("upstream-failing-batch", josef_broker.bootstrap_servers, "padded")
+    assert driver.wait() == 0, driver.log()
+    want = [f"{i}:".encode() + b"." * 1000 for i in range(2000)]
+    eventually(lambda: sorted(read(josef_broker, "padded", 2), key=lambda v: int(v.split(b":")[0])) == want,
+               TIMEOUT_S, "every row once")
+    assert len(read(josef_broker, "padded", 2, "read_uncommitted")) > len(want)  # the first attempt's, aborted
 
 
 def test_a_named_batch_write_whose_driver_is_killed_half_way_writes_the_rest_when_run_again(josef_broker, drivers):

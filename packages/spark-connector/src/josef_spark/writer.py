@@ -58,6 +58,7 @@ from josef_client import Admin, OffsetAndMetadata, Producer, ProducerFencedError
 from josef_client.config import ADMIN
 from josef_spark.options import OptionError, WriteOptions
 from josef_spark.progress import Outcome, RowDigest, read_outcome, record_outcome
+from josef_spark.task_input import InputCutShort, TaskInput
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,12 @@ def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch],
     With ``check_rows`` (a batch write with a ``writeId``) the progress
     record carries a digest of the rows, and a partition found committed is
     compared with it: :class:`RerunMismatchError` if its rows differ.
+
+    In a Spark task, the rows are committed only if the executor ended the
+    input (:mod:`josef_spark.task_input`): an input cut short by a failure
+    upstream or the executor's death is aborted, and the attempt fails.
     """
+    task_input = TaskInput.of_this_task()  # before this task opens connections of its own
     pending = rows(options, batches)
     first = next(pending, None)
     if first is None:
@@ -197,7 +203,7 @@ def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch],
         done = max(committed.values(), key=lambda om: om.offset, default=None)
         if done is not None and done.offset > batch_id:
             if digest is not None and done.metadata:
-                _check_same_rows(txn_id, done.metadata, digest, itertools.chain([first], pending))
+                _check_same_rows(txn_id, done.metadata, digest, itertools.chain([first], pending), task_input)
             log.info("%s: batch %d was committed by an earlier attempt; its rows are not written again", txn_id, batch_id)
             return Written(0, partition, write_id, skipped=True, topic=progress.topic)
         producer.begin_transaction()
@@ -209,6 +215,10 @@ def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch],
                 count += 1
                 if digest is not None:
                     digest.add(row)
+            if task_input is not None and task_input.cut_short():
+                raise InputCutShort(f"{txn_id}: the executor closed the input after {count} rows, before its end "
+                                    "(it failed upstream, or died): they are not committed, the next attempt writes "
+                                    "them")
             record = OffsetAndMetadata(batch_id + 1, None if digest is None else digest.metadata)
             producer.send_offsets_to_transaction({progress: record}, txn_id)
             producer.commit_transaction()
@@ -220,12 +230,16 @@ def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch],
     return Written(count, partition, write_id, topic=progress.topic)
 
 
-def _check_same_rows(txn_id: str, recorded: str, digest: RowDigest, pending: Iterable[Row]) -> None:
+def _check_same_rows(txn_id: str, recorded: str, digest: RowDigest, pending: Iterable[Row],
+                     task_input: TaskInput | None) -> None:
     """Raise :class:`RerunMismatchError` unless ``pending`` are the rows the earlier run committed."""
     for row in pending:
         digest.add(row)
-    if digest.metadata != recorded:
-        raise RerunMismatchError(
+    if digest.metadata == recorded:
+        return
+    if task_input is not None and task_input.cut_short():
+        raise InputCutShort(f"{txn_id}: the executor closed the input after {digest.rows} rows, before its end")
+    raise RerunMismatchError(
             f"{txn_id}: an earlier run of this write committed this partition with other rows ({recorded}) than this "
             f"run has ({digest.metadata}): the input changed, or how it is partitioned. A writeId names one write of "
             "one input; write this input with a new writeId")
