@@ -16,10 +16,12 @@ batch writes) is already written: with the rows, the transaction commits the
 offset ``batch id + 1`` for partition 0 of the topic written to, in the
 consumer group named like the transactional id. The group's committed offset
 is that record of progress, committed atomically with the rows; a task that
-finds it at or past its batch skips its rows. A read_committed consumer thus
-sees every row once, across task retries and query restarts, provided the
-input is replayed deterministically (the same rows in the same partition of
-the same batch id, as Spark's Kafka and file sources do).
+finds it at or past its batch skips its rows. The rows are committed only
+if the executor ended the task's input (:mod:`josef_spark.task_input`): an
+input cut short looks like a complete one to the writer. A read_committed
+consumer thus sees every row once, across task retries and query restarts,
+provided the input is replayed deterministically (the same rows in the same
+partition of the same batch id, as Spark's Kafka and file sources do).
 
 A batch write's id is new for every write unless the user names the write
 with ``writeId``: then every run of the job has the same transactional ids,
