@@ -4,7 +4,7 @@
     python exactly_once_driver.py stalled-stream BOOTSTRAP INPUT OUTPUT CHECKPOINT
     python exactly_once_driver.py failing-batch BOOTSTRAP OUTPUT
     python exactly_once_driver.py upstream-failing-batch BOOTSTRAP OUTPUT
-    python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID (slow|fast) RUN[,RUN...]
+    python exactly_once_driver.py named-batch BOOTSTRAP OUTPUT WRITE_ID RUN[,RUN...]
 
 Once the session is up it prints ``JVM_PID <pid>``: the Spark driver's JVM,
 which a test may SIGKILL (the Python process then ends with it).
@@ -31,16 +31,18 @@ has no topic, so that attempt fails half-way through its rows.
 
 ``upstream-failing-batch`` writes 0..1999 (as ``failing-batch``) with
 values of 1 KB made by a Python UDF, which fails at row 1950 on its first
-attempt: Spark then shuts the writer's input down after the batches of 100
-rows it had sent, which the writer must not take for the end of its rows.
+attempt, once partition 1's writer has its transaction open with rows in
+it: Spark then shuts the writer's input down after the batches of 100 rows
+it had sent, which the writer must not take for the end of its rows.
 
-``named-batch`` writes 0..3999 in 4 Spark partitions (Kafka partition: the
-number modulo 2) with ``writeId`` WRITE_ID, once for each RUN, each a job of
-its own as a re-run is: ``ok`` prints ``WRITTEN`` when the job is done;
-``fail`` gives row 3999 (the last of partition 3) no topic, so partition 3
-fails half-way through its rows, the job fails, and it prints ``FAILED`` and
-the error. ``slow`` sends as ``stream`` does, so a test can kill the driver
-in the middle of the write.
+``named-batch`` writes 0..3999 (values of 1 KB, made by a Python UDF) in 4
+Spark partitions (Kafka partition: the number modulo 2) with ``writeId``
+WRITE_ID, once for each RUN, each a job of its own as a re-run is: ``ok``
+prints ``WRITTEN`` when the job is done; ``fail`` gives row 3999 (the last
+of partition 3) no topic, so partition 3 fails half-way through its rows,
+the job fails, and it prints ``FAILED`` and the error; ``stall`` stops the
+first attempt of partition 3 at row 3500 (in the UDF), its transaction
+open, so a test can kill the driver in the middle of the write.
 """
 
 from __future__ import annotations
@@ -48,15 +50,18 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from pyspark import TaskContext  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.functions import col, udf  # noqa: E402
+from pyspark.sql.functions import col, expr, udf  # noqa: E402
 from pyspark.sql.types import BinaryType, StringType  # noqa: E402
 
+from josef_client import Admin  # noqa: E402
 from josef_spark import JosefDataSource  # noqa: E402
 
 
@@ -131,6 +136,13 @@ def upstream_failing_batch(bootstrap: str, sink: str) -> None:
     @udf(StringType())
     def padded(number: int) -> str:
         if number == 1950 and TaskContext.get().attemptNumber() == 0:
+            with Admin({"bootstrap.servers": bootstrap}) as admin:
+                deadline = time.monotonic() + 120
+                while not any(t.transactional_id.endswith("-1") and t.state == "Ongoing"
+                              for ts in admin.list_transactions().values() for t in ts):
+                    if time.monotonic() > deadline:
+                        break  # the test then finds no aborted rows, and says so
+                    threading.Event().wait(0.1)
             raise ValueError("row 1950 cannot be made on a first attempt")
         return f"{number}:" + "." * 1000
 
@@ -139,15 +151,28 @@ def upstream_failing_batch(bootstrap: str, sink: str) -> None:
     spark.stop()
 
 
-def named_batch(bootstrap: str, sink: str, write_id: str, speed: str, runs: str) -> None:
-    spark = session("local[2]")
+def padded(stall_at: int) -> Any:
+    """A UDF making a value of 1 KB from a number, whose first attempt stops at ``stall_at`` until it is killed."""
+
+    @udf(StringType())
+    def value(number: int) -> str:
+        if number == stall_at and TaskContext.get().attemptNumber() == 0:
+            threading.Event().wait(600)  # until the driver is killed (the test gives up well before)
+        return f"{number}:" + "." * 1000
+
+    return value
+
+
+def named_batch(bootstrap: str, sink: str, write_id: str, runs: str) -> None:
+    spark = session("local[2]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
     for run in runs.split(","):
         missing = 3999 if run == "fail" else -1
-        df = spark.range(0, 4000, 1, 4).selectExpr(f"IF(id = {missing}, NULL, '{sink}') AS topic",
-                                                    "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
+        df = spark.range(0, 4000, 1, 4).select(expr(f"IF(id = {missing}, NULL, '{sink}')").alias("topic"),
+                                               padded(3500 if run == "stall" else -1)("id").alias("value"),
+                                               (col("id") % 2).cast("int").alias("partition"))
         try:
             df.write.format("josef").mode("append").option("kafka.bootstrap.servers", bootstrap) \
-                .option("writeId", write_id).options(**(SLOW if speed == "slow" else {})).save()
+                .option("writeId", write_id).save()
         except Exception as exc:
             if run != "fail":
                 raise
