@@ -3,6 +3,7 @@
 import os
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -106,17 +107,18 @@ def test_a_consumer_that_does_not_read_its_response_does_not_stall_anyone_else(j
 def test_a_response_larger_than_the_socket_takes_goes_out_by_sendfile_alone(josef_broker, monkeypatch):
     """A full socket makes the writer wait and go on from the same file offset: records are never read into memory."""
     setup_topic(josef_broker.port, "wait", batches=8, value_size=100_000, partitions=3)
-    reads, waits = [], []
+    reads, waited_once = [], threading.Event()
     real_read, real_wait = network.FileRegion.read, network._Writer._socket_writable
     monkeypatch.setattr(network.FileRegion, "read", lambda self, *a: reads.append(a) or real_read(self, *a))
-    monkeypatch.setattr(network._Writer, "_socket_writable", lambda self: waits.append(1) or real_wait(self))
+    monkeypatch.setattr(network._Writer, "_socket_writable", lambda self: waited_once.set() or real_wait(self))
     with socket.create_connection(("127.0.0.1", josef_broker.port), timeout=30) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
         sock.sendall(encode_request(ApiKey.FETCH, 11, 7, b"raw", fetch_body("wait", 3)))
+        # Read nothing until the broker has found the socket full: a reader as fast as the broker never fills it.
+        assert waited_once.wait(30), "the socket never filled: the test did not test waiting"
         size = struct.unpack(">i", receive(sock, 4))[0]
         assert size > 9_000_000  # more than the broker's socket buffer (4 MiB) and ours hold together
         waited = receive(sock, size)
-    assert waits, "the socket never filled: the test did not test waiting"
     assert reads == []
     monkeypatch.setattr(network._Writer, "zero_copy", False)
     assert waited == raw_fetch(josef_broker.port, fetch_body("wait", 3))
