@@ -10,16 +10,18 @@ Where the active controller is depends on the metadata quorum. When it can
 only be reached in-process (a single-node quorum, no controller listener),
 the controller's own handler is called directly; otherwise the request goes
 over the network to the controller listener of the node the quorum names,
-and is sent again to the next controller when the answer is NOT_CONTROLLER
-or the connection fails, for up to 30 seconds. A client's request travels in
+and is sent again to the next controller when the answer is NOT_CONTROLLER,
+the connection fails or the quorum names another controller before the
+answer came, for up to 30 seconds. A client's request travels in
 an Envelope with its principal and address, as Kafka's brokers forward it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 CONTROLLER_TIMEOUT_S = 30.0
 #: How long to wait before asking again when there is no controller, or it moved.
 RETRY_BACKOFF_S = 0.05
+#: How often a request in flight checks that the controller it was sent to still leads the quorum.
+CONTROLLER_WATCH_S = 0.1
+#: What :meth:`ControllerChannel._while_active` gives when the controller changed before it answered.
+_MOVED = object()
 
 
 class ControllerUnavailableError(KafkaTimeoutError):
@@ -110,17 +116,49 @@ class ControllerChannel:
                 if endpoint is None:
                     return await self._node.controller_dispatcher.call(api_key, request, ctx=ctx)
                 try:
-                    response = await self._over_network(controller_id, endpoint, api_key, ctx, request)
+                    response = await self._while_active(controller_id, functools.partial(
+                        self._over_network, controller_id, endpoint, api_key, ctx, request))
                 except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as exc:
                     log.debug("controller %d at %s:%d: %s", controller_id, *endpoint, exc)
                     await self._drop(controller_id)
                 else:
-                    if ErrorCode.not_controller not in error_codes(response):
+                    if response is not _MOVED and ErrorCode.not_controller not in error_codes(response):
                         return response
                     await self._drop(controller_id)
             if time.monotonic() >= deadline:
                 raise ControllerUnavailableError(f"no active controller answered within {timeout_s:.0f} s")
             await anyio.sleep(RETRY_BACKOFF_S)
+
+    async def _while_active(self, controller_id: int, request: Callable[[], Awaitable[Any]]) -> Any:
+        """``request``'s answer, or ``_MOVED`` as soon as the quorum names another controller than ``controller_id``.
+
+        A controller that froze (a stopped process, a cut link) keeps its
+        connections open and answers nothing, so waiting for the request
+        timeout would hold every heartbeat of this broker for 30 s, and the
+        new controller would fence it meanwhile. Kafka's channel waits, too;
+        the quorum already knows better, so the request goes to the new
+        controller at once (every request sent here may be sent again, as on
+        a lost connection).
+        """
+        answer: Any = _MOVED
+        failure: BaseException | None = None
+
+        async def send(scope: anyio.CancelScope) -> None:
+            nonlocal answer, failure
+            try:
+                answer = await request()
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+                failure = exc
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, tg.cancel_scope)
+            while self._node.quorum.controller_id == controller_id:
+                await anyio.sleep(CONTROLLER_WATCH_S)
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return answer
 
     async def _over_network(self, controller_id: int, endpoint: tuple[str, int], api_key: int,
                             ctx: RequestContext | None, request: Any) -> Any:
