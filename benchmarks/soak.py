@@ -43,11 +43,18 @@ from josef.testing.faults import (
     unavailable,
 )
 from josef.testing.history import History, check
-from josef.testing.workload import Group, Producers, Readers, Transactions, Workload, create_topic
+from josef.testing.workload import (
+    FAULT_CONSUMER,
+    FAULT_PRODUCER,
+    Group,
+    Producers,
+    Readers,
+    Transactions,
+    Workload,
+    create_topic,
+)
 
 TOPIC = "soak"
-PRODUCER = {"request.timeout.ms": 5000, "delivery.timeout.ms": 120000, "socket.connection.setup.timeout.ms": 3000}
-CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.connection.setup.timeout.ms": 3000}
 #: Faults between two waits for full replication: more would let a fault land on a cluster still recovering from
 #: the last two, past what three replicas survive (acknowledged data on one replica while the other two are down).
 BURST = 3
@@ -92,8 +99,8 @@ def main() -> int:
         create_topic(cluster.bootstrap_servers, TOPIC, partitions=6)
         eventually(lambda: fully_replicated(cluster), timeout=60, what="the topic fully replicated")
         workload = Workload(cluster.bootstrap_servers, TOPIC, history=history, seed=args.seed, parts=[
-            Producers(count=2, rate=args.rate, settings=PRODUCER), Transactions(rate=2, settings=PRODUCER),
-            Readers(settings=CONSUMER), Group("g", members=3, settings=CONSUMER)]).start()
+            Producers(count=2, rate=args.rate, settings=FAULT_PRODUCER), Transactions(rate=2, settings=FAULT_PRODUCER),
+            Readers(settings=FAULT_CONSUMER), Group("g", members=3, settings=FAULT_CONSUMER)]).start()
         workload.progress(100, timeout=120)
         nemesis = Nemesis(cluster.faults, args.seed, kinds=sorted(NEMESIS_FAULTS),
                           targets=standard_targets(cluster, TOPIC), duration_s=(3, 10), rest_s=(2, 6))

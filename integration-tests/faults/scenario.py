@@ -11,18 +11,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-
 from josef.node.cluster import JosefCluster, NodeProcess
 from josef.testing import eventually
 from josef.testing.faults import active_controller, group_coordinator, partition_states
 from josef.testing.history import Commit, History, Verdict, check
-from josef.testing.workload import Group, Producers, Readers, Transactions, Workload, create_topic
+from josef.testing.workload import (
+    FAULT_CONSUMER,
+    FAULT_PRODUCER,
+    Group,
+    Producers,
+    Readers,
+    Transactions,
+    Workload,
+    create_topic,
+)
 
 TOPIC = "checked"
 PARTITIONS = 6
-#: What the clients are told: give up on a broker within seconds, and keep retrying for longer than a fault lasts.
-PRODUCER = {"request.timeout.ms": 5000, "delivery.timeout.ms": 60000, "socket.connection.setup.timeout.ms": 3000}
-CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.connection.setup.timeout.ms": 3000}
 
 
 class Scenario:
@@ -39,10 +44,10 @@ class Scenario:
             eventually(lambda: len([p for p in self.partitions(broker).values() if p[0] >= 0]) == PARTITIONS,
                        timeout=30, what=f"broker {broker.node_id} knowing every partition's leader")
         self.workload = Workload(cluster.bootstrap_servers, TOPIC, history=self.history, seed=seed, parts=[
-            Producers(count=2, rate=100, settings=PRODUCER),
-            Transactions(rate=4, settings=PRODUCER),
-            Readers(settings=CONSUMER),
-            Group("g", members=3, client=group_client, settings=CONSUMER),
+            Producers(count=2, rate=100, settings=FAULT_PRODUCER),
+            Transactions(rate=4, settings=FAULT_PRODUCER),
+            Readers(settings=FAULT_CONSUMER),
+            Group("g", members=3, client=group_client, settings=FAULT_CONSUMER),
         ])
 
     def start(self, acknowledged: int = 100) -> Scenario:

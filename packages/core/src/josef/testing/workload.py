@@ -61,6 +61,7 @@ from josef.testing.history import (
 )
 
 __all__ = [
+    "FAULT_CONSUMER", "FAULT_PRODUCER",
     "Client", "ConfluentClient", "ConsumerClient", "Delivery", "Failure", "Group", "ProducerClient", "Producers",
     "Readers", "Rebalance", "Record", "Transactions", "Workload", "create_topic", "final_read", "group_offsets",
     "resolve_client",
@@ -72,6 +73,15 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 30.0
 #: How often a retriable commit of a transaction is tried before its outcome is called unknown.
 COMMIT_ATTEMPTS = 3
+
+#: Client settings for runs under faults: give up on a silent broker within seconds, and keep retrying a record
+#: for longer than a fault lasts (up to ``transaction.timeout.ms``, which a transactional producer may not exceed).
+#: A frozen node keeps its connections open and answers nothing, so only a request's own timeout ends a wait on it.
+FAULT_PRODUCER = {"request.timeout.ms": 5000, "delivery.timeout.ms": 60000, "socket.connection.setup.timeout.ms": 3000}
+#: ``max.poll.interval.ms`` is also the rebalance timeout, and the timeout of a JoinGroup: at its default (5 min)
+#: a member whose JoinGroup went to a coordinator that then froze waits five minutes before it looks for the new one.
+FAULT_CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 15000,
+                  "request.timeout.ms": 10000, "socket.connection.setup.timeout.ms": 3000}
 
 
 # The driver interface ------------------------------------------------------------------------------------------
@@ -202,11 +212,11 @@ class ConfluentClient:
             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")}
 
     def producer(self, bootstrap: str, settings: Mapping[str, Any]) -> ProducerClient:
-        return _ConfluentProducer(self.kafka, {"bootstrap.servers": bootstrap, **settings})
+        return _ConfluentProducer(self.kafka, {"bootstrap.servers": bootstrap, **_librdkafka(settings, producer=True)})
 
     def consumer(self, bootstrap: str, settings: Mapping[str, Any]) -> ConsumerClient:
         return _ConfluentConsumer(self.kafka, {"bootstrap.servers": bootstrap, "enable.partition.eof": True,
-                                               **settings})
+                                               **_librdkafka(settings, producer=False)})
 
     def classify(self, error: Any) -> Failure:
         kafka = self.kafka
@@ -257,6 +267,18 @@ class _ConfluentProducer:
 
     def abort_transaction(self, timeout: float) -> None:
         self._producer.abort_transaction(timeout)
+
+
+def _librdkafka(settings: Mapping[str, Any], *, producer: bool) -> dict[str, Any]:
+    """``settings`` in librdkafka's terms: Java's ``request.timeout.ms`` bounds every request, librdkafka's only a
+    produce; its ``socket.timeout.ms`` (60 s by default) bounds the others (FindCoordinator, InitProducerId,
+    metadata), so a group lookup that went to a frozen broker would wait a minute."""
+    config = dict(settings)
+    if "request.timeout.ms" in config:
+        config.setdefault("socket.timeout.ms", config["request.timeout.ms"])
+        if not producer:
+            del config["request.timeout.ms"]  # a producer property librdkafka's consumer warns about
+    return config
 
 
 class _ConfluentConsumer:
