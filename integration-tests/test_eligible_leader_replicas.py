@@ -46,9 +46,12 @@ def call(cluster, node_id, api, version, body):
 
 
 def partition_state(cluster, node_id):
-    """``(leader, isr, elr)`` of the topic's partition, as broker ``node_id``'s DescribeTopicPartitions tells it."""
+    """``(leader, isr, elr)`` of the topic's partition, as broker ``node_id``'s DescribeTopicPartitions tells it;
+    None while the broker has not learnt of the topic (the controller answered its creation, the broker may lag)."""
     [described] = call(cluster, node_id, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
         "topics": [{"name": TOPIC}], "response_partition_limit": 10, "cursor": None}).topics
+    if not described.partitions:
+        return None
     p = described.partitions[0]
     return p.leader_id, tuple(sorted(p.isr_nodes)), tuple(sorted(p.eligible_leader_replicas or ()))
 

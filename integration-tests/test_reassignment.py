@@ -23,7 +23,7 @@ from test_leader_election import josef, partition_line
 from test_replication import FAST, Load, check_every_acknowledged_record, partitions_of, read_all
 
 THROTTLE = 500_000  # bytes/s
-PRELOAD = 3072  # records of 1 KiB: ~3 MiB to copy
+PRELOAD = 6144  # records of 1 KiB: ~6 MiB to copy, 12 s at the throttle: longer than the checks made meanwhile take on a loaded machine
 #: Small fetches, so the copy is paced by the throttle rather than done in a couple of maximal fetches.
 FETCH_MAX_BYTES = 262_144
 

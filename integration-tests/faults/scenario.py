@@ -33,8 +33,9 @@ PARTITIONS = 6
 class Scenario:
     """One cluster under the workload; the test injects faults through :attr:`faults` and ends with :meth:`verdict`."""
 
-    def __init__(self, cluster: JosefCluster, seed: int, group_client: Any = "confluent") -> None:
+    def __init__(self, cluster: JosefCluster, seed: int, group_client: Any = "confluent", name: str = "") -> None:
         assert cluster.faults is not None
+        self.name = name
         self.cluster = cluster
         self.faults = cluster.faults
         self.history = History(log=cluster.base_dir / "history.jsonl")
@@ -90,7 +91,12 @@ class Scenario:
         final = self.workload.finish(timeout=120)
         verdict = check(self.history, final)
         faults = [e for e in self.faults.events]
-        print(f"\n{len(faults)} faults injected: {', '.join(str(e) for e in faults)}")
-        print(verdict.report())
+        report = f"{len(faults)} faults injected: {', '.join(str(e) for e in faults)}\n{verdict.report()}"
+        print(f"\n{report}")
+        VERDICTS.append((self.name, report))
         return verdict
+
+
+#: ``(test, report)`` of every verdict, printed at the end of the run (conftest's ``pytest_terminal_summary``).
+VERDICTS: list[tuple[str, str]] = []
 
