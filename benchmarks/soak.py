@@ -135,6 +135,7 @@ def main() -> int:
         f"- nemesis errors (faults that could not be injected): {len(nemesis.errors) if nemesis else 0}",
         f"- history: {len(history)} events, kept in {args.report.with_suffix('.history.jsonl')}",
         f"- verdict: {'OK' if verdict and verdict.ok else 'VIOLATIONS' if verdict else 'ERROR: ' + error}",
+        f"- clients that did not stop within 60 s at the end: {workload.stuck if workload else []}",
         "",
         "```",
         verdict.report() if verdict else error,
@@ -146,8 +147,8 @@ def main() -> int:
           for i, step in enumerate(nemesis.steps if nemesis else [], 1)),
     ]
     args.report.write_text("\n".join(report) + "\n", encoding="utf-8")
-    print("\n".join(report[:8]))
-    return 0 if verdict is not None and verdict.ok else 1
+    print("\n".join(report[:9]))
+    return 0 if verdict is not None and verdict.ok and not (workload and workload.stuck) else 1
 
 
 if __name__ == "__main__":

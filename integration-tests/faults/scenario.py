@@ -92,8 +92,11 @@ class Scenario:
         verdict = check(self.history, final)
         faults = [e for e in self.faults.events]
         report = f"{len(faults)} faults injected: {', '.join(str(e) for e in faults)}\n{verdict.report()}"
+        if self.workload.stuck:
+            report += f"\nclients that did not stop within 60 s: {self.workload.stuck}"
         print(f"\n{report}")
         VERDICTS.append((self.name, report))
+        assert not self.workload.stuck, f"workload clients did not stop: {self.workload.stuck}"
         return verdict
 
 
