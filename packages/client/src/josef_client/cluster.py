@@ -72,6 +72,7 @@ class Cluster:
         self.bootstrap = [parse_address(s) for s in config["bootstrap.servers"]]
         self.brokers: dict[int, tuple[str, int]] = {}
         self.partitions: dict[str, dict[int, PartitionInfo]] = {}
+        self._topic_ids: dict[str, str] = {}
         self.topic_errors: dict[str, ErrorCode] = {}
         self.cluster_id: str | None = None
         self.controller_id = -1
@@ -192,8 +193,13 @@ class Cluster:
                 self.partitions.pop(topic.name, None)
                 continue
             self.topic_errors.pop(topic.name, None)
+            topic_id = str(getattr(topic, "topic_id", None) or "")
+            same_topic = self._topic_ids.get(topic.name) == topic_id
+            self._topic_ids[topic.name] = topic_id
+            known = self.partitions.get(topic.name, {}) if same_topic else {}
             self.partitions[topic.name] = {
-                p.partition_index: PartitionInfo(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+                p.partition_index: _newer(known.get(p.partition_index), PartitionInfo(
+                    p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes)))
                 for p in topic.partitions
             }
         if topics is None:
@@ -230,3 +236,14 @@ class Cluster:
         for conn in list(self._connections.values()):
             await conn.close()
         self._connections.clear()
+
+
+def _newer(known: PartitionInfo | None, answered: PartitionInfo) -> PartitionInfo:
+    """What to keep of a partition: a broker behind on metadata (one just resumed, say) names an older leader epoch,
+    and following it would fetch from a replica that no longer leads (its shorter log answers OFFSET_OUT_OF_RANGE,
+    and the consumer resets). Kafka's clients keep the newer epoch too (KIP-320)."""
+    if known is not None and answered.leader_epoch >= 0 and known.leader_epoch > answered.leader_epoch:
+        log.debug("metadata names leader %d in epoch %d, older than the known epoch %d of leader %d: kept",
+                  answered.leader, answered.leader_epoch, known.leader_epoch, known.leader)
+        return known
+    return answered
