@@ -30,7 +30,6 @@ def scenario(request: pytest.FixtureRequest, josef_cluster: Callable[..., JosefC
         scenario.workload.stop()
 
 
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Each scenario's faults and the checker's verdict, passed or not: the run's evidence, in the CI log."""
     if VERDICTS:

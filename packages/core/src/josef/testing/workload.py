@@ -869,12 +869,9 @@ class Workload:
         final = final_read(self.bootstrap, [self.topic], timeout=max(deadline - time.monotonic(), 1),
                            client=final_client)
         self.await_groups(final, deadline, final_client)
-        for worker in self.consumers:
-            worker.stop()
-        stop_by = time.monotonic() + 60
         # A consumer stuck in its client (a close that never returns) is a finding, but its reads so far are
         # in the history and the read-back is complete: the check runs, and the caller says what did not stop.
-        self.stuck = [w.name for w in self.consumers if not w.join(stop_by)]
+        self.stuck = self._stop(self.consumers, time.monotonic() + 60)
         if self.stuck:
             log.warning("workload consumers that did not stop within 60 s: %s", self.stuck)
         self._raise_errors()
@@ -906,10 +903,15 @@ class Workload:
                     return False
                 polling.wait(0.25)
 
-    def _stop_all(self, workers: Sequence[_Worker], deadline: float) -> None:
+    @staticmethod
+    def _stop(workers: Sequence[_Worker], deadline: float) -> list[str]:
+        """Ask ``workers`` to stop; the names of those still running at ``deadline``."""
         for worker in workers:
             worker.stop()
-        stuck = [w.name for w in workers if not w.join(deadline)]
+        return [w.name for w in workers if not w.join(deadline)]
+
+    def _stop_all(self, workers: Sequence[_Worker], deadline: float) -> None:
+        stuck = self._stop(workers, deadline)
         if stuck:
             raise RuntimeError(f"workload clients did not stop in time: {stuck}")
 
