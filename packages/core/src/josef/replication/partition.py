@@ -283,6 +283,20 @@ class Partition:
             raise PartitionError(ErrorCode.unknown_leader_epoch, f"{self.tp}: epoch {requested} is newer than {self.leader_epoch}")
         raise PartitionError(ErrorCode.fenced_leader_epoch, f"{self.tp}: epoch {requested} is older than {self.leader_epoch}")
 
+    def check_epoch_seen(self, seen: int) -> None:
+        """Refuse a client or follower that holds records of a newer leader epoch than this broker's (-1: not checked).
+
+        Such records exist only if a newer leader took over, so this broker's
+        metadata is behind: it was frozen or cut off and has not caught up.
+        Kafka answers from its stale state here (an OffsetForLeaderEpoch end
+        offset of -1, which a consumer takes as truncation and resets to its
+        ``auto.offset.reset``); UNKNOWN_LEADER_EPOCH makes the client refresh
+        its metadata and ask again instead.
+        """
+        if seen > self.leader_epoch:
+            raise PartitionError(ErrorCode.unknown_leader_epoch,
+                                 f"{self.tp}: records of epoch {seen} exist, this broker knows epoch {self.leader_epoch}")
+
     def require_leader(self) -> None:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower, f"broker {self.broker_id} does not lead {self.tp}")

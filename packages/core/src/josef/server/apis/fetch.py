@@ -125,6 +125,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                     if (part.fetch_offset == visible
                             and (any_replica or partition.leader_id == broker_id)
                             and part.current_leader_epoch in (-1, partition.leader_epoch)
+                            and part.last_fetched_epoch <= partition.leader_epoch
                             and not (offline and tp in offline)):
                         stable = visible if committed else partition.last_stable_offset
                         result = results[i] = _Result(high_watermark, stable, partition.log.log_start_offset)
@@ -201,6 +202,7 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
             partition.require_leader()
         if part.current_leader_epoch != -1:
             partition.check_leader_epoch(part.current_leader_epoch)
+        partition.check_epoch_seen(part.last_fetched_epoch)
         replicas = ctx.broker.replicas
         high_watermark = partition.high_watermark
         log = partition.log

@@ -80,6 +80,7 @@ def _list_offset(isolation: int) -> Answer:
 
 
 def _end_of_epoch(partition: Partition, part: Any) -> dict[str, Any]:
+    partition.check_epoch_seen(part.leader_epoch)
     if part.leader_epoch == partition.leader_epoch:
         return {"leader_epoch": partition.leader_epoch, "end_offset": partition.log.log_end_offset}
     epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
