@@ -83,8 +83,15 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     else:
         topics = []
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+        # Each topic is answered once however often it is named, as Kafka answers (a set of the names or ids): a
+        # request naming a topic of thousands of partitions ten thousand times must not build an answer that large.
+        seen: set[object] = set()
         for entry in requested:
             name = entry.name
+            key = name if name is not None else getattr(entry, "topic_id", None)
+            if key in seen:
+                continue
+            seen.add(key)
             if name is None and getattr(entry, "topic_id", None) is not None:
                 found = broker.image.topic_by_id(uuid_to_text(entry.topic_id))
                 topics.append(topic_metadata(broker.image, found) if found else missing_topic(ErrorCode.unknown_topic_id, None, entry.topic_id))
