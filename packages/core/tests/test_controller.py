@@ -73,9 +73,6 @@ def test_create_topic_defaults_and_configs():
         ({"name": "t", "configs": {"no.such.key": "1"}}, ErrorCode.invalid_config),
         ({"name": "t", "assignments": {0: [1], 2: [1]}}, ErrorCode.invalid_replica_assignment),
         ({"name": "t", "assignments": {0: [7]}}, ErrorCode.invalid_replica_assignment),
-        # Kafka's bound on one operation's records (MAX_RECORDS_PER_USER_OP): a topic record and 10,000 partitions
-        ({"name": "t", "num_partitions": 10_000}, ErrorCode.policy_violation),
-        ({"name": "t", "assignments": {p: [1] for p in range(10_000)}}, ErrorCode.policy_violation),
     ],
 )
 def test_create_topic_errors(kwargs, code):
@@ -121,12 +118,6 @@ def test_create_partitions():
     with pytest.raises(ControllerError) as info:
         run(controller.create_partitions, "t", 5, None, False)
     assert info.value.code == ErrorCode.invalid_partitions
-    run(controller.create_partitions, "t", 10_005, None, False)  # 10,000 more: as many records as one operation may write
-    with pytest.raises(ControllerError) as info:
-        run(controller.create_partitions, "t", 20_006, None, False)
-    assert info.value.code == ErrorCode.policy_violation
-    assert info.value.message == "Unable to perform excessively large batch operation."
-    assert len(quorum.image.topics["t"].partitions) == 10_005
 
 
 def test_incremental_alter_configs():

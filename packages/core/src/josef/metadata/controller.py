@@ -84,9 +84,6 @@ log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
-#: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one user operation writes at most this many records, so a
-#: request cannot make the controller build (and every broker apply) an unbounded batch.
-MAX_RECORDS_PER_USER_OP = 10_000
 
 SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, AlterOp.SUBTRACT
 #: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
@@ -201,12 +198,6 @@ def _check_policy(validate: Callable[[Any], None], request: CreateTopicRequest |
     except Exception:
         log.exception("policy %r failed on %s", validate, request)
         raise ControllerError(ErrorCode.unknown_server_error, "the policy failed; see the controller's log") from None
-
-
-def _bounded(records: int) -> None:
-    """Refuse an operation of more than :data:`MAX_RECORDS_PER_USER_OP` records, with Kafka's error and message."""
-    if records > MAX_RECORDS_PER_USER_OP:
-        raise ControllerError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
 
 
 def validate_topic_name(name: str) -> None:
@@ -1111,7 +1102,6 @@ class Controller:
             if num_partitions != -1 or replication_factor != -1:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "give either replica assignments or partitions and replication factor, not both")
-            _bounded(1 + len(assignments))
             if sorted(assignments) != list(range(len(assignments))):
                 raise ControllerError(ErrorCode.invalid_replica_assignment, "assigned partitions must be 0..N-1")
             result = [list(assignments[p]) for p in range(len(assignments))]
@@ -1128,7 +1118,6 @@ class Controller:
         factor = self._config["default.replication.factor"] if replication_factor == -1 else replication_factor
         if partitions <= 0:
             raise ControllerError(ErrorCode.invalid_partitions, f"number of partitions must be positive, got {partitions}")
-        _bounded(1 + partitions)
         if factor <= 0:
             raise ControllerError(ErrorCode.invalid_replication_factor, f"replication factor must be positive, got {factor}")
         if factor > len(live):
@@ -1160,7 +1149,6 @@ class Controller:
             if count <= current:
                 raise ControllerError(ErrorCode.invalid_partitions,
                                       f"topic {name!r} has {current} partitions; the new count must be larger, got {count}")
-            _bounded(count - current)
             factor = len(topic.partitions[0].replicas)
             live = [b for b, info in image.brokers.items() if not info.fenced]
             if assignments:
