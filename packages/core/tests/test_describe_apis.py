@@ -226,19 +226,3 @@ def test_metadata_answers_leader_not_available_for_a_topic_created_but_not_yet_k
     client.close()
     assert (topic.name, topic.error_code, topic.partitions) == ("lagging", ErrorCode.leader_not_available, ())
 
-
-def test_metadata_answers_a_topic_named_many_times_once(josef_broker):
-    """As Kafka (a set of the names): a fuzzer's request naming a 3,000-partition topic 10,000 times made the broker
-    build 30 million partition entries and run out of memory."""
-    client = RawClient(josef_broker.port)
-    create_topics(client, {"wide": 8})
-    topic_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "wide", "topic_id": None}],
-                                                 "allow_auto_topic_creation": False,
-                                                 "include_topic_authorized_operations": False}).topics[0].topic_id
-    by_name = client.call(ApiKey.METADATA, 1, {"topics": [{"name": "wide"}] * 10_000}).topics
-    by_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": topic_id}] * 3 + [
-        {"name": "wide", "topic_id": None}], "allow_auto_topic_creation": False,
-        "include_topic_authorized_operations": False}).topics
-    client.close()
-    assert [(t.name, len(t.partitions)) for t in by_name] == [("wide", 8)]
-    assert [(t.topic_id, len(t.partitions)) for t in by_id] == [(topic_id, 8)] * 2  # once by id, once by name

@@ -24,6 +24,10 @@
 - CreatePartitions (or CreateTopics) of 2**31-2 partitions: the controller
   built that many records, the broker grew to 22 GB and was killed; Kafka
   refuses an operation of more than 10,000 records (POLICY_VIOLATION).
+- Metadata answered a topic once per time the request named it: a request
+  naming a 3,339-partition topic thousands of times (a few kilobytes) made
+  the broker build tens of millions of partition entries; it grew to 7 GB
+  and failed with MemoryError.
 - DescribeClientQuotas and AlterClientQuotas errors quoted every entity type
   of the request: with thousands, a message longer than v0 strings hold,
   and a response that could not be encoded; an entity naming a type twice,
@@ -412,3 +416,22 @@ def test_a_throttled_client_that_disconnects_frees_its_connection(josef_broker):
         client.close()
     me = RunningBroker("127.0.0.1", josef_broker.port, os.getpid(), Path("/dev/null"))
     eventually(lambda: not sockets(me).listener, timeout=10, what="the broker closing the throttled connection")
+
+
+def test_metadata_answers_a_topic_named_many_times_once(josef_broker):
+    """As Kafka (a set of the names or ids)."""
+    client = RawClient(josef_broker.port)
+    created = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+        {"name": "wide", "num_partitions": 8, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout": 30_000, "validate_only": False})
+    assert created.topics[0].error_code == ErrorCode.none
+    topic_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "wide", "topic_id": None}],
+                                                 "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False}).topics[0].topic_id
+    by_name = client.call(ApiKey.METADATA, 1, {"topics": [{"name": "wide"}] * 10_000}).topics
+    by_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": topic_id}] * 3 + [
+        {"name": "wide", "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}).topics
+    client.close()
+    assert [(t.name, len(t.partitions)) for t in by_name] == [("wide", 8)]
+    assert [(t.topic_id, len(t.partitions)) for t in by_id] == [(topic_id, 8)] * 2  # once by id, once by name
