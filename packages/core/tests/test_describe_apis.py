@@ -225,4 +225,3 @@ def test_metadata_answers_leader_not_available_for_a_topic_created_but_not_yet_k
                                                 "include_topic_authorized_operations": False}).topics
     client.close()
     assert (topic.name, topic.error_code, topic.partitions) == ("lagging", ErrorCode.leader_not_available, ())
-

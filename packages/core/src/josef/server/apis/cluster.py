@@ -87,14 +87,14 @@ async def metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         # request naming a topic of thousands of partitions ten thousand times must not build an answer that large.
         seen: set[object] = set()
         for entry in requested:
-            name = entry.name
-            key = name if name is not None else getattr(entry, "topic_id", None)
+            name, topic_id = entry.name, getattr(entry, "topic_id", None)
+            key = name if name is not None else topic_id
             if key in seen:
                 continue
             seen.add(key)
-            if name is None and getattr(entry, "topic_id", None) is not None:
-                found = broker.image.topic_by_id(uuid_to_text(entry.topic_id))
-                topics.append(topic_metadata(broker.image, found) if found else missing_topic(ErrorCode.unknown_topic_id, None, entry.topic_id))
+            if name is None and topic_id is not None:
+                found = broker.image.topic_by_id(uuid_to_text(topic_id))
+                topics.append(topic_metadata(broker.image, found) if found else missing_topic(ErrorCode.unknown_topic_id, None, topic_id))
                 continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_create:
