@@ -309,7 +309,11 @@ def api_versions(target: Target) -> dict[int, tuple[int, int]]:
 
 
 def create_topics(target: Target, names: Iterable[str], partitions: int = 2, replicas: int = 1) -> None:
-    """Create ``names`` (existing ones are left), and wait until each partition has a leader."""
+    """Create ``names`` (existing ones are left), and wait until each partition's leader knows it leads it.
+
+    ``target`` learning of a leader is not enough in a cluster: the leader, another node, may not have read the
+    topic's records yet and would refuse a Produce with UNKNOWN_TOPIC_OR_PARTITION.
+    """
     names = list(names)
     with Client(target) as client:
         topics = [{"name": n, "num_partitions": partitions, "replication_factor": replicas, "assignments": [],
@@ -318,17 +322,42 @@ def create_topics(target: Target, names: Iterable[str], partitions: int = 2, rep
         for topic in response.topics:
             if topic.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 raise AssertionError(f"cannot create {topic.name}: {topic.error_code.name}")
-        deadline = time.monotonic() + 60
-        while True:
-            metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": n, "topic_id": None} for n in names],
-                                                        "allow_auto_topic_creation": False,
-                                                        "include_topic_authorized_operations": False})
-            if all(t.error_code == ErrorCode.none and t.partitions and all(p.leader_id >= 0 for p in t.partitions)
-                   for t in metadata.topics):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"topics {names} have no leaders: {metadata.topics}")
-            time.sleep(0.05)  # no event says a leader was elected in another process
+    deadline = time.monotonic() + 60
+    while (waiting := _not_led(target, names)) is not None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topics {names} are not led: {waiting}")
+        time.sleep(0.05)  # no event says a leader was elected in another process
+
+
+def _metadata(target: Listener, names: list[str]) -> Any:
+    with Client(target) as client:
+        return client.call(ApiKey.METADATA, 12, {"topics": [{"name": n, "topic_id": None} for n in names],
+                                                 "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+
+
+def _not_led(target: Listener, names: list[str]) -> str | None:
+    """None when ``target`` names a leader for every partition of ``names`` and each leader names itself; else
+    the first partition still waiting."""
+    metadata = _metadata(target, names)
+    leaders: dict[int, list[tuple[str, int]]] = {}
+    for topic in metadata.topics:
+        if topic.error_code != ErrorCode.none or not topic.partitions:
+            return f"{topic.name}: {topic.error_code.name}, {len(topic.partitions)} partitions"
+        for partition in topic.partitions:
+            if partition.leader_id < 0:
+                return f"{topic.name}-{partition.partition_index}: no leader"
+            leaders.setdefault(partition.leader_id, []).append((topic.name, partition.partition_index))
+    addresses = {b.node_id: _Address(b.host, b.port) for b in metadata.brokers}
+    for node_id, led in leaders.items():
+        if node_id not in addresses:
+            return f"leader {node_id} is not among the brokers"
+        seen = {(t.name, p.partition_index): p.leader_id for t in _metadata(addresses[node_id], names).topics
+                for p in t.partitions}
+        for name, index in led:
+            if seen.get((name, index)) != node_id:
+                return f"{name}-{index}: node {node_id} does not know yet that it leads it"
+    return None
 
 
 def health_problem(target: Target) -> str | None:
@@ -374,10 +403,7 @@ class _Address:
 
 def _leader(target: Listener, topic: str) -> Listener | None:
     """Where partition 0 of ``topic`` is led, as ``target``'s Metadata says (another node of a cluster)."""
-    with Client(target) as client:
-        metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
-                                                    "allow_auto_topic_creation": False,
-                                                    "include_topic_authorized_operations": False})
+    metadata = _metadata(target, [topic])
     partition = next((p for t in metadata.topics for p in t.partitions if p.partition_index == 0), None)
     broker = next((b for b in metadata.brokers if partition is not None and b.node_id == partition.leader_id), None)
     return None if broker is None else _Address(broker.host, broker.port)
