@@ -45,6 +45,25 @@ def register_log_storage(register: Register) -> None:
 
 
 @hookspec
+def register_log_storage_layers(register: Register) -> None:
+    """Offer layers over the selected log storage, as tiered storage layers over local storage.
+
+    Called when a broker is assembled, once ``log.storage`` has built its
+    backend. Call ``register(name, factory)``; ``factory(storage, config,
+    services)`` receives the :class:`josef.log.LogStorage` built so far,
+    the broker's :class:`josef.config.Config` and its
+    :class:`josef.services.BrokerServices`, and returns a ``LogStorage``
+    that wraps ``storage`` (its logs wrapping ``storage``'s), or None when
+    ``config`` does not turn the layer on (tiered storage:
+    ``remote.log.storage.system.enable``). Every registered layer is asked,
+    in the order of their names, each over what the one before returned.
+    A layer reaches the storage under it only through the contract, so it
+    composes over any backend. The metadata quorum keeps its own log in the
+    bottom storage, never in a layer. Returns nothing.
+    """
+
+
+@hookspec
 def register_metadata_quorum(register: Register) -> None:
     """Offer metadata quorum backends (KRaft, ZooKeeper, ...).
 
@@ -169,8 +188,10 @@ def register_remote_storage(register: Register) -> None:
     """Offer remote storage backends for tiered storage (S3, GCS, a local dir...).
 
     Called when tiered log storage is assembled. Call
-    ``register(name, factory)``; ``factory(config)`` returns an object that
-    copies, fetches and deletes remote log segments. Selected with
+    ``register(name, factory)``; ``factory(settings)`` receives the broker's
+    keys under ``remote.log.storage.manager.impl.prefix`` (``rsm.config.``),
+    prefix removed, and returns a
+    :class:`josef.remote_storage.RemoteStorageManager`. Selected with
     ``remote.log.storage.manager.class.name``. Its methods are called from
     worker threads, never the event loop. Returns nothing.
     """

@@ -22,6 +22,20 @@ per disk). DescribeLogDirs reports them (:meth:`LogStorage.log_dirs`,
 to the online directory holding the fewest partitions (Kafka's
 ``LogManager.nextLogDirs``).
 
+Tiered storage (KIP-405) composes over a local storage rather than
+replacing it: a plugin's ``wrap_log_storage`` hook layers its own
+:class:`LogStorage` over the one ``log.storage`` selected, and its logs
+wrap the local ones. Everything the layer needs of the local log is in this
+contract, whatever backend it is: the closed segments and their companion
+files (:meth:`Log.closed_segments`), a bound on what retention may delete
+(:meth:`Log.attach_retention_limit`), and two log starts
+(:attr:`Log.log_start_offset`, :attr:`Log.local_log_start_offset`). Reads
+below the local log start go to remote storage and are awaited
+(:meth:`Log.read_remote`): :meth:`Log.read` and :meth:`Log.read_region`
+stay synchronous and as fast as before for everything held locally.
+These members came with plugin API 1.3; the broker treats a log without
+them (a storage written for 1.2) as one that is not tiered.
+
 A failed disk takes its directory offline, alone (Kafka's
 LogDirFailureChannel): the first :class:`LogDirError` raised by a log, or
 by the storage about a directory, marks that directory offline until the
@@ -37,6 +51,7 @@ Kafka does.
 
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
@@ -68,6 +83,12 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     min_cleanable_dirty_ratio: float = 0.5
+    #: Tiered storage: on for the topic, and how much stays local (-2: as much as ``retention_*``).
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     @property
     def compact(self) -> bool:
@@ -130,6 +151,23 @@ class EpochEntry:
     start_offset: int
 
 
+def end_offset_for_epoch(entries: Sequence[EpochEntry], epoch: int, log_end_offset: int) -> tuple[int, int]:
+    """Kafka's ``LeaderEpochFileCache.endOffsetFor``: ``(largest known epoch <= epoch, start offset of the next
+    epoch)`` over a log's epoch entries, oldest first.
+
+    The latest epoch ends at the log end offset; an epoch above the latest,
+    or no entries, is unknown: ``(-1, -1)``. An epoch below the first known
+    one answers ``(epoch, first start offset)``.
+    """
+    if epoch < 0 or not entries or epoch > entries[-1].epoch:
+        return -1, -1
+    if epoch == entries[-1].epoch:
+        return epoch, log_end_offset
+    higher = bisect.bisect_right(entries, epoch, key=lambda e: e.epoch)
+    floor_epoch = entries[higher - 1].epoch if higher else epoch
+    return floor_epoch, entries[higher].start_offset
+
+
 class FileRegion:
     """Bytes ``[offset, offset + size)`` of an open file: record data a response sends with ``os.sendfile`` (Kafka's
     ``FileRecords``).
@@ -181,6 +219,12 @@ class OffsetOutOfRangeError(Exception):
     """A read asked for an offset below the log start offset or above the log end offset."""
 
 
+class OffsetMovedToTieredStorageError(Exception):
+    """A read asked for an offset that is no longer held locally but in remote storage (between
+    :attr:`Log.log_start_offset` and :attr:`Log.local_log_start_offset`): consumers read it with
+    :meth:`Log.read_remote`; a follower is answered OFFSET_MOVED_TO_TIERED_STORAGE, as in Kafka."""
+
+
 class LogDirError(Exception):
     """The disk under a log failed (full, read-only, gone): KAFKA_STORAGE_ERROR to clients."""
 
@@ -203,6 +247,40 @@ class LogDirInfo:
     error: str | None = None
 
 
+@attrs.frozen
+class ClosedSegment:
+    """A segment that takes no more appends, with the files tiered storage copies (Kafka's ``LogSegmentData``).
+
+    ``next_offset`` is the offset after its last batch: the next segment's
+    base offset. ``producer_snapshot`` is the broker's producer state at
+    ``next_offset`` (written when the segment rolled), None when the log
+    keeps none there (the metadata log; a snapshot lost in a crash).
+    ``transaction_index`` is None when the segment holds no aborted
+    transaction. A local backend that keeps no such files gives the bytes
+    in files it writes for the purpose; the paths stay valid until
+    retention deletes the segment.
+    """
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    max_timestamp_ms: int
+    log: Path
+    offset_index: Path
+    time_index: Path
+    transaction_index: Path | None
+    producer_snapshot: Path | None
+
+
+@attrs.frozen
+class RemoteRecords:
+    """What :meth:`Log.read_remote` answers: whole batches as :meth:`Log.read` gives them, and for a
+    ``read_committed`` read the aborted transactions overlapping them (from the remote transaction indexes)."""
+
+    records: bytes
+    aborted_txns: list[AbortedTxn] = attrs.Factory(list)
+
+
 @runtime_checkable
 class Log(Protocol):
     tp: TopicPartition
@@ -213,6 +291,15 @@ class Log(Protocol):
     @property
     def log_start_offset(self) -> int:
         """First offset a consumer can read; raised by retention and DeleteRecords."""
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """First offset held locally, which :meth:`read` and :meth:`read_region` serve.
+
+        Equal to :attr:`log_start_offset` for a log that is not tiered; above
+        it once segments were copied to remote storage and deleted locally
+        (``local.retention.ms``/``local.retention.bytes``).
+        """
 
     @property
     def log_end_offset(self) -> int:
@@ -240,7 +327,9 @@ class Log(Protocol):
         records they did not ask for). With ``min_one_batch`` the first batch
         is returned even when it is larger than ``max_bytes`` (KIP-74).
         Returns ``b""`` at the end of the log. Raises
-        :class:`OffsetOutOfRangeError` below the log start or above the end.
+        :class:`OffsetOutOfRangeError` below the log start or above the end,
+        and :class:`OffsetMovedToTieredStorageError` between the log start
+        and the local log start.
         """
 
     def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes | FileRegion:
@@ -253,6 +342,21 @@ class Log(Protocol):
         partition): it holds its own descriptor until it is closed. A
         segment cut short in place (a follower truncating) can make it
         fail to read, as Kafka's ``FileRecords`` does.
+        """
+
+    async def read_remote(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True,
+                          read_committed: bool = False) -> RemoteRecords:
+        """What :meth:`read` answers for an offset below :attr:`local_log_start_offset`, read from remote storage.
+
+        Awaited on the event loop; the remote I/O runs in the storage's
+        reader threads (``remote.log.reader.threads``). Answers from one
+        remote segment at most, like Kafka's remote fetch, so a client asks
+        again from where it ended. With ``read_committed`` it also gives the
+        aborted transactions overlapping the batches. Raises
+        :class:`OffsetOutOfRangeError` outside ``[log_start_offset,
+        local_log_start_offset)`` (always, for a log that is not tiered) and
+        :class:`LogDirError` when remote storage fails or holds corrupt data
+        (KAFKA_STORAGE_ERROR for that read; the log goes on serving).
         """
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -285,6 +389,24 @@ class Log(Protocol):
 
         Producer snapshots above the new log end go too; the broker then
         reloads its producer state (:meth:`josef.replication.partition.Partition.truncate_to`).
+        """
+
+    # Segments -------------------------------------------------------------------
+
+    def closed_segments(self) -> list[ClosedSegment]:
+        """Every segment but the active one, from the local log start on, oldest first (what tiered storage copies).
+
+        Cheap: no disk reads. Read the files in a worker thread.
+        """
+
+    def attach_retention_limit(self, source: Callable[[], int]) -> None:
+        """Bound time and size retention by ``source()``: :meth:`apply_retention` deletes a segment for
+        ``retention.ms``/``retention.bytes`` only when its ``next_offset`` is at most ``source()``.
+
+        Tiered storage gives the offset after the last segment it copied,
+        so nothing leaves the disk before it is in remote storage; segments
+        wholly below the log start (DeleteRecords) go regardless. Called
+        from worker threads. A log without a source is not bounded.
         """
 
     # Producer state -----------------------------------------------------------
@@ -414,7 +536,11 @@ class Log(Protocol):
 
 @runtime_checkable
 class LogStorage(Protocol):
-    """All partition logs of one broker, under ``log.dirs``."""
+    """All partition logs of one broker, under ``log.dirs``.
+
+    A storage layered over another (``wrap_log_storage``) keeps every
+    method's contract and forwards what it does not change.
+    """
 
     def open(self, tp: TopicPartition, config: LogConfig) -> Log:
         """The log of ``tp``, created if new, loaded (and recovered after an unclean stop) if on disk."""

@@ -34,7 +34,7 @@ from packaging.version import Version
 log = logging.getLogger(__name__)
 
 #: The plugin API this core offers.
-PLUGIN_API_VERSION = "1.2"
+PLUGIN_API_VERSION = "1.3"
 
 #: The attribute of a plugin's entry-point module that states the API range it supports.
 RANGE_ATTRIBUTE = "JOSEF_PLUGIN_API"
@@ -57,6 +57,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
                      "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
                      "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "TelemetrySubscription"),
+    "josef.remote_storage": "*",
+    "josef.segment_files": "*",
     "josef.config": "*",
     "josef.coordinator": "*",
     "josef.coordinator.runtime": ("Coordinator", "CoordinatorError", "CoordinatorRuntime", "CoordinatorShard", "Records",
@@ -92,6 +94,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.node.server_properties": ("load_config",),
     "josef.testing": "*",
     "josef.testing.storage": "*",
+    "josef.testing.remote_storage": "*",
     "josef.testing.metadata_quorum": "*",
     "josef.testing.authorizer": "*",
     "josef.testing.coordinator": "*",

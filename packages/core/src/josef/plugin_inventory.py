@@ -22,6 +22,7 @@ from josef.plugins import BUILTIN_PLUGINS, ENTRY_POINT_GROUP
 #: Hook -> what the listing calls its registrations, in the order they are shown.
 KINDS = {
     "register_log_storage": "log storage",
+    "register_log_storage_layers": "log storage layers",
     "register_metadata_quorum": "metadata quorum",
     "register_coordinators": "coordinators",
     "register_authorizers": "authorizers",

@@ -10,7 +10,7 @@ plugin API (:mod:`josef.plugin_api`) and changes only as that API's version says
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import pluggy
 from kio.schema.errors import ErrorCode
@@ -94,6 +94,12 @@ class BrokerServices:
         from josef.server.apis import TAKEOVER_APIS
 
         return TAKEOVER_APIS[api_key]
+
+    def spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        """Run ``function()`` on the broker's event loop as background work, from when the broker serves its
+        partitions until it stops (then it is cancelled). An exception it raises stops the broker: catch what
+        a retry can mend."""
+        self._broker.spawn(function)
 
     async def call_peer(self, node_id: int, api_key: int, body: Mapping[str, Any], *, version: int | None = None) -> Any:
         """Send a request to broker ``node_id`` over the inter-broker listener and return its decoded response."""

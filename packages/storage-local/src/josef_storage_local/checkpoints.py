@@ -13,6 +13,7 @@ from pathlib import Path
 
 from josef.log import EpochEntry
 from josef.protocol.topic_partition import TopicPartition
+from josef.segment_files import decode_epoch_checkpoint, encode_epoch_checkpoint
 from josef_storage_local.files import write_atomically
 
 VERSION = 0
@@ -52,8 +53,11 @@ def read_epochs(path: Path) -> list[EpochEntry]:
     """A leader-epoch checkpoint; empty when the file does not exist."""
     if not path.exists():
         return []
-    return [EpochEntry(int(epoch), int(start)) for epoch, start in _read(path, 2)]
+    try:
+        return decode_epoch_checkpoint(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def write_epochs(path: Path, entries: Sequence[EpochEntry]) -> None:
-    _write(path, [(entry.epoch, entry.start_offset) for entry in entries])
+    write_atomically(path, encode_epoch_checkpoint(entries).decode())

@@ -9,15 +9,13 @@ follow every truncation of the log.
 
 from __future__ import annotations
 
-import bisect
 from pathlib import Path
 
-from josef.log import EpochEntry
+from josef.log import EpochEntry, end_offset_for_epoch
 
 from josef_storage_local.checkpoints import read_epochs, write_epochs
 
 FILE_NAME = "leader-epoch-checkpoint"
-UNDEFINED = (-1, -1)
 
 
 class LeaderEpochCache:
@@ -52,19 +50,8 @@ class LeaderEpochCache:
         self._entries.append(EpochEntry(epoch, start_offset))
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """Kafka's ``endOffsetFor``: ``(largest known epoch <= epoch, start offset of the next epoch)``.
-
-        The latest epoch ends at the log end offset; an epoch above the
-        latest, or an empty cache, is unknown: ``(-1, -1)``. An epoch below
-        the first known one answers ``(epoch, first start offset)``.
-        """
-        if epoch < 0 or not self._entries or epoch > self.latest_epoch:
-            return UNDEFINED
-        if epoch == self.latest_epoch:
-            return epoch, log_end_offset
-        higher = bisect.bisect_right(self._entries, epoch, key=lambda e: e.epoch)
-        floor_epoch = self._entries[higher - 1].epoch if higher else epoch
-        return floor_epoch, self._entries[higher].start_offset
+        """Kafka's ``endOffsetFor`` (:func:`josef.log.end_offset_for_epoch`) over this cache."""
+        return end_offset_for_epoch(self._entries, epoch, log_end_offset)
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""

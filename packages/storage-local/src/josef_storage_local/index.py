@@ -23,6 +23,8 @@ import struct
 from pathlib import Path
 from typing import ClassVar
 
+from josef.segment_files import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
+
 from josef_storage_local.files import write_all
 
 
@@ -126,7 +128,7 @@ class _Index:
 class OffsetIndex(_Index):
     """``.index``: ``relativeOffset int32, position int32``; the offset is a batch's last offset, as in Kafka."""
 
-    ENTRY = struct.Struct(">ii")
+    ENTRY = OFFSET_INDEX_ENTRY
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
@@ -144,7 +146,7 @@ class OffsetIndex(_Index):
 class TimeIndex(_Index):
     """``.timeindex``: ``timestamp int64, relativeOffset int32``, an entry per rise of the segment's max timestamp."""
 
-    ENTRY = struct.Struct(">qi")
+    ENTRY = TIME_INDEX_ENTRY
 
     def is_full(self) -> bool:
         # Kafka keeps the last slot for the entry written when the segment rolls.

@@ -14,7 +14,17 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from josef.log import AbortedTxn, CleanerStats, EpochEntry, FileRegion, LogConfig, LogDirError, OffsetOutOfRangeError
+from josef.log import (
+    AbortedTxn,
+    CleanerStats,
+    ClosedSegment,
+    EpochEntry,
+    FileRegion,
+    LogConfig,
+    LogDirError,
+    OffsetOutOfRangeError,
+    RemoteRecords,
+)
 from josef.producer.producer_state import ProducerEntry, ProducerSnapshot
 from josef.protocol.records import AppendInfo, BatchHeader, BatchInfo, CorruptRecordError
 from josef.protocol.topic_partition import TopicPartition
@@ -128,6 +138,8 @@ class LocalLog:
         self._last_flush_ms = clock()
         self._producer_source: Callable[[], Sequence[ProducerEntry]] | None = None
         self._stable_offset_source: Callable[[], int] | None = None
+        #: Tiered storage's bound on retention (:meth:`attach_retention_limit`); None: unbounded.
+        self._retention_limit: Callable[[], int] | None = None
         #: The lowest marker indexed since the last flush below the recovery point (a replay after a
         #: rebuild): flush must reach its segment, which the recovery point alone would skip.
         self._unflushed_txn_offset: int | None = None
@@ -315,6 +327,11 @@ class LocalLog:
         return self._log_start_offset
 
     @property
+    def local_log_start_offset(self) -> int:
+        """The log start: a local log holds everything it serves (tiered storage wraps it to hold more)."""
+        return self._log_start_offset
+
+    @property
     def log_end_offset(self) -> int:
         return self._end_offset
 
@@ -423,6 +440,16 @@ class LocalLog:
             return FileRegion(os.dup(segment.fd), start, size)
         except OSError as exc:
             raise dir_error(exc, "reading the log in", self.dir) from exc
+
+    async def read_remote(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int,
+        min_one_batch: bool = True,
+        read_committed: bool = False,
+    ) -> RemoteRecords:
+        raise OffsetOutOfRangeError(f"{self.tp}: offset {offset} is not in remote storage: the log is not tiered")
 
     def _locate(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
@@ -824,6 +851,34 @@ class LocalLog:
             if offset < below or (above is not None and offset > above):
                 snapshots.delete_snapshot(self.dir, offset)
 
+    # Segments --------------------------------------------------------------------------
+
+    @_serialised
+    def closed_segments(self) -> list[ClosedSegment]:
+        segments = self._segments
+        closed = []
+        for i in range(self._segment_index(self._log_start_offset), len(segments) - 1):
+            segment, next_offset = segments[i], segments[i + 1].base_offset
+            snapshot = snapshots.snapshot_path(self.dir, next_offset)
+            txn_index = segment.txn_index.path if segment.txn_index.entries else None
+            closed.append(
+                ClosedSegment(
+                    base_offset=segment.base_offset,
+                    next_offset=next_offset,
+                    size_bytes=segment.size,
+                    max_timestamp_ms=segment.max_timestamp,
+                    log=segment.path,
+                    offset_index=segment.offset_index.path,
+                    time_index=segment.time_index.path,
+                    transaction_index=txn_index,
+                    producer_snapshot=snapshot if snapshot.exists() else None,
+                )
+            )
+        return closed
+
+    def attach_retention_limit(self, source: Callable[[], int]) -> None:
+        self._retention_limit = source
+
     # Housekeeping ----------------------------------------------------------------------
 
     @_locked
@@ -858,9 +913,15 @@ class LocalLog:
         ):
             count += 1
         if "delete" in config.cleanup_policy:
+            # Segments retention may take: all but the active one, and with a limit only those wholly below it.
+            limit = len(segments) - 1
+            if self._retention_limit is not None:
+                bound = self._retention_limit()
+                while limit > 0 and segments[limit].base_offset > bound:
+                    limit -= 1
             if config.retention_ms >= 0:
                 while (
-                    count < len(segments) - 1
+                    count < limit
                     and now_ms - segments[count].largest_timestamp() > config.retention_ms
                 ):
                     count += 1
@@ -868,7 +929,7 @@ class LocalLog:
                 excess = (
                     self.size_bytes - config.retention_bytes - sum(s.size for s in segments[:count])
                 )
-                while count < len(segments) - 1 and excess >= segments[count].size:
+                while count < limit and excess >= segments[count].size:
                     excess -= segments[count].size
                     count += 1
         if count == 0:

@@ -12,8 +12,9 @@ from josef_storage_local.storage import LocalLogStorage
 if TYPE_CHECKING:
     import click
 
-#: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.0,<2"
+#: The plugin API versions this plugin works with (checked when the plugin manager loads it): the storage contract
+#: of 1.3 (closed segments, the retention limit, josef.segment_files).
+JOSEF_PLUGIN_API = ">=1.3,<2"
 
 
 @josef.hookimpl

@@ -27,48 +27,20 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import struct
 from pathlib import Path
 
 from josef.log import AbortedTxn
+from josef.segment_files import TXN_INDEX_ENTRY as ENTRY
+from josef.segment_files import decode_aborted_txns as decode
+from josef.segment_files import encode_aborted_txn as encode
 
 from josef_storage_local.files import fsync_dir, write_all
 
 SUFFIX = ".txnindex"
-VERSION = 0
-ENTRY = struct.Struct(">hqqqq")
 
 
 def _marker_offset(txn: AbortedTxn) -> int:
     return txn.last_offset
-
-
-def encode(txn: AbortedTxn) -> bytes:
-    return ENTRY.pack(VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
-
-
-def decode(data: bytes, base_offset: int) -> list[AbortedTxn]:
-    """The entries of a file's bytes; ``ValueError`` when they cannot be a segment's index.
-
-    Corrupt: a size that is not whole entries (a torn write), a version
-    other than 0, a marker below the segment's base offset (Kafka's sanity
-    check), or markers that do not increase (the log appends in marker order).
-    """
-    if len(data) % ENTRY.size:
-        raise ValueError(f"{len(data)} bytes are not whole {ENTRY.size}-byte entries")
-    entries: list[AbortedTxn] = []
-    previous = base_offset - 1
-    for version, producer_id, first_offset, last_offset, lso in ENTRY.iter_unpack(data):
-        if version != VERSION:
-            raise ValueError(f"entry {len(entries)} has version {version}, not {VERSION}")
-        if last_offset <= previous:
-            raise ValueError(
-                f"entry {len(entries)} has its marker at {last_offset}, not after {previous}"
-                f" (entries increase from the segment's base offset {base_offset})"
-            )
-        entries.append(AbortedTxn(producer_id, first_offset, last_offset, lso))
-        previous = last_offset
-    return entries
 
 
 class TxnIndex:

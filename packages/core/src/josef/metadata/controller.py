@@ -1067,6 +1067,7 @@ class Controller:
             self._config.definition.parse_topic_configs(configs)
         except ConfigError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+        self._check_tiered({}, configs)
         async with self._active():
             image = self._image()
             if name in image.topics:
@@ -1219,6 +1220,8 @@ class Controller:
                         key.parse(wanted[name])
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+            if resource_type == TOPIC_RESOURCE:
+                self._check_tiered(current, wanted)
             elr = self._elr(image) is not None
             if elr and resource_type == BROKER_RESOURCE:
                 self._check_min_isr_change(resource_name, current, wanted, {name for name, _, _ in ops})
@@ -1243,6 +1246,36 @@ class Controller:
                     image = self._image()
                     await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image),
                                                                            self._elr(image)))
+
+    def _check_tiered(self, current: Mapping[str, str], wanted: Mapping[str, str]) -> None:
+        """Kafka's checks of a topic's tiered-storage keys (LogConfig.validateRemoteStorage...): remote storage needs
+        the brokers' ``remote.log.storage.system.enable`` and ``cleanup.policy=delete``, local retention may not
+        exceed total retention, and remote storage is turned off only with ``remote.log.delete.on.disable``."""
+        def value(configs: Mapping[str, str], name: str) -> Any:
+            key = self._config.definition.topic_key(name)
+            return key.parse(configs[name]) if name in configs else self._config.topic_default(key)
+
+        was, wants = value(current, "remote.storage.enable"), value(wanted, "remote.storage.enable")
+        if was and not wants and not value(wanted, "remote.log.delete.on.disable"):
+            raise ControllerError(ErrorCode.invalid_config, "It is invalid to disable remote storage without deleting "
+                                  "remote data. If you want to keep the remote data and turn to read only, please set "
+                                  "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable "
+                                  "remote storage and delete all remote data, please set "
+                                  "`remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+        if not wants:
+            return
+        system = "remote.log.storage.system.enable"
+        if system not in self._config.definition or not self._config[system]:
+            raise ControllerError(ErrorCode.invalid_config, "Tiered Storage functionality is disabled in the broker. "
+                                  "Topic cannot be configured with remote log storage.")
+        if "compact" in value(wanted, "cleanup.policy"):
+            raise ControllerError(ErrorCode.invalid_config,
+                                  "Remote log storage only supports topics with cleanup.policy=delete")
+        for local, total in (("local.retention.ms", "retention.ms"), ("local.retention.bytes", "retention.bytes")):
+            local_value, total_value = value(wanted, local), value(wanted, total)
+            if local_value != -2 and total_value != -1 and (local_value == -1 or local_value > total_value):
+                raise ControllerError(ErrorCode.invalid_config, f"Value must not be more than {total} property value: "
+                                      f"{total_value} (the value of {local} is {local_value})")
 
     @staticmethod
     def _check_min_isr_change(resource_name: str, current: Mapping[str, str], wanted: Mapping[str, str],

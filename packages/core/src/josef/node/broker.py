@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -122,6 +122,8 @@ class Broker:
         #: TLS contexts of the SSL and SASL_SSL listeners, by listener name (reloaded on dynamic config changes).
         self.tls = tls_listeners_of(self.config)
         self.services = BrokerServices(self)
+        #: Plugins' background work (:meth:`spawn`): waiting to start, then the task group it runs in.
+        self._plugin_tasks: list[Callable[[], Awaitable[None]]] | anyio.abc.TaskGroup = []
         self.coordinators = CoordinatorRuntime(self, {name: factory(self.services) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
             for key, handler, low, high in coordinator.apis():
@@ -172,9 +174,12 @@ class Broker:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start, serve until cancelled, then shut down cleanly."""
         meta_properties.check(self.config, auto_format=self.auto_format)
-        self.storage = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
+        base = collect(self.pm, "register_log_storage", "log storage").get(self.config["log.storage"])(self.config)
+        self.storage = base
+        for _, layer in collect(self.pm, "register_log_storage_layers", "log storage layer").items():
+            self.storage = layer(self.storage, self.config, self.services) or self.storage
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
-            self.config["metadata.quorum"])(self.config, self.storage)
+            self.config["metadata.quorum"])(self.config, base)
         for key, handler, low, high in self.quorum.apis():
             if self.is_controller:
                 self.controller_dispatcher.register(key, handler, low, high)
@@ -268,6 +273,16 @@ class Broker:
         await tg.start(self.coordinators.run)
         self._coordinating = True
         self.coordinators.on_metadata(MetadataDelta(), self.image)
+        self._plugin_tasks, pending = tg, self._plugin_tasks
+        for function in pending:
+            tg.start_soon(function)
+
+    def spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        """Run a plugin's background work (:meth:`josef.services.BrokerServices.spawn`) once the broker serves."""
+        if isinstance(self._plugin_tasks, list):
+            self._plugin_tasks.append(function)
+        else:
+            self._plugin_tasks.start_soon(function)
 
     async def _controller_duties(self, controller: Controller) -> None:
         """While this node is the active controller: finalize a new cluster's features, fence silent brokers, elect leaders, remove expired delegation tokens."""

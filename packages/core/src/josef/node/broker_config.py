@@ -243,6 +243,7 @@ CORE_KEYS = (
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760, "Bytes a follower asks for in one fetch in all.", at_least(0)),
     ConfigKey("max.incremental.fetch.session.cache.slots", I, 1000,
               "Incremental fetch sessions (KIP-227) the broker keeps, for consumers and followers together.", at_least(0)),
+    ConfigKey("remote.fetch.max.wait.ms", I, 500, "How long a fetch waits for data read from remote storage (tiered storage) before it is answered without it.", at_least(1), dynamic=True),
     ConfigKey("replica.fetch.wait.max.ms", I, 500, "How long a follower's fetch waits at the leader for new data.", at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1, "Bytes a follower's fetch waits for at the leader.", at_least(1)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000, "Pause after a fetch error before fetching that partition again.", at_least(0)),
@@ -321,6 +322,21 @@ CORE_KEYS = (
     ConfigKey("log.retention.ms", L, None, "Delete segments older than this (-1: forever). Overrides log.retention.minutes and .hours.", topic_name="retention.ms", dynamic=True),
     ConfigKey("log.retention.minutes", I, None, "Retention in minutes when log.retention.ms is not set."),
     ConfigKey("log.retention.hours", I, 168, "Retention in hours when neither log.retention.ms nor .minutes is set."),
+    # Tiered storage (KIP-405): the topic keys every broker knows, as Kafka's LogConfig has them. The broker keys of
+    # remote storage itself (remote.log.storage.*, remote.log.manager.*) come with josef-storage-tiered.
+    ConfigKey("log.local.retention.ms", L, -2, "Of a tiered topic, how long segments stay on local disk after they "
+              "are in remote storage (-2: retention.ms).", at_least(-2), topic_name="local.retention.ms", dynamic=True),
+    ConfigKey("log.local.retention.bytes", L, -2, "Of a tiered topic, the local bytes a partition keeps of what is "
+              "in remote storage (-2: retention.bytes).", at_least(-2), topic_name="local.retention.bytes", dynamic=True),
+    ConfigKey("remote.storage.enable", B, False, "Copy the topic's rolled segments to remote storage (tiered "
+              "storage); needs remote.log.storage.system.enable on the brokers.", topic_name="remote.storage.enable",
+              dynamic=True, topic_only=True),
+    ConfigKey("remote.log.copy.disable", B, False, "Of a tiered topic: stop copying segments to remote storage and "
+              "keep what is there readable (KIP-950).", topic_name="remote.log.copy.disable", dynamic=True,
+              topic_only=True),
+    ConfigKey("remote.log.delete.on.disable", B, False, "Whether turning remote.storage.enable off deletes the "
+              "topic's remote data (KIP-950); it must be true to turn it off.", topic_name="remote.log.delete.on.disable",
+              dynamic=True, topic_only=True),
     ConfigKey("log.segment.bytes", I, 1073741824, "Roll a segment when it reaches this size.", at_least(14), topic_name="segment.bytes", dynamic=True),
     ConfigKey("log.index.size.max.bytes", I, 10485760, "Size an offset or time index is preallocated to.", at_least(4), topic_name="segment.index.bytes", dynamic=True),
     ConfigKey("log.roll.ms", L, None, "Roll a segment when its first batch is this old. Overrides log.roll.hours.", at_least(1), topic_name="segment.ms", dynamic=True),

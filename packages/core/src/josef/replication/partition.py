@@ -23,7 +23,7 @@ import attrs
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import AbortedTxn, FileRegion, Log, LogConfig
+from josef.log import AbortedTxn, FileRegion, Log, LogConfig, RemoteRecords
 from josef.metadata.image import RECOVERING, PartitionImage
 from josef.producer.producer_state import AppendPlan, CompletedTxn, ProducerStateError, ProducerStateManager
 from josef.protocol.codecs import Compression
@@ -483,3 +483,8 @@ class Partition:
         if zero_copy:
             return self.log.read_region(offset, max_bytes, limit, min_one_batch)
         return self.log.read(offset, max_bytes, limit, min_one_batch)
+
+    async def read_remote(self, offset: int, max_bytes: int, min_one_batch: bool, read_committed: bool) -> RemoteRecords:
+        """A consumer's read below the local log start, from remote storage: what :meth:`read` answers above it."""
+        limit = self.last_stable_offset if read_committed else self.high_watermark
+        return await self.log.read_remote(offset, max_bytes, limit, min_one_batch, read_committed)

@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
+import anyio
 import attrs
 import pytest
 
@@ -575,6 +576,75 @@ class LogStorageContract:
         log.truncate_fully_and_start_at(5000)
         log = subject.recover()
         assert (log.log_start_offset, log.log_end_offset) == (5000, 5000)
+
+    # Segments, for tiered storage ---------------------------------------------------------------
+
+    def test_closed_segments_are_the_rolled_ones_with_their_files(self, subject):
+        log = subject.open()
+        log.attach_producer_state(lambda: _state_at(log.log_end_offset))
+        for _ in range(100):
+            append_batch(log)
+        closed = log.closed_segments()
+        assert len(closed) >= 3, "100 batches roll several segments of SMALL"
+        assert closed[0].base_offset == 0
+        assert [c.base_offset for c in closed[1:]] == [c.next_offset for c in closed[:-1]]
+        # The active segment is not among them: what follows the last closed one is read from the log.
+        assert 0 < closed[-1].next_offset < log.log_end_offset
+        assert batches(_whole(log))[closed[-1].next_offset][0] == closed[-1].next_offset
+        for segment in closed:
+            data = segment.log.read_bytes()  # the batches exactly as on the wire, what remote storage keeps
+            assert len(data) == segment.size_bytes
+            assert batches(data) == [(o, o) for o in range(segment.base_offset, segment.next_offset)]
+            assert segment.offset_index.is_file() and segment.time_index.is_file()
+            assert segment.transaction_index is None
+            assert segment.max_timestamp_ms == 1000
+            assert segment.producer_snapshot is not None and segment.producer_snapshot.is_file()
+
+    def test_closed_segments_start_at_the_local_log_start_and_name_their_transaction_index(self, subject):
+        log = subject.open()
+        for _ in range(30):
+            append_batch(log)
+        txns = self._aborted(log, 6)
+        for _ in range(30):
+            append_batch(log)
+        with_txns = [c for c in log.closed_segments() if c.transaction_index is not None]
+        assert with_txns and all(c.transaction_index.is_file() for c in with_txns)
+        markers = {t.last_offset for t in txns}
+        assert {c.base_offset for c in with_txns} == {
+            c.base_offset for c in log.closed_segments() if any(c.base_offset <= m < c.next_offset for m in markers)}
+        target = log.closed_segments()[2].base_offset + 1
+        log.delete_records_before(target)
+        assert log.local_log_start_offset == log.log_start_offset == target
+        assert log.closed_segments()[0].base_offset <= target < log.closed_segments()[0].next_offset
+
+    def test_a_retention_limit_keeps_every_segment_not_wholly_below_it(self, subject):
+        log = subject.open(attrs.evolve(SMALL, retention_ms=0))
+        for _ in range(100):
+            append_batch(log, timestamp=1)
+        closed = log.closed_segments()
+        assert len(closed) >= 4, "100 batches roll several segments of SMALL"
+        bound = [closed[1].next_offset]
+        log.attach_retention_limit(lambda: bound[0])
+        assert log.apply_retention(subject.clock.now) == 2
+        assert log.log_start_offset == log.local_log_start_offset == closed[1].next_offset
+        bound[0] = closed[2].next_offset - 1  # inside the third segment: it stays
+        assert log.apply_retention(subject.clock.now) == 0
+        log.update_config(attrs.evolve(SMALL, retention_bytes=0))
+        bound[0] = closed[3].next_offset
+        assert log.apply_retention(subject.clock.now) == 2
+        assert log.log_start_offset == closed[3].next_offset
+        bound[0] = log.log_end_offset
+        log.apply_retention(subject.clock.now)
+        assert log.closed_segments() == [] and log.log_end_offset == 100  # only the active segment is left
+
+    def test_a_log_with_nothing_in_remote_storage_reads_nothing_remotely(self, subject):
+        log = subject.open()
+        for _ in range(10):
+            append_batch(log)
+        assert log.local_log_start_offset == log.log_start_offset == 0
+        for offset in (0, 5, 10, 11):
+            with pytest.raises(OffsetOutOfRangeError):
+                anyio.run(log.read_remote, offset, 1 << 20, 10)
 
     # Retention ---------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from josef.log import LogDirError, OffsetOutOfRangeError
+from josef.log import LogDirError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from josef.metadata.records import uuid_to_text
 from josef.replication.partition import Partition, PartitionError
 from josef.protocol.records import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -27,6 +27,8 @@ def error_of(exc: Exception) -> tuple[ErrorCode, str]:
         return ErrorCode.invalid_record, str(exc)
     if isinstance(exc, OffsetOutOfRangeError):
         return ErrorCode.offset_out_of_range, str(exc)
+    if isinstance(exc, OffsetMovedToTieredStorageError):
+        return ErrorCode.offset_moved_to_tiered_storage, str(exc)
     if isinstance(exc, LogDirError):
         return ErrorCode.kafka_storage_error, str(exc)
     raise exc

@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.log import OffsetMovedToTieredStorageError
 from josef.replication.partition import FOLLOWER, READ_COMMITTED, Partition, PartitionError
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
@@ -66,7 +67,7 @@ class _Result:
     """One partition's answer, as the response encoder takes it."""
 
     __slots__ = ("error_code", "high_watermark", "last_stable_offset", "log_start_offset", "records", "aborted",
-                 "preferred_read_replica", "diverging_epoch", "current_leader", "tp")
+                 "preferred_read_replica", "diverging_epoch", "current_leader", "tp", "remote")
 
     def __init__(self, high_watermark: int = -1, last_stable_offset: int = -1, log_start_offset: int = -1,
                  records: Any = b"", error_code: int = _NONE) -> None:
@@ -81,6 +82,8 @@ class _Result:
         self.current_leader: tuple[int, int] | None = None
         #: The partition whose changes can complete this fetch; None for one answered with an error.
         self.tp: TopicPartition | None = None
+        #: A consumer's read below the local log start, to answer from remote storage: (partition, offset, max bytes).
+        self.remote: tuple[Partition, int, int] | None = None
 
 
 async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
@@ -107,6 +110,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     quick = replica_id < 0 and not rack and not refused
     committed = isolation == READ_COMMITTED
     any_replica = ctx.api_version >= FOLLOWER_FETCH_VERSION
+    #: Consumers' reads to answer from remote storage (below the local log start of a tiered partition).
+    remote: list[_Result] = []
     while True:
         failed = False
         offline = replicas.offline
@@ -137,6 +142,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                                         refused)
             total += len(result.records)
             failed = failed or result.error_code != _NONE
+            if result.remote is not None:
+                remote.append(result)
+        if remote:
+            for other in remote[1:]:
+                other.remote = None
+            total += await _read_remote(ctx, remote[0], max(max_bytes - total, 0), total == 0, committed)
+            break
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or failed:
             break
@@ -234,7 +246,13 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
                 records = b""  # caught up: nothing to read, and nothing out of range
             else:
                 limit = min(part.partition_max_bytes, budget)
-                records = partition.read(offset, limit, first, isolation, zero_copy=True) if limit or first else b""
+                try:
+                    records = partition.read(offset, limit, first, isolation, zero_copy=True) if limit or first else b""
+                except OffsetMovedToTieredStorageError:
+                    result = _Result(high_watermark, stable, log.log_start_offset)
+                    result.remote = (partition, offset, part.partition_max_bytes)
+                    result.aborted = [] if isolation == READ_COMMITTED else None
+                    return result
     except Exception as exc:
         code, _ = error_of(exc)
         result = _Result(error_code=code)
@@ -250,6 +268,30 @@ def _read(ctx: RequestContext, name: str | None, part: FetchPartition, budget: i
         # Only what overlaps the records returned: from the fetch offset to the last stable offset.
         result.aborted = [(t.producer_id, t.first_offset) for t in log.aborted_txns(offset, stable)] if records else []
     return result
+
+
+async def _read_remote(ctx: RequestContext, result: _Result, budget: int, first: bool, committed: bool) -> int:
+    """Answer a consumer's read below the local log start from remote storage; returns the bytes read.
+
+    As Kafka's DelayedRemoteFetch: one partition per fetch is read remotely
+    (the caller answers any other such partition without records, and the
+    consumer asks again), waiting at most ``remote.fetch.max.wait.ms``,
+    after which it too is answered without records. The read returns at
+    least one batch when nothing was read before it (``first``, KIP-74).
+    """
+    partition, offset, partition_max_bytes = result.remote  # type: ignore[misc]
+    result.remote = None
+    limit = min(partition_max_bytes, budget)
+    with anyio.move_on_after(ctx.broker.config["remote.fetch.max.wait.ms"] / 1000):
+        try:
+            remote = await partition.read_remote(offset, limit, first, committed)
+        except Exception as exc:
+            result.error_code, _ = error_of(exc)
+            return 0
+        result.records = remote.records
+        if committed:
+            result.aborted = [(t.producer_id, t.first_offset) for t in remote.aborted_txns]
+    return len(result.records)
 
 
 def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]],

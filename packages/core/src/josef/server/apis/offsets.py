@@ -32,8 +32,11 @@ def _lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, 
     fetchable = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
     if timestamp == LATEST:
         return -1, fetchable
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+    if timestamp == EARLIEST:
         return -1, log.log_start_offset
+    if timestamp == EARLIEST_LOCAL:  # the first offset held on this broker's disk: above the log start once tiered
+        # A storage written for plugin API 1.2 has no local log start: it holds everything locally.
+        return -1, getattr(log, "local_log_start_offset", log.log_start_offset)
     if timestamp == MAX_TIMESTAMP:
         found = log.max_timestamp()
     else:
