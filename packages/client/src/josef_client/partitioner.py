@@ -11,39 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed 32-bit int."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    end = length & ~3
-    for i in range(0, end, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[end + 2] << 16
-    if rest >= 2:
-        h ^= data[end + 1] << 8
-    if rest >= 1:
-        h ^= data[end]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def to_positive(value: int) -> int:
-    return value & 0x7FFFFFFF
-
+from josef.coordinator.hashing import murmur2, to_positive
 
 class Murmur2Partitioner:
     """Keyed records: ``to_positive(murmur2(key)) % partitions``; keyless ones stick to a partition per batch."""
