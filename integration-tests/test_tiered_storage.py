@@ -10,6 +10,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient
+
 #: A broker with tiered storage in a directory, visiting its partitions every 200 ms.
 TIERED = {
     "remote.log.storage.system.enable": "true",
@@ -65,12 +68,9 @@ def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
     return low, high
 
 
-def local_start(broker, topic: str) -> int:
-    """ListOffsets EARLIEST_LOCAL (-4), as ``kafka-get-offsets.sh --time -4`` asks it."""
-    from josef.protocol.api_keys import ApiKey
-    from josef.testing import RawClient
-
-    client = RawClient(broker.port)
+def local_start(port: int, topic: str) -> int:
+    """ListOffsets EARLIEST_LOCAL (-4) of the broker on ``port`` (the leader), as ``kafka-get-offsets.sh --time -4``."""
+    client = RawClient(port)
     try:
         answer = client.call(ApiKey.LIST_OFFSETS, 8, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -4}]}]})
@@ -92,11 +92,61 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     admin.create_topics([NewTopic("tiered", 1, 1, config=TOPIC_CONFIG)])["tiered"].result(30)
     values = produce(broker.bootstrap_servers, "tiered", 2000)
     # Copied, then deleted locally: the local log starts well above the log start, which stays 0.
-    start = wait_for(lambda: local_start(broker, "tiered") > 1000 and local_start(broker, "tiered"),
+    start = wait_for(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"),
                      what="old segments to leave the local disk")
     assert offsets(broker.bootstrap_servers, "tiered") == (0, 2000)
     assert any(remote.rglob("*.log")), "segments in the remote directory"
     local = broker.data_dir / "tiered-0"
     assert sum(p.stat().st_size for p in local.glob("*.log")) < 2000 * 200 / 2
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
-    assert start <= local_start(broker, "tiered")
+    assert start <= local_start(broker.port, "tiered")
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(topic, timeout=10)
+    return metadata.topics[topic].partitions[0].leader
+
+
+def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(josef_cluster, seaweedfs, s3_bucket):
+    settings = {f"rsm.config.{k}": v for k, v in seaweedfs.rsm_settings(s3_bucket).items()}
+    cluster = josef_cluster(combined=3, **{**TIERED, **settings, "remote.log.storage.manager.class.name": "s3",
+                                           "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+                                           "min.insync.replicas": "2", "default.replication.factor": "3"})
+    bootstrap = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("tiered", 1, 3, config=TOPIC_CONFIG)])["tiered"].result(30)
+    values = produce(bootstrap, "tiered", 2000)
+    leader = leader_of(bootstrap, "tiered")
+    port = cluster.node(leader).listener("PLAINTEXT")[1]
+    wait_for(lambda: local_start(port, "tiered") > 1000, what="old segments to leave the leader's disk")
+    cluster.node(leader).kill()  # mid-upload, or nearly: the task runs every 200 ms
+    survivors = ",".join(n.bootstrap_server for n in cluster.brokers if n.node_id != leader)
+    wait_for(lambda: leader_of(survivors, "tiered") not in (leader, -1), what="a new leader")
+    values += produce(survivors, "tiered", 1000)
+    cluster.node(leader).start()
+    assert read_all(survivors, "tiered", 3000) == values  # every record once, in order: nothing lost or doubled
+    assert offsets(survivors, "tiered") == (0, 3000)
+    port = cluster.node(leader_of(survivors, "tiered")).listener("PLAINTEXT")[1]
+    wait_for(lambda: local_start(port, "tiered") > 2000, what="the new leader to copy and delete its old segments")
+    assert read_all(bootstrap, "tiered", 3000) == values
+    # A follower away while the leader's local log moved past its end starts over at the leader's local log start
+    # (OFFSET_MOVED_TO_TIERED_STORAGE), joins the ISR again, and can lead: what it never had is read remotely.
+    leader = leader_of(survivors, "tiered")
+    follower = next(n for n in cluster.brokers if n.node_id != leader)
+    follower_end = offsets(survivors, "tiered")[1]
+    follower.kill()
+    values += produce(survivors, "tiered", 2000)
+    port = cluster.node(leader).listener("PLAINTEXT")[1]
+    wait_for(lambda: local_start(port, "tiered") > follower_end, what="the leader's local log to pass the follower")
+    follower.start()
+    assert follower.wait_for_log("the rest is in remote storage", timeout=30)
+    wait_for(lambda: len(isr(survivors, "tiered")) == 3, what="the follower to rejoin the ISR")
+    cluster.node(leader).kill()
+    wait_for(lambda: leader_of(follower.bootstrap_server, "tiered") not in (leader, -1), what="a new leader")
+    assert read_all(follower.bootstrap_server, "tiered", 5000) == values
+
+
+def isr(bootstrap: str, topic: str) -> list[int]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return list(metadata.topics[topic].partitions[0].isrs)

@@ -82,6 +82,9 @@ class FetchState:
     delayed_until: float = 0.0
     #: Our log reached the leader's high watermark at the last fetch (Kafka's isReplicaInSync): never throttled then.
     in_sync: bool = False
+    #: The leader answered OFFSET_MOVED_TO_TIERED_STORAGE: what we lack is only in remote storage now, so we start
+    #: over at the leader's local log start (Kafka's buildRemoteLogAuxState), asked for with ListOffsets.
+    tiered: bool = False
 
 
 class ReplicaFetcher:
@@ -120,7 +123,9 @@ class ReplicaFetcher:
                         continue
                     try:
                         conn = await self._connection()
-                        if any(s.truncating for s in self.partitions.values()):
+                        if any(s.tiered for s in self.partitions.values()):
+                            await self._start_at_local_log_start(conn)
+                        elif any(s.truncating for s in self.partitions.values()):
                             await self._truncate(conn)
                         elif not await self._fetch(conn):
                             await self._wait_for_work()
@@ -201,6 +206,36 @@ class ReplicaFetcher:
                     self._failed(tp, state, part.error_code)
                     continue
                 self._cut(state, part.leader_epoch, part.end_offset)
+
+    async def _start_at_local_log_start(self, conn: Connection) -> None:
+        """Start the partitions whose missing records are in remote storage only at the leader's local log start
+        (ListOffsets EARLIEST_LOCAL, -4): their logs are emptied there, and what is below stays remote."""
+        states = {tp: s for tp, s in self.partitions.items() if s.tiered}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, state in states.items():
+            topics.setdefault(tp.topic, []).append({"partition_index": tp.partition,
+                                                    "current_leader_epoch": state.leader_epoch, "timestamp": -4})
+        response = await conn.request(ApiKey.LIST_OFFSETS, {
+            "replica_id": self.manager.broker_id, "isolation_level": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}, version=8)
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                state = states.get(tp)
+                if state is None or self.partitions.get(tp) is not state:
+                    continue
+                state.tiered = False
+                if part.error_code != ErrorCode.none:
+                    self._failed(tp, state, part.error_code)
+                    continue
+                partition = state.partition
+                if partition.log.log_end_offset < part.offset:
+                    log.info("%s: the leader holds locally from %d on, past our end %d (the rest is in remote "
+                             "storage); starting over there", tp, part.offset, partition.log.log_end_offset)
+                    partition.truncate_fully_and_start_at(part.offset)
+                    if part.leader_epoch >= 0:
+                        partition.log.assign_epoch(part.leader_epoch, part.offset)
+                state.truncating = True
 
     def _cut(self, state: FetchState, leader_epoch: int, leader_end_offset: int) -> None:
         partition = state.partition
@@ -293,6 +328,8 @@ class ReplicaFetcher:
                 self.manager.appended(tp)
         elif code == ErrorCode.offset_out_of_range:
             self._out_of_range(state, part)
+        elif code == ErrorCode.offset_moved_to_tiered_storage:
+            state.tiered = True
         else:
             self._failed(tp, state, code)
 
