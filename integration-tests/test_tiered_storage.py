@@ -37,6 +37,11 @@ def wait_for(condition, timeout: float = 60, what: str = "the condition"):
         time.sleep(0.1)  # the broker's background work has no event a client can await
 
 
+def create_topic(bootstrap: str, replicas: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("tiered", 1, replicas, config=TOPIC_CONFIG)])["tiered"].result(30)
+
+
 def produce(bootstrap: str, topic: str, count: int) -> list[bytes]:
     values = [b"%06d-" % i + bytes([i % 251]) * 200 for i in range(count)]
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4096})
@@ -88,8 +93,7 @@ def tiered_broker(broker_factory, tmp_path: Path):
 
 def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered_broker):
     broker, remote = tiered_broker
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.create_topics([NewTopic("tiered", 1, 1, config=TOPIC_CONFIG)])["tiered"].result(30)
+    create_topic(broker.bootstrap_servers, replicas=1)
     values = produce(broker.bootstrap_servers, "tiered", 2000)
     # Copied, then deleted locally: the local log starts well above the log start, which stays 0.
     start = wait_for(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"),
@@ -114,8 +118,7 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
                                            "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
                                            "min.insync.replicas": "2", "default.replication.factor": "3"})
     bootstrap = cluster.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("tiered", 1, 3, config=TOPIC_CONFIG)])["tiered"].result(30)
+    create_topic(bootstrap, replicas=3)
     values = produce(bootstrap, "tiered", 2000)
     leader = leader_of(bootstrap, "tiered")
     port = cluster.node(leader).listener("PLAINTEXT")[1]
@@ -150,3 +153,72 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
 def isr(bootstrap: str, topic: str) -> list[int]:
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return list(metadata.topics[topic].partitions[0].isrs)
+
+
+def fetch_from(port: int, topic: str, offset: int):
+    client = RawClient(port)
+    try:
+        answer = client.call(ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        client.close()
+    return answer.responses[0].partitions[0]
+
+
+def test_a_remote_object_corrupted_behind_the_brokers_back_fails_that_read_alone(tiered_broker):
+    broker, remote = tiered_broker
+    create_topic(broker.bootstrap_servers, replicas=1)
+    produce(broker.bootstrap_servers, "tiered", 2000)
+    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    first = min(remote.rglob("*.log"))  # the segment at offset 0: zero-padded names sort by offset
+    first.write_bytes(b"\xff" * first.stat().st_size)
+    assert fetch_from(broker.port, "tiered", 0).error_code == 56  # KAFKA_STORAGE_ERROR, for this read alone
+    local = local_start(broker.port, "tiered")
+    recent = fetch_from(broker.port, "tiered", local)
+    assert recent.error_code == 0 and recent.records  # the hot tail is served
+    beyond = fetch_from(broker.port, "tiered", min(s for s in (int(p.name[:20]) for p in remote.rglob("*.log")) if s > 0))
+    assert beyond.error_code == 0 and beyond.records  # other remote segments too
+
+
+def s3_broker(broker_factory, seaweedfs, bucket: str, **rsm: str):
+    """A broker tiering to ``bucket`` of the SeaweedFS server, with calls that give up after 2 s."""
+    settings = seaweedfs.rsm_settings(bucket, {"storage.s3.api.call.timeout": "2000",
+                                               "storage.s3.api.call.attempt.timeout": "1000", **rsm})
+    return broker_factory(**{**TIERED, "remote.log.storage.manager.class.name": "s3",
+                             **{f"rsm.config.{k}": v for k, v in settings.items()}})
+
+
+def test_with_the_object_store_down_the_tail_is_served_and_nothing_uncopied_is_deleted(broker_factory, seaweedfs,
+                                                                                       s3_bucket):
+    broker = s3_broker(broker_factory, seaweedfs, s3_bucket)
+    create_topic(broker.bootstrap_servers, replicas=1)
+    values = produce(broker.bootstrap_servers, "tiered", 500)
+    wait_for(lambda: local_start(broker.port, "tiered"), what="the first segments to be copied")
+    seaweedfs.stop()
+    try:
+        values += produce(broker.bootstrap_servers, "tiered", 1500)  # acks=all writes go on
+        assert broker.wait_for_log("to remote storage failed", timeout=60)
+        stuck = local_start(broker.port, "tiered")
+        failures = lambda: sum("to remote storage failed" in line for line in broker.log)  # noqa: E731
+        seen = failures()
+        wait_for(lambda: failures() > seen, what="the copy to be tried again")
+        assert local_start(broker.port, "tiered") == stuck < 1000  # local retention waits for the copies
+        tail = fetch_from(broker.port, "tiered", stuck)
+        assert tail.error_code == 0 and tail.records
+    finally:
+        seaweedfs.start()
+    wait_for(lambda: local_start(broker.port, "tiered") > 1500, what="the copies to resume")
+    assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
+
+
+def test_wrong_credentials_are_reported_naming_the_setting(broker_factory, seaweedfs, s3_bucket):
+    broker = s3_broker(broker_factory, seaweedfs, s3_bucket, **{"storage.aws.secret.access.key": "wrong"})
+    create_topic(broker.bootstrap_servers, replicas=1)
+    values = produce(broker.bootstrap_servers, "tiered", 500)
+    assert broker.wait_for_log("rsm.config.storage.aws.secret.access.key", timeout=60)
+    assert local_start(broker.port, "tiered") == 0  # nothing deleted that is not copied
+    assert read_all(broker.bootstrap_servers, "tiered", 500) == values

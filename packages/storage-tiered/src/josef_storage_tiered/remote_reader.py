@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 
 from josef.log import AbortedTxn, LogDirError
-from josef.protocol.records import HEADER_SIZE, BatchHeader, CorruptRecordError
+from josef.protocol.records import HEADER_SIZE, BatchHeader, CorruptRecordError, batch_is_valid
 from josef.remote_storage import IndexType, RemoteLogSegmentMetadata, RemoteResourceNotFoundError, RemoteStorageError
 from josef.remote_storage import RemoteStorageManager
 from josef.segment_files import decode_aborted_txns, position_for
@@ -91,6 +91,10 @@ def _scan(storage: RemoteStorageManager, segment: RemoteLogSegmentMetadata, posi
             buf += _fetch(storage, segment, at + len(buf), max(need, max_bytes + READ_AHEAD))
             continue
         header = BatchHeader.parse(buf, cursor)
+        if header.magic != 2 or header.size <= HEADER_SIZE or not (
+                segment.start_offset <= header.base_offset <= header.last_offset <= segment.end_offset):
+            raise CorruptRecordError(f"no record batch at segment position {at + cursor}: magic {header.magic}, "
+                                     f"offsets {header.base_offset}..{header.last_offset}")
         if header.base_offset >= upper:
             break
         if header.last_offset < offset:  # before the fetch offset (the index points at or below it): skip it
@@ -108,6 +112,8 @@ def _scan(storage: RemoteStorageManager, segment: RemoteLogSegmentMetadata, posi
             if at + len(buf) >= size:
                 raise CorruptRecordError(f"a batch at segment position {at + cursor} runs past the segment's end")
             buf += _fetch(storage, segment, at + len(buf), missing)
+        if not batch_is_valid(buf, cursor, header):  # what a remote store returns is checked before it is served
+            raise CorruptRecordError(f"the batch at offset {header.base_offset} fails its CRC")
         cursor += header.size
     return bytes(buf[start:cursor]) if start is not None else b""
 
