@@ -153,6 +153,10 @@ class Network:
             raise ValueError(f"node ids of a fault-harness network go from 0 to 239, not {node_id}")
         return f"{SUBNETS}.{self.subnet}.{10 + node_id}"
 
+    def _veth(self, node_id: int) -> str:
+        """The node's link into the bridge, as the machine's own namespace names it."""
+        return f"jfv{self.tag}n{node_id}"
+
     def bind_address(self, node_id: int) -> str:
         """Where the node binds its inter-node listeners: its loopback behind the delay proxy, else its address."""
         return _LOOPBACK if self.latency else self.address(node_id)
@@ -161,7 +165,7 @@ class Network:
         """The node's namespace, its link into the bridge and its address; idempotent."""
         if node_id in self._nodes:
             return
-        ns, veth = self.namespace(node_id), f"jfv{self.tag}n{node_id}"
+        ns, veth = self.namespace(node_id), self._veth(node_id)
         _run("ip", "netns", "add", ns)
         self._nodes.append(node_id)
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -257,6 +261,9 @@ class Network:
             proxy.wait()
         self._proxies.clear()
         for node_id in self._nodes:
+            # The link first: removing a namespace frees its end of the pair later, in the kernel's own time, and
+            # a network made next with the same tag would find the old name still taken ("File exists").
+            _run("ip", "link", "del", self._veth(node_id), check=False)
             _run("ip", "netns", "del", self.namespace(node_id), check=False)
         self._nodes.clear()
         _run("ip", "link", "del", self.bridge, check=False)
