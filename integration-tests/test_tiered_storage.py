@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
@@ -222,3 +222,58 @@ def test_wrong_credentials_are_reported_naming_the_setting(broker_factory, seawe
     assert broker.wait_for_log("rsm.config.storage.aws.secret.access.key", timeout=60)
     assert local_start(broker.port, "tiered") == 0  # nothing deleted that is not copied
     assert read_all(broker.bootstrap_servers, "tiered", 500) == values
+
+
+def test_read_committed_consumers_skip_aborted_transactions_in_remote_segments(tiered_broker):
+    broker, _ = tiered_broker
+    create_topic(broker.bootstrap_servers, replicas=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "tiered-txn",
+                         "linger.ms": 5, "batch.size": 4096})
+    producer.init_transactions(30)
+    committed: list[bytes] = []
+    for round_ in range(20):
+        producer.begin_transaction()
+        batch = [b"%02d-%03d-" % (round_, i) + b"x" * 200 for i in range(50)]
+        for value in batch:
+            producer.produce("tiered", value)
+        if round_ % 3 == 1:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            committed += batch
+    wait_for(lambda: local_start(broker.port, "tiered") > 500, what="transactional segments to leave the local disk")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "committed",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("tiered", 0, 0)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < len(committed) and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    consumer.close()
+    assert seen == committed  # from remote and local segments alike: no aborted record, every committed one
+
+
+def test_total_retention_and_delete_records_remove_remote_segments(tiered_broker):
+    broker, remote = tiered_broker
+    create_topic(broker.bootstrap_servers, replicas=1)
+    produce(broker.bootstrap_servers, "tiered", 2000)
+    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    remote_logs = lambda: sorted(int(p.name[:20]) for p in remote.rglob("*.log"))  # noqa: E731
+    first_remote = remote_logs()
+    assert first_remote[0] == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_records([TopicPartition("tiered", 0, 300)])[TopicPartition("tiered", 0, 300)].result(30)
+    assert offsets(broker.bootstrap_servers, "tiered")[0] == 300
+    wait_for(lambda: remote_logs()[0] > 0, what="remote segments below the log start to be deleted")
+    assert all(start > 0 for start in remote_logs()) and remote_logs()[0] <= 300
+    # retention.bytes over remote and local data together: the oldest remote segments go first.
+    resource = ConfigResource("topic", "tiered", incremental_configs=[
+        ConfigEntry("retention.bytes", "100000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    wait_for(lambda: offsets(broker.bootstrap_servers, "tiered")[0] > 1000, what="retention.bytes to delete")
+    low = offsets(broker.bootstrap_servers, "tiered")[0]
+    assert remote_logs()[0] == low  # the log start is the first remote segment left
+    values = read_all(broker.bootstrap_servers, "tiered", 2000 - low)
+    assert [int(v[:6]) for v in values] == list(range(low, 2000))
