@@ -95,7 +95,13 @@ class RemoteLogSegmentMetadata:
     def __attrs_post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:
             raise ValueError(f"a remote segment spans offsets {self.start_offset}..{self.end_offset}")
-        if not self.segment_leader_epochs:
+        self.check_leader_epochs(self.segment_leader_epochs)
+
+    @staticmethod
+    def check_leader_epochs(segment_leader_epochs: Mapping[int, int]) -> None:
+        """Kafka's rule for a remote segment's metadata in every form (this, and the snapshot of it the remote log
+        metadata keeps): it names at least one leader epoch."""
+        if not segment_leader_epochs:
             raise ValueError("a remote segment names at least one leader epoch")
 
 

@@ -31,11 +31,36 @@ records, in order.
 from __future__ import annotations
 
 import enum
+import io
 import struct
 import uuid
 from collections.abc import Mapping
+from typing import IO, Any, TypeVar
 
 import attrs
+from kio.serial.errors import BufferUnderflow, InvalidUnicode, SerialError, UnexpectedNull
+from kio.serial.readers import (
+    Reader,
+    read_compact_string,
+    read_compact_string_as_bytes_nullable,
+    read_int8,
+    read_int32,
+    read_int64,
+    read_unsigned_varint,
+    read_uuid,
+)
+from kio.serial.writers import (
+    write_compact_array_length,
+    write_compact_string,
+    write_empty_tagged_fields,
+    write_int8,
+    write_int32,
+    write_int64,
+    write_nullable_compact_string,
+    write_unsigned_varint,
+    write_uuid,
+)
+from kio.static.constants import uuid_zero
 
 from josef.metadata.records import uuid_to_text
 from josef.coordinator.hashing import murmur2, to_positive
@@ -61,9 +86,6 @@ _RECORD_NAMES = {
     SEGMENT_METADATA_SNAPSHOT_API_KEY: "RemoteLogSegmentMetadataSnapshotRecord",
 }
 
-_I8 = struct.Struct(">b")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _MAX_STRING = 0x7FFF  # Kafka's generated code refuses longer strings both ways
 
 
@@ -137,8 +159,7 @@ class RemoteLogSegmentMetadataSnapshot:
     segment_leader_epochs: Mapping[int, int]
 
     def __attrs_post_init__(self) -> None:
-        if not self.segment_leader_epochs:
-            raise ValueError("a remote segment names at least one leader epoch")
+        RemoteLogSegmentMetadata.check_leader_epochs(self.segment_leader_epochs)
 
     @classmethod
     def of(cls, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataSnapshot:
@@ -193,175 +214,174 @@ def _java_long_hash(value: int) -> int:
     return (value ^ (value >> 32)) & 0xFFFFFFFF
 
 
-# Writing -----------------------------------------------------------------------------------------------------
+# Writing: kio's writers, field by field onto a stream -------------------------------------------------------------
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
+def _write_string(out: IO[bytes], value: str) -> None:
+    data = value.encode()
+    if len(data) > _MAX_STRING:
+        raise ValueError(f"a string of {len(data)} bytes is too long to be serialized")
+    write_compact_string(out, data)
 
-    def uvarint(self, value: int) -> _Writer:
-        out = bytearray()
-        while value > 0x7F:
-            out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        out.append(value)
-        self.parts.append(bytes(out))
-        return self
 
-    def i8(self, value: int) -> _Writer:
-        self.parts.append(_I8.pack(value))
-        return self
+def _write_topic_id_partition(out: IO[bytes], topic_id: uuid.UUID, tp: TopicPartition) -> None:
+    """A TopicIdPartitionEntry: Name, Id, Partition, tags."""
+    _write_string(out, tp.topic)
+    write_uuid(out, topic_id)  # most significant long first, as Kafka's writeUuid
+    write_int32(out, tp.partition)
+    write_empty_tagged_fields(out)
 
-    def i32(self, value: int) -> _Writer:
-        self.parts.append(_I32.pack(value))
-        return self
 
-    def i64(self, value: int) -> _Writer:
-        self.parts.append(_I64.pack(value))
-        return self
+def _write_segment_id(out: IO[bytes], segment_id: RemoteLogSegmentId) -> None:
+    """A RemoteLogSegmentIdEntry: TopicIdPartition, Id, tags."""
+    _write_topic_id_partition(out, segment_id.topic_id, segment_id.tp)
+    write_uuid(out, segment_id.id)
+    write_empty_tagged_fields(out)
 
-    def uuid_(self, value: uuid.UUID) -> _Writer:
-        self.parts.append(value.bytes)  # most significant long first, as Kafka's writeUuid
-        return self
 
-    def string(self, value: str) -> _Writer:
-        data = value.encode()
-        if len(data) > _MAX_STRING:
-            raise ValueError(f"a string of {len(data)} bytes is too long to be serialized")
-        self.uvarint(len(data) + 1)
-        self.parts.append(data)
-        return self
-
-    def nullable_bytes(self, value: bytes | None) -> _Writer:
-        if value is None:
-            return self.uvarint(0)
-        self.uvarint(len(value) + 1)
-        self.parts.append(bytes(value))
-        return self
-
-    def no_tagged_fields(self) -> _Writer:
-        return self.uvarint(0)
-
-    def topic_id_partition(self, topic_id: uuid.UUID, tp: TopicPartition) -> _Writer:
-        return self.string(tp.topic).uuid_(topic_id).i32(tp.partition).no_tagged_fields()
-
-    def segment_id(self, segment_id: RemoteLogSegmentId) -> _Writer:
-        return self.topic_id_partition(segment_id.topic_id, segment_id.tp).uuid_(segment_id.id).no_tagged_fields()
-
-    def leader_epochs(self, epochs: Mapping[int, int]) -> _Writer:
-        self.uvarint(len(epochs) + 1)
-        for epoch in sorted(epochs):  # Kafka iterates a TreeMap: ascending epochs
-            self.i32(epoch).i64(epochs[epoch]).no_tagged_fields()
-        return self
+def _write_segment_fields(out: IO[bytes], record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataSnapshot) -> None:
+    """The fields after the segment's id, the same in RemoteLogSegmentMetadataRecord and its snapshot record."""
+    write_int64(out, record.start_offset)
+    write_int64(out, record.end_offset)
+    write_int32(out, record.broker_id)
+    write_int64(out, record.max_timestamp_ms)
+    write_int64(out, record.event_timestamp_ms)
+    epochs = record.segment_leader_epochs
+    write_compact_array_length(out, len(epochs))
+    for epoch in sorted(epochs):  # Kafka iterates a TreeMap: ascending epochs
+        write_int32(out, epoch)
+        write_int64(out, epochs[epoch])
+        write_empty_tagged_fields(out)
+    write_int32(out, record.segment_size_in_bytes)
+    write_nullable_compact_string(out, record.custom_metadata)  # compact nullable bytes: the same encoding
+    write_int8(out, record.state)
 
 
 def encode(record: RemoteLogMetadata) -> bytes:
     """The value of a ``__remote_log_metadata`` record (its key is null), as ``RemoteLogMetadataSerde.serialize``."""
-    w = _Writer()
+    out = io.BytesIO()
     try:
         if isinstance(record, RemoteLogSegmentMetadata):
             api_key = SEGMENT_METADATA_API_KEY
-            (w.segment_id(record.segment_id).i64(record.start_offset).i64(record.end_offset).i32(record.broker_id)
-             .i64(record.max_timestamp_ms).i64(record.event_timestamp_ms).leader_epochs(record.segment_leader_epochs)
-             .i32(record.segment_size_in_bytes).nullable_bytes(record.custom_metadata).i8(record.state))
+            _write_segment_id(out, record.segment_id)
+            _write_segment_fields(out, record)
         elif isinstance(record, RemoteLogSegmentMetadataUpdate):
             api_key = SEGMENT_METADATA_UPDATE_API_KEY
-            (w.segment_id(record.segment_id).i32(record.broker_id).i64(record.event_timestamp_ms)
-             .nullable_bytes(record.custom_metadata).i8(record.state))
+            _write_segment_id(out, record.segment_id)
+            write_int32(out, record.broker_id)
+            write_int64(out, record.event_timestamp_ms)
+            write_nullable_compact_string(out, record.custom_metadata)
+            write_int8(out, record.state)
         elif isinstance(record, RemotePartitionDeleteMetadata):
             api_key = PARTITION_DELETE_API_KEY
-            (w.topic_id_partition(record.topic_id, record.tp).i32(record.broker_id).i64(record.event_timestamp_ms)
-             .i8(record.state))
+            _write_topic_id_partition(out, record.topic_id, record.tp)
+            write_int32(out, record.broker_id)
+            write_int64(out, record.event_timestamp_ms)
+            write_int8(out, record.state)
         elif isinstance(record, RemoteLogSegmentMetadataSnapshot):
             api_key = SEGMENT_METADATA_SNAPSHOT_API_KEY
-            (w.uuid_(record.segment_id).i64(record.start_offset).i64(record.end_offset).i32(record.broker_id)
-             .i64(record.max_timestamp_ms).i64(record.event_timestamp_ms).leader_epochs(record.segment_leader_epochs)
-             .i32(record.segment_size_in_bytes).nullable_bytes(record.custom_metadata).i8(record.state))
+            write_uuid(out, record.segment_id)
+            _write_segment_fields(out, record)
         else:
             raise TypeError(f"{type(record).__name__} is not a record of __remote_log_metadata")
-    except struct.error as exc:  # an int out of its field's range
+    except struct.error as exc:  # an int out of its field's range (kio's writers pack with struct)
         raise ValueError(f"cannot encode {record}: {exc}") from None
-    w.no_tagged_fields()
-    frame = _Writer().uvarint(FRAME_VERSION).uvarint(api_key).uvarint(RECORD_VERSION)
-    return b"".join(frame.parts + w.parts)
+    write_empty_tagged_fields(out)
+    frame = io.BytesIO()
+    for value in (FRAME_VERSION, api_key, RECORD_VERSION):
+        write_unsigned_varint(frame, value)
+    return frame.getvalue() + out.getvalue()
 
 
-# Reading -----------------------------------------------------------------------------------------------------
+# Reading: kio's readers, with kio's errors turned into ValueErrors that say where ------------------------------------
+
+_T = TypeVar("_T")
+_State = TypeVar("_State", RemoteLogSegmentState, RemotePartitionDeleteState)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+class _Cursor:
+    """The position of decoding in a record's bytes, each field read by a kio reader.
+
+    kio raises its own errors (``BufferUnderflow``, ``UnexpectedNull``,
+    ``InvalidUnicode``) and a bare ValueError for a varint of more than 5
+    bytes; every one becomes a ValueError naming the field and the position.
+    """
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = data  # bytes: kio's readers refuse a writable buffer
         self.pos = 0
-        self.what = "record"
+        self.what = what
 
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
-            raise ValueError(f"the {self.what} is truncated: {n} more byte(s) needed at position {self.pos} "
-                             f"of {len(self.data)}")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
+    def truncated(self, field: str) -> ValueError:
+        return ValueError(f"the {self.what} is truncated: {field} at position {self.pos} runs past the end of its "
+                          f"{len(self.data)} byte(s)")
 
-    def uvarint(self) -> int:
-        value = 0
-        for shift in range(0, 35, 7):  # an int32: at most 5 bytes, as Kafka's readUnsignedVarint
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value & 0xFFFFFFFF
-        raise ValueError(f"a varint of the {self.what} is longer than 5 bytes")
+    def read(self, reader: Reader[_T], field: str) -> _T:
+        try:
+            value, size = reader(self.data, self.pos)
+        except BufferUnderflow:
+            raise self.truncated(field) from None
+        except UnexpectedNull:
+            raise ValueError(f"non-nullable field {field} was serialized as null") from None
+        except InvalidUnicode:
+            raise ValueError(f"string field {field} is not UTF-8") from None
+        except SerialError as exc:
+            raise ValueError(f"field {field} of the {self.what} at position {self.pos} is malformed: {exc}") from None
+        except ValueError:  # kio's one bare ValueError on a read-only buffer: its varint reader's
+            raise ValueError(f"a varint of the {self.what} is longer than 5 bytes ({field} at position "
+                             f"{self.pos})") from None
+        self.pos += size
+        return value
 
-    def i8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
+    def uvarint(self, field: str) -> int:
+        """An unsigned varint as Kafka's ``readUnsignedVarint`` has it: an int32, the bits of a 5th byte past it lost."""
+        return self.read(read_unsigned_varint, field) & 0xFFFFFFFF
 
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self.take(8))[0])
-
-    def uuid_(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
+    def uuid_(self, field: str) -> uuid.UUID:
+        value = self.read(read_uuid, field)
+        return uuid_zero if value is None else value  # kio reads the zero uuid as None; Kafka, as a uuid
 
     def string(self, field: str) -> str:
-        length = self.uvarint() - 1
-        if length < 0:
-            raise ValueError(f"non-nullable field {field} was serialized as null")
+        """A compact string, its length checked against Kafka's limit before its bytes are read."""
+        start = self.pos
+        length = self.uvarint(field) - 1
         if length > _MAX_STRING:
             raise ValueError(f"string field {field} had invalid length {length}")
-        try:
-            return self.take(length).decode()
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"string field {field} is not UTF-8: {exc}") from None
-
-    def nullable_bytes(self) -> bytes | None:
-        length = self.uvarint() - 1
-        return None if length < 0 else self.take(length)
+        self.pos = start
+        return self.read(read_compact_string, field)
 
     def tagged_fields(self) -> None:
         """Skip the tagged fields: none of these records defines one, so all are a newer writer's (kept by Kafka as
         unknown tagged fields, which change nothing it does)."""
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
+        for _ in range(self.uvarint("the count of tagged fields")):
+            self.uvarint("a tag")
+            size = self.uvarint("the size of a tagged field")
+            if size > len(self.data) - self.pos:
+                raise self.truncated("a tagged field")
+            self.pos += size
+
+    def state(self, states: type[_State], field: str, what: str) -> _State:
+        value = self.read(read_int8, field)
+        try:
+            return states(value)
+        except ValueError:
+            raise ValueError(f"unknown {what} {value}") from None
 
     def topic_id_partition(self) -> tuple[uuid.UUID, TopicPartition]:
         name = self.string("name")
-        topic_id = self.uuid_()
-        partition = self.i32()
+        topic_id = self.uuid_("id")
+        partition = self.read(read_int32, "partition")
         self.tagged_fields()
         return topic_id, TopicPartition(name, partition)
 
     def segment_id(self) -> RemoteLogSegmentId:
         topic_id, tp = self.topic_id_partition()
-        segment = self.uuid_()
+        segment = self.uuid_("id")
         self.tagged_fields()
         return RemoteLogSegmentId(topic_id, tp, segment)
 
     def leader_epochs(self) -> dict[int, int]:
-        count = self.uvarint() - 1
+        count = self.uvarint("segmentLeaderEpochs") - 1
         if count < 0:
             raise ValueError("non-nullable field segmentLeaderEpochs was serialized as null")
         if count > len(self.data) - self.pos:
@@ -369,24 +389,28 @@ class _Reader:
                              "byte(s) left")
         epochs: dict[int, int] = {}
         for _ in range(count):
-            epoch = self.i32()
-            epochs[epoch] = self.i64()  # a repeated epoch: the last one wins, as in Kafka's HashMap
+            epoch = self.read(read_int32, "leaderEpoch")
+            epochs[epoch] = self.read(read_int64, "offset")  # a repeated epoch: the last one wins, as Kafka's HashMap
             self.tagged_fields()
         return epochs
 
     def segment_state(self) -> RemoteLogSegmentState:
-        value = self.i8()
-        try:
-            return RemoteLogSegmentState(value)
-        except ValueError:
-            raise ValueError(f"unknown remote log segment state {value}") from None
+        return self.state(RemoteLogSegmentState, "remoteLogSegmentState", "remote log segment state")
 
-    def partition_delete_state(self) -> RemotePartitionDeleteState:
-        value = self.i8()
-        try:
-            return RemotePartitionDeleteState(value)
-        except ValueError:
-            raise ValueError(f"unknown remote partition delete state {value}") from None
+    def segment_fields(self) -> dict[str, Any]:
+        """The fields after the segment's id, the same in RemoteLogSegmentMetadataRecord and its snapshot record, by
+        the names of the josef types' attributes."""
+        return {
+            "start_offset": self.read(read_int64, "startOffset"),
+            "end_offset": self.read(read_int64, "endOffset"),
+            "broker_id": self.read(read_int32, "brokerId"),
+            "max_timestamp_ms": self.read(read_int64, "maxTimestampMs"),
+            "event_timestamp_ms": self.read(read_int64, "eventTimestampMs"),
+            "segment_leader_epochs": self.leader_epochs(),
+            "segment_size_in_bytes": self.read(read_int32, "segmentSizeInBytes"),
+            "custom_metadata": self.read(read_compact_string_as_bytes_nullable, "customMetadata"),
+            "state": self.segment_state(),
+        }
 
 
 def decode(data: bytes) -> RemoteLogMetadata:
@@ -396,16 +420,15 @@ def decode(data: bytes) -> RemoteLogMetadata:
     a known type and version, with what is wrong (frame version, api key,
     version, truncation, trailing bytes, an impossible field).
     """
-    r = _Reader(bytes(data))
-    r.what = "record frame"
-    frame_version = r.uvarint()
+    r = _Cursor(bytes(data), "record frame")
+    frame_version = r.uvarint("frameVersion")
     if frame_version == 0:
         raise ValueError("Could not deserialize metadata record with frame version 0 (the KRaft preview format)")
     if frame_version != FRAME_VERSION:
         raise ValueError(f"Could not deserialize metadata record due to unknown frame version {frame_version} "
                          f"(only frame version {FRAME_VERSION} is supported)")
-    api_key = r.uvarint()
-    version = r.uvarint()
+    api_key = r.uvarint("apiKey")
+    version = r.uvarint("version")
     name = _RECORD_NAMES.get(api_key)
     if name is None:
         raise ValueError(f"unknown __remote_log_metadata record type (api key) {api_key}")
@@ -415,27 +438,20 @@ def decode(data: bytes) -> RemoteLogMetadata:
     record: RemoteLogMetadata
     try:
         if api_key == SEGMENT_METADATA_API_KEY:
-            segment_id = r.segment_id()
-            start, end, broker, max_ts, event_ts = r.i64(), r.i64(), r.i32(), r.i64(), r.i64()
-            epochs = r.leader_epochs()
-            size, custom, state = r.i32(), r.nullable_bytes(), r.segment_state()
-            record = RemoteLogSegmentMetadata(segment_id, start, end, max_ts, broker, event_ts, size, epochs, state,
-                                              custom)
+            record = RemoteLogSegmentMetadata(r.segment_id(), **r.segment_fields())
         elif api_key == SEGMENT_METADATA_UPDATE_API_KEY:
             segment_id = r.segment_id()
-            broker, event_ts, custom, state = r.i32(), r.i64(), r.nullable_bytes(), r.segment_state()
+            broker, event_ts = r.read(read_int32, "brokerId"), r.read(read_int64, "eventTimestampMs")
+            custom, state = r.read(read_compact_string_as_bytes_nullable, "customMetadata"), r.segment_state()
             record = RemoteLogSegmentMetadataUpdate(segment_id, custom, state, event_ts, broker)
         elif api_key == PARTITION_DELETE_API_KEY:
             topic_id, tp = r.topic_id_partition()
-            broker, event_ts, delete_state = r.i32(), r.i64(), r.partition_delete_state()
+            broker, event_ts = r.read(read_int32, "brokerId"), r.read(read_int64, "eventTimestampMs")
+            delete_state = r.state(RemotePartitionDeleteState, "remotePartitionDeleteState",
+                                   "remote partition delete state")
             record = RemotePartitionDeleteMetadata(topic_id, tp, delete_state, event_ts, broker)
         else:
-            segment = r.uuid_()
-            start, end, broker, max_ts, event_ts = r.i64(), r.i64(), r.i32(), r.i64(), r.i64()
-            epochs = r.leader_epochs()
-            size, custom, state = r.i32(), r.nullable_bytes(), r.segment_state()
-            record = RemoteLogSegmentMetadataSnapshot(segment, start, end, max_ts, broker, event_ts, size, custom,
-                                                      state, epochs)
+            record = RemoteLogSegmentMetadataSnapshot(r.uuid_("segmentId"), **r.segment_fields())
         r.tagged_fields()
     except ValueError as exc:
         raise ValueError(f"Failed to deserialize record with type {api_key} ({name}): {exc}") from None
