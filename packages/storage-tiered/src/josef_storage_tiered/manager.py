@@ -106,6 +106,34 @@ class RemoteView:
         return entries
 
 
+class ByteRate:
+    """Kafka's remote copy and fetch quotas (``remote.log.manager.copy|fetch.max.bytes.per.second``), measured over
+    the last second: a copy waits until the rate is back under the quota, a remote fetch past it is answered empty."""
+
+    def __init__(self, max_bytes_per_second: int) -> None:
+        self.limit = max_bytes_per_second
+        self._since = time.monotonic()
+        self._bytes = 0
+
+    def record(self, size: int) -> None:
+        self._roll()
+        self._bytes += size
+
+    def exceeded(self) -> bool:
+        self._roll()
+        return self._bytes >= self.limit
+
+    async def wait(self) -> None:
+        while self.exceeded():
+            await anyio.sleep(max(self._since + 1 - time.monotonic(), 0.01))
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        if now - self._since >= 1:
+            self._bytes = max(self._bytes - int(self.limit * (now - self._since)), 0)  # spent what the gap allowed
+            self._since = now
+
+
 class RemoteLogManager:
     """The remote log manager of one broker; see the module's docstring."""
 
@@ -121,8 +149,12 @@ class RemoteLogManager:
         self.indexes = IndexCache(storage, config["remote.log.index.file.cache.total.size.bytes"])
         base = config["remote.log.manager.thread.pool.size"]
         copiers = config["remote.log.manager.copier.thread.pool.size"]
+        expirers = config["remote.log.manager.expiration.thread.pool.size"]
         self._readers = anyio.CapacityLimiter(config["remote.log.reader.threads"])
         self._copiers = anyio.CapacityLimiter(copiers if copiers > 0 else base)
+        self._expirers = anyio.CapacityLimiter(expirers if expirers > 0 else base)
+        self._copy_quota = ByteRate(config["remote.log.manager.copy.max.bytes.per.second"])
+        self._fetch_quota = ByteRate(config["remote.log.manager.fetch.max.bytes.per.second"])
         #: When a partition's next copy may be tried, after failures (exponential backoff).
         self._backoff: dict[TopicPartition, tuple[float, float]] = {}
 
@@ -198,8 +230,11 @@ class RemoteLogManager:
             raise OffsetOutOfRangeError(f"{log.tp}: no remote segment holds offset {offset}")
         segment = view.segments[index]
         upper = min(upper, segment.end_offset + 1)
+        if self._fetch_quota.exceeded():  # Kafka answers such a fetch without records; the consumer asks again
+            return RemoteRecords(b"")
         records = await anyio.to_thread.run_sync(read_batches, self.storage, self.indexes, segment, offset, max_bytes,
                                                  upper, min_one_batch, limiter=self._readers)
+        self._fetch_quota.record(len(records))
         if not read_committed or not records:
             return RemoteRecords(records)
         found, complete = await anyio.to_thread.run_sync(aborted_txns, self.indexes, list(view.segments[index:]),
@@ -280,6 +315,7 @@ class RemoteLogManager:
             RemoteLogSegmentId.generate(key[0], log.tp), segment.base_offset, segment.next_offset - 1,
             segment.max_timestamp_ms, self._services.node_id, _now_ms(), segment.size_bytes, in_segment)
         partition = self._metadata_partition(key)
+        await self._copy_quota.wait()
         await self.topic.publish(partition, metadata)
         try:
             custom = await anyio.to_thread.run_sync(self._upload, metadata, segment, entries, limiter=self._copiers)
@@ -288,6 +324,7 @@ class RemoteLogManager:
             log_warning("copying %s offsets %d-%d to remote storage failed: %s", log.tp, metadata.start_offset,
                         metadata.end_offset, exc)
             return False  # left COPY_SEGMENT_STARTED: deleted as a failed copy at a later visit
+        self._copy_quota.record(segment.size_bytes)
         if not self._still_leader(log.tp, epoch):
             return False  # the new leader deletes it with the other unfinished copies
         await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
@@ -348,7 +385,7 @@ class RemoteLogManager:
                 segment.segment_id, segment.custom_metadata, _S.DELETE_SEGMENT_STARTED, _now_ms(),
                 self._services.node_id))
         try:
-            await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._copiers)
+            await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
         except RemoteStorageError as exc:
             logging.getLogger(__name__).warning("deleting remote segment %s failed (retried later): %s",
                                                 segment.segment_id.id, exc)
