@@ -35,7 +35,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,10 @@ class ByteRate:
     """Kafka's remote copy and fetch quotas (``remote.log.manager.copy|fetch.max.bytes.per.second``), measured over
     the last second: a copy waits until the rate is back under the quota, a remote fetch past it is answered empty."""
 
-    def __init__(self, max_bytes_per_second: int) -> None:
+    def __init__(self, max_bytes_per_second: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = max_bytes_per_second
-        self._since = time.monotonic()
+        self._clock = clock
+        self._since = clock()
         self._bytes = 0
 
     def record(self, size: int) -> None:
@@ -125,10 +126,10 @@ class ByteRate:
 
     async def wait(self) -> None:
         while self.exceeded():
-            await anyio.sleep(max(self._since + 1 - time.monotonic(), 0.01))
+            await anyio.sleep(max(self._since + 1 - self._clock(), 0.01))
 
     def _roll(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._since >= 1:
             self._bytes = max(self._bytes - int(self.limit * (now - self._since)), 0)  # spent what the gap allowed
             self._since = now
