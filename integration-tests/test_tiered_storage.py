@@ -277,3 +277,15 @@ def test_total_retention_and_delete_records_remove_remote_segments(tiered_broker
     assert remote_logs()[0] == low  # the log start is the first remote segment left
     values = read_all(broker.bootstrap_servers, "tiered", 2000 - low)
     assert [int(v[:6]) for v in values] == list(range(low, 2000))
+
+
+def test_a_deleted_topic_takes_its_remote_data_with_it(tiered_broker):
+    broker, remote = tiered_broker
+    create_topic(broker.bootstrap_servers, replicas=1)
+    produce(broker.bootstrap_servers, "tiered", 2000)
+    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    assert any(remote.rglob("*.log"))
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics(["tiered"])["tiered"].result(30)
+    wait_for(lambda: not any(remote.rglob("*.log")), what="the remote segments of the deleted topic to go")
+    assert broker.wait_for_log("remote segments of deleted tiered-0")

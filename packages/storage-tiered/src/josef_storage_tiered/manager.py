@@ -31,6 +31,7 @@ local log's retention asks it from worker threads.
 
 from __future__ import annotations
 
+import collections
 import logging
 import tempfile
 import time
@@ -58,7 +59,7 @@ from josef.segment_files import encode_epoch_checkpoint
 from josef.services import BrokerServices
 
 from josef_storage_tiered.metadata_cache import RemotePartitionMetadataStore
-from josef_storage_tiered.metadata_records import RemotePartitionDeleteMetadata
+from josef_storage_tiered.metadata_records import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
 from josef_storage_tiered.metadata_records import RemoteLogSegmentMetadataUpdate, metadata_partition
 from josef_storage_tiered.metadata_topic import MetadataTopic
 from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, read_batches
@@ -146,6 +147,8 @@ class RemoteLogManager:
         self._keys: dict[TopicPartition, PartitionKey] = {}
         self._store = RemotePartitionMetadataStore()
         self._views: dict[TopicPartition, RemoteView] = {}
+        #: Logs opened and deleted by the storage in worker threads, for the task to take up on the event loop.
+        self._changes: collections.deque[tuple[TopicPartition, TieredLog | None]] = collections.deque()
         self.topic = MetadataTopic(services, config, self._apply, self._caught_up)
         self.indexes = IndexCache(storage, config["remote.log.index.file.cache.total.size.bytes"])
         base = config["remote.log.manager.thread.pool.size"]
@@ -162,15 +165,50 @@ class RemoteLogManager:
     # Partitions ------------------------------------------------------------------------------
 
     def register(self, log: TieredLog) -> None:
-        """Start managing a tiered log the storage opened."""
-        self._logs[log.tp] = log
+        """Start managing a tiered log the storage opened (in a worker thread: taken up by the task's next round)."""
+        self._changes.append((log.tp, log))
 
     def unregister(self, tp: TopicPartition) -> None:
-        self._logs.pop(tp, None)
-        key = self._keys.pop(tp, None)
-        if key is not None:
+        """Stop managing a deleted log (in a worker thread: likewise); a deleted topic's remote data goes too."""
+        self._changes.append((tp, None))
+
+    async def _take_changes(self) -> None:
+        while self._changes:
+            tp, log = self._changes.popleft()
+            if log is not None:
+                self._logs[tp] = log
+                continue
+            self._logs.pop(tp, None)
+            self._views.pop(tp, None)
+            key = self._keys.pop(tp, None)
+            if key is None:
+                continue
+            topic = self._services.image.topics.get(tp.topic)
+            deleted = topic is None or uuid_from_text(topic.topic_id) != key[0]
+            cache = self._store.cache(*key) if deleted and self._store.is_initialized(*key) else None
             self._store.clear_partition(*key)
-        self._views.pop(tp, None)
+            if cache is not None and len(cache):
+                await self._delete_partition(key, cache.list_segments())
+
+    async def _delete_partition(self, key: PartitionKey, segments: list[RemoteLogSegmentMetadata]) -> None:
+        """Kafka's remote partition deletion: DELETE_PARTITION_MARKED, STARTED, each segment, FINISHED. Every
+        replica of a deleted topic does it (deleting twice is harmless), so no orphans stay when one fails."""
+        partition = self._metadata_partition(key)
+        for state in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                      RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
+            await self.topic.publish(partition, RemotePartitionDeleteMetadata(*key, state, _now_ms(),
+                                                                              self._services.node_id))
+        for segment in segments:
+            try:
+                await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
+            except RemoteStorageError as exc:
+                logging.getLogger(__name__).warning("deleting remote segment %s of deleted %s failed: %s",
+                                                    segment.segment_id.id, key[1], exc)
+                return
+            self.indexes.forget(segment)
+        await self.topic.publish(partition, RemotePartitionDeleteMetadata(
+            *key, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, _now_ms(), self._services.node_id))
+        logging.getLogger(__name__).info("deleted the %d remote segments of deleted %s", len(segments), key[1])
 
     def _key(self, tp: TopicPartition) -> PartitionKey | None:
         """The partition's topic id (from the metadata image) with it; following its metadata from then on."""
@@ -252,6 +290,7 @@ class RemoteLogManager:
             tg.start_soon(self.topic.run)
             await self.topic.ready.wait()
             while True:
+                await self._take_changes()
                 for tp, log in list(self._logs.items()):
                     try:
                         await self._visit(log)
