@@ -34,6 +34,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from josef.testing import RawClient
+
 sys.path.insert(0, os.path.dirname(__file__))
 from broker import MB, BenchmarkError, Broker, machine, progress  # noqa: E402
 
@@ -79,16 +81,12 @@ def consume(bootstrap: str, topic: str, records: int) -> float:
 
 
 def local_start(bootstrap: str, topic: str) -> int:
-    from josef.protocol.api_keys import ApiKey
-    from josef.testing import RawClient
-
+    """ListOffsets EARLIEST_LOCAL (-4): where the broker's disk starts."""
     client = RawClient(int(bootstrap.rsplit(":", 1)[1]))
     try:
-        answer = client.call(ApiKey.LIST_OFFSETS, 8, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -4}]}]})
+        return client.list_offset(topic, -4)
     finally:
         client.close()
-    return answer.topics[0].partitions[0].offset
 
 
 def upload_rate(log: str) -> tuple[float, int]:

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from josef.protocol.api_keys import ApiKey
-from josef.testing import RawClient
+from josef.testing import RawClient, eventually
 
 #: A broker with tiered storage in a directory, visiting its partitions every 200 ms.
 TIERED = {
@@ -28,13 +28,7 @@ TOPIC_CONFIG = {"remote.storage.enable": "true", "segment.bytes": "16384", "loca
 
 
 def wait_for(condition, timeout: float = 60, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)  # the broker's background work has no event a client can await
+    return eventually(condition, timeout, what)  # the broker's background work has no event a client can await
 
 
 def create_topic(bootstrap: str, replicas: int) -> None:
@@ -77,11 +71,9 @@ def local_start(port: int, topic: str) -> int:
     """ListOffsets EARLIEST_LOCAL (-4) of the broker on ``port`` (the leader), as ``kafka-get-offsets.sh --time -4``."""
     client = RawClient(port)
     try:
-        answer = client.call(ApiKey.LIST_OFFSETS, 8, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -4}]}]})
+        return client.list_offset(topic, -4)
     finally:
         client.close()
-    return answer.topics[0].partitions[0].offset
 
 
 @pytest.fixture

@@ -55,6 +55,7 @@ from typing import Any, Iterator
 import pytest
 
 from josef.node.cluster import JosefCluster, NodeProcess, free_ports
+from josef.protocol.api_keys import ApiKey
 from josef.protocol.messages import decode_response, encode_request
 from josef.node.runner import BrokerThread
 
@@ -149,6 +150,16 @@ class RawClient:
         if key == 0 and body.get("acks") == 0:
             return None
         return self.receive()
+
+    def list_offset(self, topic: str, timestamp: int, partition: int = 0) -> int:
+        """The offset ListOffsets answers for one partition: ``timestamp`` -1 latest, -2 earliest, -4 earliest local
+        (tiered storage: where the broker's disk starts), or a time in ms. Ask the partition's leader."""
+        answer = self.call(ApiKey.LIST_OFFSETS, 8, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                            "timestamp": timestamp}]}]})
+        result = answer.topics[0].partitions[0]
+        assert result.error_code == 0, f"ListOffsets {topic}-{partition} at {timestamp}: {result.error_code!r}"
+        return result.offset
 
     def closed_by_broker(self, timeout: float = 10) -> bool:
         """Whether the broker closes the connection (end of stream or a reset) within ``timeout``, rather than
