@@ -92,6 +92,11 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
                      what="old segments to leave the local disk")
     assert offsets(broker.bootstrap_servers, "tiered") == (0, 2000)
     assert any(remote.rglob("*.log")), "segments in the remote directory"
+    client = RawClient(broker.port)
+    try:  # LATEST_TIERED (-5): remote storage reaches at least to the local log start, never to the log end
+        assert start - 1 <= client.list_offset("tiered", -5) < 2000
+    finally:
+        client.close()
     local = broker.data_dir / "tiered-0"
     assert sum(p.stat().st_size for p in local.glob("*.log")) < 2000 * 200 / 2
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values

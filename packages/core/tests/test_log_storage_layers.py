@@ -175,6 +175,7 @@ def test_list_offsets_tells_the_log_start_from_the_local_log_start(broker, clien
     assert list_offset(client, -2).offset == 0
     assert list_offset(client, -4).offset == 3
     assert list_offset(client, -1).offset == 4
+    assert list_offset(client, -5).offset == -1  # LATEST_TIERED: nothing in remote storage (the local log's answer)
 
 
 def test_a_slow_remote_read_is_answered_empty_after_remote_fetch_max_wait_ms(broker, client):

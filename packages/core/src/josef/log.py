@@ -302,6 +302,11 @@ class Log(Protocol):
         """
 
     @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """The last offset copied to remote storage (ListOffsets LATEST_TIERED, -5); -1 when nothing is, or the log
+        is not tiered."""
+
+    @property
     def log_end_offset(self) -> int:
         """The offset the next appended batch gets (LEO)."""
 

@@ -332,6 +332,10 @@ class LocalLog:
         return self._log_start_offset
 
     @property
+    def highest_offset_in_remote_storage(self) -> int:
+        return -1
+
+    @property
     def log_end_offset(self) -> int:
         return self._end_offset
 

@@ -90,6 +90,10 @@ class TieredLog:
         return max(start, min(self._deleted_below, local))
 
     @property
+    def highest_offset_in_remote_storage(self) -> int:
+        return self._manager.next_remote_offset(self.tp) - 1
+
+    @property
     def last_stable_offset(self) -> int:
         """The partition's last stable offset (never above its high watermark): what may be copied below."""
         return self._stable_offset() if self._stable_offset is not None else self._inner.log_end_offset

@@ -12,7 +12,7 @@ from josef.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, Partit
 from josef.server.apis.common import error_of, partition_for
 from josef.server.dispatch import RequestContext
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:
@@ -37,6 +37,8 @@ def _lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, 
     if timestamp == EARLIEST_LOCAL:  # the first offset held on this broker's disk: above the log start once tiered
         # A storage written for plugin API 1.2 has no local log start: it holds everything locally.
         return -1, getattr(log, "local_log_start_offset", log.log_start_offset)
+    if timestamp == LATEST_TIERED:  # KIP-1005: how far remote storage reaches; -1 for a log that is not tiered
+        return -1, getattr(log, "highest_offset_in_remote_storage", -1)
     if timestamp == MAX_TIMESTAMP:
         found = log.max_timestamp()
     else:
