@@ -200,6 +200,7 @@ class SeaweedS3:
         try:
             self._wait_ready(timeout)
             self.create_bucket(self.bucket)
+            self._wait_objects(timeout)
         except BaseException:
             self.stop()
             raise
@@ -223,6 +224,21 @@ class SeaweedS3:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"weed mini did not answer S3 on {self.endpoint} within {timeout} s "
                                    f"(last: {last}):\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def _wait_objects(self, timeout: float) -> None:
+        """Poll until an object is written and read back: the gateway answers before its volume server serves
+        data, and a read then fails with HTTP 500 (InternalError) for a moment after a restart."""
+        deadline = time.monotonic() + timeout
+        probe = f"/{self.bucket}/.ready"
+        while True:
+            put, _ = self.request("PUT", probe, body=b"ready")
+            if put == 200:
+                get, body = self.request("GET", probe)
+                if get == 200 and body == b"ready":
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"weed mini did not store objects within {timeout} s:\n{self.log_tail()}")
             time.sleep(0.1)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
@@ -289,14 +305,14 @@ class SeaweedS3:
             raise RuntimeError(f"deleting bucket {name} failed: HTTP {status} {body[:300]!r}")
 
     def request(self, method: str, path: str, *, access_key: str | None = None, secret_key: str | None = None,
-                timeout: float = 10.0) -> tuple[int, bytes]:
-        """One AWS Signature V4 signed request with an empty body: ``(status, body)``."""
+                timeout: float = 10.0, body: bytes = b"") -> tuple[int, bytes]:
+        """One AWS Signature V4 signed request: ``(status, body)``."""
         access_key = access_key or self.access_key
         secret_key = secret_key or self.secret_key
         host = f"127.0.0.1:{self.ports['s3.port']}"
         now = datetime.datetime.now(datetime.timezone.utc)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        payload = hashlib.sha256(b"").hexdigest()
+        payload = hashlib.sha256(body).hexdigest()
         headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
         signed = ";".join(sorted(headers))
         canonical = "\n".join([method, path, "", *(f"{k}:{headers[k]}" for k in sorted(headers)), "", signed, payload])
@@ -308,7 +324,7 @@ class SeaweedS3:
                                     f"Signature={signature}")
         connection = http.client.HTTPConnection("127.0.0.1", self.ports["s3.port"], timeout=timeout)
         try:
-            connection.request(method, path, headers=headers)
+            connection.request(method, path, body=body or None, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
         finally:
