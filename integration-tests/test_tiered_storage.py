@@ -27,10 +27,6 @@ TOPIC_CONFIG = {"remote.storage.enable": "true", "segment.bytes": "16384", "loca
                 "file.delete.delay.ms": "0"}
 
 
-def wait_for(condition, timeout: float = 60, what: str = "the condition"):
-    return eventually(condition, timeout, what)  # the broker's background work has no event a client can await
-
-
 def create_topic(bootstrap: str, replicas: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("tiered", 1, replicas, config=TOPIC_CONFIG)])["tiered"].result(30)
@@ -88,8 +84,8 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     create_topic(broker.bootstrap_servers, replicas=1)
     values = produce(broker.bootstrap_servers, "tiered", 2000)
     # Copied, then deleted locally: the local log starts well above the log start, which stays 0.
-    start = wait_for(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"),
-                     what="old segments to leave the local disk")
+    start = eventually(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"), 60,
+                       what="old segments to leave the local disk")
     assert offsets(broker.bootstrap_servers, "tiered") == (0, 2000)
     assert any(remote.rglob("*.log")), "segments in the remote directory"
     client = RawClient(broker.port)
@@ -119,16 +115,16 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
     values = produce(bootstrap, "tiered", 2000)
     leader = leader_of(bootstrap, "tiered")
     port = cluster.node(leader).listener("PLAINTEXT")[1]
-    wait_for(lambda: local_start(port, "tiered") > 1000, what="old segments to leave the leader's disk")
+    eventually(lambda: local_start(port, "tiered") > 1000, 60, what="old segments to leave the leader's disk")
     cluster.node(leader).kill()  # mid-upload, or nearly: the task runs every 200 ms
     survivors = ",".join(n.bootstrap_server for n in cluster.brokers if n.node_id != leader)
-    wait_for(lambda: leader_of(survivors, "tiered") not in (leader, -1), what="a new leader")
+    eventually(lambda: leader_of(survivors, "tiered") not in (leader, -1), 60, what="a new leader")
     values += produce(survivors, "tiered", 1000)
     cluster.node(leader).start()
     assert read_all(survivors, "tiered", 3000) == values  # every record once, in order: nothing lost or doubled
     assert offsets(survivors, "tiered") == (0, 3000)
     port = cluster.node(leader_of(survivors, "tiered")).listener("PLAINTEXT")[1]
-    wait_for(lambda: local_start(port, "tiered") > 2000, what="the new leader to copy and delete its old segments")
+    eventually(lambda: local_start(port, "tiered") > 2000, 60, what="the new leader to copy and delete its old segments")
     assert read_all(bootstrap, "tiered", 3000) == values
     # A follower away while the leader's local log moved past its end starts over at the leader's local log start
     # (OFFSET_MOVED_TO_TIERED_STORAGE), joins the ISR again, and can lead: what it never had is read remotely.
@@ -138,12 +134,12 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
     follower.kill()
     values += produce(survivors, "tiered", 2000)
     port = cluster.node(leader).listener("PLAINTEXT")[1]
-    wait_for(lambda: local_start(port, "tiered") > follower_end, what="the leader's local log to pass the follower")
+    eventually(lambda: local_start(port, "tiered") > follower_end, 60, what="the leader's local log to pass the follower")
     follower.start()
     assert follower.wait_for_log("the rest is in remote storage", timeout=30)
-    wait_for(lambda: len(isr(survivors, "tiered")) == 3, what="the follower to rejoin the ISR")
+    eventually(lambda: len(isr(survivors, "tiered")) == 3, 60, what="the follower to rejoin the ISR")
     cluster.node(leader).kill()
-    wait_for(lambda: leader_of(follower.bootstrap_server, "tiered") not in (leader, -1), what="a new leader")
+    eventually(lambda: leader_of(follower.bootstrap_server, "tiered") not in (leader, -1), 60, what="a new leader")
     assert read_all(follower.bootstrap_server, "tiered", 5000) == values
 
 
@@ -170,7 +166,7 @@ def test_a_remote_object_corrupted_behind_the_brokers_back_fails_that_read_alone
     broker, remote = tiered_broker
     create_topic(broker.bootstrap_servers, replicas=1)
     produce(broker.bootstrap_servers, "tiered", 2000)
-    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    eventually(lambda: local_start(broker.port, "tiered") > 1000, 60, what="old segments to leave the local disk")
     first = min(remote.rglob("*.log"))  # the segment at offset 0: zero-padded names sort by offset
     first.write_bytes(b"\xff" * first.stat().st_size)
     assert fetch_from(broker.port, "tiered", 0).error_code == 56  # KAFKA_STORAGE_ERROR, for this read alone
@@ -194,7 +190,7 @@ def test_with_the_object_store_down_the_tail_is_served_and_nothing_uncopied_is_d
     broker = s3_broker(broker_factory, seaweedfs, s3_bucket)
     create_topic(broker.bootstrap_servers, replicas=1)
     values = produce(broker.bootstrap_servers, "tiered", 500)
-    wait_for(lambda: local_start(broker.port, "tiered"), what="the first segments to be copied")
+    eventually(lambda: local_start(broker.port, "tiered"), 60, what="the first segments to be copied")
     seaweedfs.stop()
     try:
         values += produce(broker.bootstrap_servers, "tiered", 1500)  # acks=all writes go on
@@ -202,13 +198,13 @@ def test_with_the_object_store_down_the_tail_is_served_and_nothing_uncopied_is_d
         stuck = local_start(broker.port, "tiered")
         failures = lambda: sum("to remote storage failed" in line for line in broker.log)  # noqa: E731
         seen = failures()
-        wait_for(lambda: failures() > seen, what="the copy to be tried again")
+        eventually(lambda: failures() > seen, 60, what="the copy to be tried again")
         assert local_start(broker.port, "tiered") == stuck < 1000  # local retention waits for the copies
         tail = fetch_from(broker.port, "tiered", stuck)
         assert tail.error_code == 0 and tail.records
     finally:
         seaweedfs.start()
-    wait_for(lambda: local_start(broker.port, "tiered") > 1500, what="the copies to resume")
+    eventually(lambda: local_start(broker.port, "tiered") > 1500, 60, what="the copies to resume")
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
 
 
@@ -238,7 +234,7 @@ def test_read_committed_consumers_skip_aborted_transactions_in_remote_segments(t
         else:
             producer.commit_transaction(30)
             committed += batch
-    wait_for(lambda: local_start(broker.port, "tiered") > 500, what="transactional segments to leave the local disk")
+    eventually(lambda: local_start(broker.port, "tiered") > 500, 60, what="transactional segments to leave the local disk")
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "committed",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     consumer.assign([TopicPartition("tiered", 0, 0)])
@@ -256,20 +252,20 @@ def test_total_retention_and_delete_records_remove_remote_segments(tiered_broker
     broker, remote = tiered_broker
     create_topic(broker.bootstrap_servers, replicas=1)
     produce(broker.bootstrap_servers, "tiered", 2000)
-    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    eventually(lambda: local_start(broker.port, "tiered") > 1000, 60, what="old segments to leave the local disk")
     remote_logs = lambda: sorted(int(p.name[:20]) for p in remote.rglob("*.log"))  # noqa: E731
     first_remote = remote_logs()
     assert first_remote[0] == 0
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.delete_records([TopicPartition("tiered", 0, 300)])[TopicPartition("tiered", 0, 300)].result(30)
     assert offsets(broker.bootstrap_servers, "tiered")[0] == 300
-    wait_for(lambda: remote_logs()[0] > 0, what="remote segments below the log start to be deleted")
+    eventually(lambda: remote_logs()[0] > 0, 60, what="remote segments below the log start to be deleted")
     assert all(start > 0 for start in remote_logs()) and remote_logs()[0] <= 300
     # retention.bytes over remote and local data together: the oldest remote segments go first.
     resource = ConfigResource("topic", "tiered", incremental_configs=[
         ConfigEntry("retention.bytes", "100000", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
-    wait_for(lambda: offsets(broker.bootstrap_servers, "tiered")[0] > 1000, what="retention.bytes to delete")
+    eventually(lambda: offsets(broker.bootstrap_servers, "tiered")[0] > 1000, 60, what="retention.bytes to delete")
     low = offsets(broker.bootstrap_servers, "tiered")[0]
     assert low in remote_logs()  # the log start is the start of a remote segment left (later rounds may take more)
     # Read from the log start to the end: whatever retention took meanwhile, what is left is contiguous and complete.
@@ -290,9 +286,9 @@ def test_a_deleted_topic_takes_its_remote_data_with_it(tiered_broker):
     broker, remote = tiered_broker
     create_topic(broker.bootstrap_servers, replicas=1)
     produce(broker.bootstrap_servers, "tiered", 2000)
-    wait_for(lambda: local_start(broker.port, "tiered") > 1000, what="old segments to leave the local disk")
+    eventually(lambda: local_start(broker.port, "tiered") > 1000, 60, what="old segments to leave the local disk")
     assert any(remote.rglob("*.log"))
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.delete_topics(["tiered"])["tiered"].result(30)
-    wait_for(lambda: not any(remote.rglob("*.log")), what="the remote segments of the deleted topic to go")
+    eventually(lambda: not any(remote.rglob("*.log")), 60, what="the remote segments of the deleted topic to go")
     assert broker.wait_for_log("remote segments of deleted tiered-0")

@@ -65,7 +65,7 @@ from josef_storage_tiered.metadata_topic import MetadataTopic
 from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, read_batches
 from josef_storage_tiered.tiered_log import TieredLog
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _S = RemoteLogSegmentState
 PartitionKey = tuple[uuid.UUID, TopicPartition]
@@ -202,13 +202,13 @@ class RemoteLogManager:
             try:
                 await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
             except RemoteStorageError as exc:
-                logging.getLogger(__name__).warning("deleting remote segment %s of deleted %s failed: %s",
+                logger.warning("deleting remote segment %s of deleted %s failed: %s",
                                                     segment.segment_id.id, key[1], exc)
                 return
             self.indexes.forget(segment)
         await self.topic.publish(partition, RemotePartitionDeleteMetadata(
             *key, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, _now_ms(), self._services.node_id))
-        logging.getLogger(__name__).info("deleted the %d remote segments of deleted %s", len(segments), key[1])
+        logger.info("deleted the %d remote segments of deleted %s", len(segments), key[1])
 
     def _key(self, tp: TopicPartition) -> PartitionKey | None:
         """The partition's topic id (from the metadata image) with it; following its metadata from then on."""
@@ -295,8 +295,7 @@ class RemoteLogManager:
                     try:
                         await self._visit(log)
                     except Exception:
-                        log_error = logging.getLogger(__name__).exception
-                        log_error("tiered storage of %s failed; trying again next time", tp)
+                        logger.exception("tiered storage of %s failed; trying again next time", tp)
                 await anyio.sleep(self._config["remote.log.manager.task.interval.ms"] / 1000)
 
     async def _visit(self, log: TieredLog) -> None:
@@ -347,8 +346,9 @@ class RemoteLogManager:
 
     async def _copy_segment(self, log: TieredLog, key: PartitionKey, epoch: int, segment: ClosedSegment) -> bool:
         entries = [e for e in log.epoch_entries() if e.start_offset < segment.next_offset]
-        in_segment = {e.epoch: max(e.start_offset, segment.base_offset) for e in entries
-                      if e is entries[-1] or entries[entries.index(e) + 1].start_offset > segment.base_offset}
+        # The epochs written in the segment: the one in force at its base offset, and those that begin inside it.
+        in_segment = {e.epoch: max(e.start_offset, segment.base_offset) for i, e in enumerate(entries)
+                      if i + 1 == len(entries) or entries[i + 1].start_offset > segment.base_offset}
         if not in_segment:
             in_segment = {epoch: segment.base_offset}
         metadata = RemoteLogSegmentMetadata(
@@ -360,8 +360,7 @@ class RemoteLogManager:
         try:
             custom = await anyio.to_thread.run_sync(self._upload, metadata, segment, entries, limiter=self._copiers)
         except (RemoteStorageError, OSError) as exc:
-            log_warning = logging.getLogger(__name__).warning
-            log_warning("copying %s offsets %d-%d to remote storage failed: %s", log.tp, metadata.start_offset,
+            logger.warning("copying %s offsets %d-%d to remote storage failed: %s", log.tp, metadata.start_offset,
                         metadata.end_offset, exc)
             return False  # left COPY_SEGMENT_STARTED: deleted as a failed copy at a later visit
         self._copy_quota.record(segment.size_bytes)
@@ -369,7 +368,7 @@ class RemoteLogManager:
             return False  # the new leader deletes it with the other unfinished copies
         await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
             metadata.segment_id, custom, _S.COPY_SEGMENT_FINISHED, _now_ms(), self._services.node_id))
-        logging.getLogger(__name__).info("copied %s offsets %d-%d (%d bytes) to remote storage", log.tp,
+        logger.info("copied %s offsets %d-%d (%d bytes) to remote storage", log.tp,
                                          metadata.start_offset, metadata.end_offset, metadata.segment_size_in_bytes)
         return True
 
@@ -396,20 +395,17 @@ class RemoteLogManager:
             if config.remote_log_delete_on_disable:
                 doomed += finished
         else:
-            now = _now_ms()
-            start = log.log_start_offset
+            now, start, copied = _now_ms(), log.log_start_offset, self.view(log.tp).next_offset
+            # retention.bytes counts remote data and what is only local once (copied segments may still be local).
             local_only = log.inner.size_bytes - sum(s.size_bytes for s in log.inner.closed_segments()
-                                                    if s.next_offset <= self.view(log.tp).next_offset)
+                                                    if s.next_offset <= copied)
             excess = (sum(s.segment_size_in_bytes for s in finished) + local_only - config.retention_bytes
                       if config.retention_bytes >= 0 else -1)
-            for segment in finished:
-                if segment.end_offset < start and start > segment.start_offset:
-                    pass  # below the log start (DeleteRecords): goes
-                elif config.retention_ms >= 0 and now - segment.max_timestamp_ms > config.retention_ms:
-                    pass
-                elif excess >= segment.segment_size_in_bytes:
-                    pass
-                else:
+            for segment in finished:  # oldest first, as long as each is past one limit
+                expired = (segment.end_offset < start  # below the log start (DeleteRecords)
+                           or 0 <= config.retention_ms < now - segment.max_timestamp_ms
+                           or excess >= segment.segment_size_in_bytes)
+                if not expired:
                     break
                 doomed.append(segment)
                 excess -= segment.segment_size_in_bytes
@@ -427,7 +423,7 @@ class RemoteLogManager:
         try:
             await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
         except RemoteStorageError as exc:
-            logging.getLogger(__name__).warning("deleting remote segment %s failed (retried later): %s",
+            logger.warning("deleting remote segment %s failed (retried later): %s",
                                                 segment.segment_id.id, exc)
             return
         self.indexes.forget(segment)
