@@ -183,14 +183,15 @@ class MetadataTopic:
                 by_leader.setdefault(leader, []).append(partition)
         applied = 0
         for leader, partitions in by_leader.items():
+            asked = {p: self._positions[p] for p in partitions}
             try:
                 answer = await self._services.call_peer(leader, ApiKey.FETCH, {
                     "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 8 << 20, "isolation_level": 0,
                     "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
                     "topics": [{"topic": TOPIC, "partitions": [
-                        {"partition": p, "current_leader_epoch": -1, "fetch_offset": self._positions[p],
+                        {"partition": p, "current_leader_epoch": -1, "fetch_offset": offset,
                          "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
-                        for p in partitions]}]}, version=12)
+                        for p, offset in asked.items()]}]}, version=12)
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 log.debug("reading %s from broker %d failed: %r", TOPIC, leader, exc)
                 continue
@@ -199,6 +200,8 @@ class MetadataTopic:
                     if part.error_code != ErrorCode.none:
                         continue
                     partition = part.partition_index
+                    if self._positions.get(partition) != asked.get(partition):
+                        continue  # followed again from its start while the fetch ran: that read comes next
                     applied += self._apply_records(partition, bytes(part.records or b""))
                     if self._positions[partition] >= part.high_watermark and partition not in self._caught_up:
                         self._caught_up.add(partition)
