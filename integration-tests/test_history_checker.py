@@ -22,6 +22,7 @@ from josef.protocol.records import iter_batches, iter_records
 from josef.testing import eventually
 from josef.testing.history import (
     READ_COMMITTED,
+    READ_UNCOMMITTED,
     Ack,
     FinalReads,
     History,
@@ -138,6 +139,10 @@ def test_a_healthy_run_passes_and_planted_violations_are_caught(josef_cluster, t
     report("a record produced twice", verdict, history, final, tmp_path)
     assert dict(verdict.kinds()) == {"duplicate": 1}
     assert verdict.violations[0].message.startswith(f"{again.value} is at 2 places: ")
+    # The read-back carries each batch's producer fields: the idempotent original has a producer, the copy none.
+    copies = [r for p in final.partitions if p.isolation == READ_UNCOMMITTED and p.partition == again.partition
+              for r in p.records if r.value == again.value]
+    assert sorted(r.producer_id >= 0 for r in copies) == [False, True]
 
     # (a) An acknowledged batch cut out of every replica's log while the cluster is down.
     acks = acknowledged(history)

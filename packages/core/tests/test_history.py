@@ -200,6 +200,30 @@ def test_a_record_twice_in_the_log_is_a_duplicate_and_an_indefinite_failure_may_
     assert verdict.violations[0].message == "p:1 is at 2 places: t-0@1, t-0@2"
 
 
+def test_a_record_its_producer_wrote_again_under_a_newer_epoch_is_reported_apart_and_tolerated():
+    """CI's shape (librdkafka#4953): 455 and 456 written in epoch 0, their answers lost, then both renumbered from
+    sequence 0 after an epoch bump and written again: the client's copies, neither duplicates nor out of order."""
+    h = History()
+    produce(h, "q", 0, 0, 0)
+    for sequence, offset in ((455, 3), (456, 4)):
+        value = produce(h, "p", 0, sequence, offset)
+        h.read("c", RU, T, 0, offset - 3 + 1, value)
+    log = [(0, "q:0", 0, 7, 0, 0), (1, "p:455", 0, 5, 0, 455), (2, "p:456", 0, 5, 0, 456),
+           (3, "p:455", 0, 5, 1, 0), (4, "p:456", 0, 5, 1, 1)]
+    verdict = check(h, final({0: log}))
+    assert verdict.ok
+    assert kinds(verdict) == {"resent": 2}
+    assert verdict.of("resent")[0].message == (
+        "p:455 was written again by its producer under a newer epoch: t-0@1 (producer 5 epoch 0 sequence 455), "
+        "t-0@3 (producer 5 epoch 1 sequence 0)")
+    assert verdict.report().startswith("history check: OK; 2 record(s) resent by their producer")
+    # The same copies under one producer epoch are the broker's: a duplicate, and out of the producer's order.
+    same_epoch = [(o, v, e, pid, 0, seq) for o, v, e, pid, _, seq in log]
+    assert kinds(check(h, final({0: same_epoch}))) == {"duplicate": 2, "order": 1}
+    # So are copies without producer fields (a read-back that could not ask the leaders).
+    assert kinds(check(h, final({0: [r[:3] for r in log]}))) == {"duplicate": 2, "order": 1}
+
+
 def test_an_acknowledged_record_read_back_at_a_second_offset_is_a_duplicate():
     h = History()
     produce(h, "p", 0, 0, 0)
@@ -451,4 +475,4 @@ def test_faults_are_recorded_through_the_listener_and_bad_input_is_refused():
         h.read("c", "read_dirty", T, 0, 0, "p:0")
     with pytest.raises(ValueError, match="transaction outcome"):
         h.txn_commit("x", "x#1", [], "maybe")
-    assert LogRecord(1, "p:0") == (1, "p:0", -1)
+    assert LogRecord(1, "p:0") == (1, "p:0", -1, -1, -1, -1)

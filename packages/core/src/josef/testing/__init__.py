@@ -138,11 +138,22 @@ class RawClient:
 
     def receive(self) -> Any:
         key, version, correlation = self._pending.pop(0)
-        size = struct.unpack(">i", self.sock.recv(4, socket.MSG_WAITALL))[0]
-        frame = self.sock.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", self._read(4))[0]
+        frame = self._read(size)
         answered, response = decode_response(key, version, frame)
         assert answered == correlation, "responses came out of order"
         return response
+
+    def _read(self, size: int) -> bytes:
+        """Exactly ``size`` bytes: a socket with a timeout may return less even with MSG_WAITALL (a large Fetch)."""
+        chunks, left = [], size
+        while left:
+            chunk = self.sock.recv(left)
+            if not chunk:
+                raise ConnectionError(f"the broker closed the connection {size - left} bytes into a {size}-byte read")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
     def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
         """Send and wait for the answer; None for an acks=0 produce."""

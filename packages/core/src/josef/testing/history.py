@@ -427,9 +427,14 @@ def _isolation(isolation: str) -> str:
 
 
 class LogRecord(NamedTuple):
+    """A record of the final read-back; the producer fields (from the batch header) are -1 where not read."""
+
     offset: int
     value: str
     leader_epoch: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    sequence: int = -1
 
 
 def _records(records: Iterable[Any]) -> tuple[LogRecord, ...]:
@@ -573,6 +578,14 @@ class Facts:
         for tp, read in self.logs[READ_UNCOMMITTED].items():
             for record in read.records:
                 self.positions[record.value].append((tp, record.offset))
+        #: Later copies of a record its producer wrote again under a newer epoch of its producer id: see :func:`_resent`.
+        self.resent: dict[str, list[tuple[TopicPartition, int]]] = {}
+        for value, places in self.positions.items():
+            if len(places) > 1:
+                again = _resent(self, places)
+                if again:
+                    self.resent[value] = again
+        self.resent_at = {place for places in self.resent.values() for place in places}
 
     def state_of(self, value: str) -> str | None:
         """The outcome of ``value``'s transaction (committed, aborted, unknown), None for a record outside one."""
@@ -587,6 +600,30 @@ class Facts:
     def partitions(self) -> list[TopicPartition]:
         """Every partition the history or the final reads name."""
         return sorted(set(self.by_tp) | {p.tp for p in self.final.partitions})
+
+
+def _resent(f: Facts, places: Sequence[tuple[TopicPartition, int]]) -> list[tuple[TopicPartition, int]]:
+    """The copies after the first, when each was written by the same producer id under a newer epoch than the last.
+
+    An idempotent producer's sequence numbers make a retry of the same
+    write harmless only within one producer epoch. After bumping its epoch
+    (KIP-360) a client that sends a possibly written record again, renumbered
+    from 0, makes a new write the broker cannot tell from another record:
+    librdkafka does, when one partition's out-of-order error bumps the epoch
+    while another partition's write is being retried
+    (confluentinc/librdkafka#4953; the Java client does not bump there). The
+    cluster cannot prevent such copies, so they are reported apart from
+    violations. Copies under the same epoch are the broker's fault and stay
+    duplicates.
+    """
+    records = sorted((f.log_at[READ_UNCOMMITTED][tp][offset], tp) for tp, offset in places)
+    first = records[0][0]
+    if len({tp for _, tp in records}) > 1 or first.producer_id < 0:
+        return []
+    epochs = [r.producer_epoch for r, _ in records]
+    if any(r.producer_id != first.producer_id for r, _ in records) or any(b <= a for a, b in zip(epochs, epochs[1:])):
+        return []
+    return [(tp, r.offset) for r, tp in records[1:]]
 
 
 def _txn_state(ends: Iterable[TxnCommit | TxnAbort]) -> str:
@@ -697,6 +734,7 @@ def check_duplicates(f: Facts) -> Iterator[Violation]:
         places[read_event.value].add((tp, read_event.offset))
         first_read.setdefault((read_event.value, tp, read_event.offset), read_event)
     for value, where in places.items():
+        where -= f.resent_at
         if len(where) > 1:
             ordered = sorted(where)
             reads = [first_read[(value, tp, o)] for tp, o in ordered if (value, tp, o) in first_read]
@@ -705,13 +743,17 @@ def check_duplicates(f: Facts) -> Iterator[Violation]:
 
 
 def check_order(f: Facts) -> Iterator[Violation]:
-    """Along each partition's log, each producer's acknowledged records come in the order it sent them."""
+    """Along each partition's log, each producer's acknowledged records come in the order it sent them.
+
+    A copy its producer wrote again under a newer epoch (:func:`_resent`) is
+    not a place of its record: its first copy is.
+    """
     for tp, read in f.logs[READ_UNCOMMITTED].items():
         last: dict[str, tuple[Send, LogRecord]] = {}
         reported: set[str] = set()
         for record in read.records:
             send = f.sends.get(record.value)
-            if send is None or record.value not in f.acks:
+            if send is None or record.value not in f.acks or (tp, record.offset) in f.resent_at:
                 continue
             previous = last.get(send.process)
             if previous is not None and send.seq < previous[0].seq and send.process not in reported:
@@ -936,11 +978,28 @@ def check_groups(f: Facts) -> Iterator[Violation]:
                             missed[0].offset, f.value_events(missed[0].value))
 
 
+def check_resent(f: Facts) -> Iterator[Violation]:
+    """Records their producer wrote again under a newer producer epoch (:func:`_resent`): the client's doing.
+
+    Reported as the kind ``resent``, which :attr:`Verdict.ok` tolerates.
+    """
+    for value, again in f.resent.items():
+        first = min(set(f.positions[value]) - set(again))
+        records = [f.log_at[READ_UNCOMMITTED][tp][offset] for tp, offset in (first, *again)]
+        stamps = ", ".join(f"{tp}@{r.offset} (producer {r.producer_id} epoch {r.producer_epoch} sequence {r.sequence})"
+                           for (tp, _), r in zip((first, *again), records))
+        yield Violation(RESENT, f"{value} was written again by its producer under a newer epoch: {stamps}",
+                        again[0][0], again[0][1], f.value_events(value))
+
+
 CHECKS: tuple[Callable[[Facts], Iterable[Violation]], ...] = (
     check_final_reads, check_lost, check_definite_failures, check_duplicates, check_order, check_phantoms,
     check_agreement, check_split_brain, check_aborted_reads, check_transactions, check_skipped_reads,
-    check_group_commits, check_groups,
+    check_group_commits, check_groups, check_resent,
 )
+
+#: The kind of :func:`check_resent`: a client's doing, listed in the report but not a violation of the cluster's.
+RESENT = "resent"
 
 
 # The verdict -----------------------------------------------------------------------------------------------------
@@ -959,7 +1018,8 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        """No violation but those of kind ``resent`` (:func:`check_resent`): what the client did, not the cluster."""
+        return all(v.kind == RESENT for v in self.violations)
 
     def kinds(self) -> Counter[str]:
         return Counter(v.kind for v in self.violations)
@@ -969,8 +1029,11 @@ class Verdict:
 
     def report(self, limit: int = 20) -> str:
         """A short text: the outcome, the summary, the first violation in context, then the others (up to ``limit``)."""
-        if self.ok:
+        if not self.violations:
             head = "history check: OK, no violation"
+        elif self.ok:
+            head = (f"history check: OK; {len(self.violations)} record(s) resent by their producer under a newer "
+                    "producer epoch (a client's doing, see josef.testing.history.check_resent)")
         else:
             kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(self.kinds().items()))
             head = f"history check: FAILED, {len(self.violations)} violation(s): {kinds}"
@@ -991,7 +1054,7 @@ def check(history: History | Iterable[Event], final: FinalReads) -> Verdict:
     facts = Facts(history.events if isinstance(history, History) else history, final)
     violations = [v for each in CHECKS for v in each(facts)]
     never = float("inf")
-    violations.sort(key=lambda v: (v.at if v.at is not None else never))
+    violations.sort(key=lambda v: (v.kind == RESENT, v.at if v.at is not None else never))
     context = _context(facts, violations[0]) if violations else []
     return Verdict(tuple(violations), tuple(_summary(facts)), tuple(context))
 
@@ -1044,7 +1107,7 @@ def _context(f: Facts, violation: Violation) -> list[str]:
                 continue
             near = [records[o] for o in range(offset - CONTEXT_OFFSETS, offset + CONTEXT_OFFSETS + 1) if o in records]
             lines.append(f"  the final {isolation} log of {tp} around offset {offset}: " + (
-                ", ".join(f"{r.offset}={r.value}(epoch {r.leader_epoch})" for r in near) or "nothing"))
+                ", ".join(f"{r.offset}={r.value}({_stamp(r)})" for r in near) or "nothing"))
     if anchor is None:
         anchor = f.events[-1].mono if f.events else None
     if anchor is not None:
@@ -1058,6 +1121,11 @@ def _context(f: Facts, violation: Violation) -> list[str]:
             lines.append("  nearest events" + (f" on {tp}" if tp is not None else "") + " and faults:")
             lines += [timed(e) for e in nearby]
     return lines
+
+
+def _stamp(record: LogRecord) -> str:
+    producer = f", producer {record.producer_id} epoch {record.producer_epoch} sequence {record.sequence}"
+    return f"epoch {record.leader_epoch}" + (producer if record.producer_id >= 0 else "")
 
 
 def _nearest(events: Sequence[Event], at: float, n: int) -> list[Event]:

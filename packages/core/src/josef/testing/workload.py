@@ -43,6 +43,7 @@ from typing import Any, NamedTuple, Protocol
 import attrs
 
 from josef.protocol.topic_partition import TopicPartition
+from josef.testing.producer_stamps import read_stamps
 from josef.testing.history import (
     FAILED,
     ISOLATION_LEVELS,
@@ -212,7 +213,16 @@ class ConfluentClient:
             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")}
 
     def producer(self, bootstrap: str, settings: Mapping[str, Any]) -> ProducerClient:
-        return _ConfluentProducer(self.kafka, {"bootstrap.servers": bootstrap, **_librdkafka(settings, producer=True)})
+        import os as _os
+        extra = {}
+        if _os.environ.get("JOSEF_RDKAFKA_DEBUG"):
+            _l = logging.getLogger(f"rdk.{id(settings)}.{time.monotonic()}")
+            _l.propagate = False
+            _h = logging.FileHandler(f"/tmp/rep/rdk-{_os.getpid()}-{time.monotonic():.3f}.log")
+            _h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            _l.addHandler(_h); _l.setLevel(logging.DEBUG)
+            extra = {"debug": _os.environ["JOSEF_RDKAFKA_DEBUG"], "logger": _l}
+        return _ConfluentProducer(self.kafka, {"bootstrap.servers": bootstrap, **_librdkafka(settings, producer=True), **extra})
 
     def consumer(self, bootstrap: str, settings: Mapping[str, Any]) -> ConsumerClient:
         return _ConfluentConsumer(self.kafka, {"bootstrap.servers": bootstrap, "enable.partition.eof": True,
@@ -948,6 +958,9 @@ def final_read(bootstrap: str, topics: Iterable[str], *, timeout: float = 60.0, 
     The end is the high watermark (read_uncommitted) or the last stable
     offset (read_committed) when the read starts; a partition not read to its
     end by the deadline says how far it got (:attr:`PartitionRead.reached`).
+    Each record also carries the producer id, epoch and sequence of its
+    batch, read from the leaders with plain Fetch requests
+    (:mod:`josef.testing.producer_stamps`).
     """
     driver = resolve_client(client)
     deadline = time.monotonic() + timeout
@@ -976,7 +989,14 @@ def final_read(bootstrap: str, topics: Iterable[str], *, timeout: float = 60.0, 
                                                 records=sorted(records[tp].values())))
         finally:
             consumer.close()
-    return FinalReads(partitions=partitions)
+    try:
+        stamps = read_stamps(bootstrap, {p.tp for p in partitions}, min(max(deadline - time.monotonic(), 5.0), 30.0))
+    except Exception:  # without them the checker only tolerates less (josef.testing.history._resent)
+        log.exception("reading the producer fields of the final read-back")
+        return FinalReads(partitions=partitions)
+    return FinalReads(partitions=[attrs.evolve(p, records=[
+        r._replace(producer_id=s[0], producer_epoch=s[1], sequence=s[2]) if (s := stamps[p.tp].get(r.offset)) else r
+        for r in p.records]) for p in partitions])
 
 
 class _GroupOffsetReader:
