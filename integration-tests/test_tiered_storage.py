@@ -32,11 +32,12 @@ def create_topic(bootstrap: str, replicas: int) -> None:
     admin.create_topics([NewTopic("tiered", 1, replicas, config=TOPIC_CONFIG)])["tiered"].result(30)
 
 
-def produce(bootstrap: str, topic: str, count: int) -> list[bytes]:
+def produce(bootstrap: str, topic: str, count: int, first_timestamp: int = 0) -> list[bytes]:
+    """``count`` records; the i-th stamped ``first_timestamp + i`` when that is given (else the producer's clock)."""
     values = [b"%06d-" % i + bytes([i % 251]) * 200 for i in range(count)]
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4096})
-    for value in values:
-        producer.produce(topic, value, key=b"k%d" % (len(value) % 7))
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=b"k%d" % (len(value) % 7), timestamp=first_timestamp + i if first_timestamp else 0)
     assert producer.flush(60) == 0
     return values
 
@@ -82,7 +83,8 @@ def tiered_broker(broker_factory, tmp_path: Path):
 def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered_broker):
     broker, remote = tiered_broker
     create_topic(broker.bootstrap_servers, replicas=1)
-    values = produce(broker.bootstrap_servers, "tiered", 2000)
+    first = int(time.time() * 1000) - 60_000
+    values = produce(broker.bootstrap_servers, "tiered", 2000, first_timestamp=first)
     # Copied, then deleted locally: the local log starts well above the log start, which stays 0.
     start = eventually(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"), 60,
                        what="old segments to leave the local disk")
@@ -90,7 +92,12 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     assert any(remote.rglob("*.log")), "segments in the remote directory"
     client = RawClient(broker.port)
     try:  # LATEST_TIERED (-5): remote storage reaches at least to the local log start, never to the log end
-        assert start - 1 <= client.list_offset("tiered", -5) < 2000
+        tiered = client.list_offset("tiered", -5)
+        assert start - 1 <= tiered < 2000
+        assert client.list_offset("tiered", -6) == tiered + 1  # EARLIEST_PENDING_UPLOAD (KIP-1023)
+        # Timestamp lookups find records in remote storage as well as on disk.
+        assert [client.list_offset("tiered", first + i) for i in (0, 100, start - 1, 1999)] == [0, 100, start - 1, 1999]
+        assert client.list_offset("__remote_log_metadata", -6) == -1  # not tiered
     finally:
         client.close()
     local = broker.data_dir / "tiered-0"

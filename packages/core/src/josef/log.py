@@ -365,7 +365,19 @@ class Log(Protocol):
         """
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``, or None."""
+        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``, or None.
+
+        Searches what is held locally, from :attr:`local_log_start_offset`.
+        """
+
+    async def remote_offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """:meth:`offset_for_timestamp` over remote storage, below :attr:`local_log_start_offset`; None when no
+        remote record qualifies (always, for a log that is not tiered).
+
+        ListOffsets asks it first, then the local log. Awaited on the event
+        loop; remote I/O runs in the storage's reader threads; raises
+        :class:`LogDirError` when remote storage fails.
+        """
 
     def max_timestamp(self) -> tuple[int, int]:
         """``(timestamp, offset)`` of the record with the largest timestamp; ``(-1, -1)`` when empty."""

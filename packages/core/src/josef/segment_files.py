@@ -64,6 +64,16 @@ def position_for(index: bytes, base_offset: int, offset: int) -> int:
     return entries[found - 1][1] if found else 0
 
 
+def offset_for_time(time_index: bytes, base_offset: int, timestamp: int) -> int:
+    """By a segment's ``.timeindex``: the offset of its last entry stamped <= ``timestamp`` (the base offset when
+    none is). No record before it is stamped at or after ``timestamp``, so a search starts there."""
+    if len(time_index) % TIME_INDEX_ENTRY.size:
+        raise ValueError(f"a time index of {len(time_index)} bytes is not whole {TIME_INDEX_ENTRY.size}-byte entries")
+    entries = list(TIME_INDEX_ENTRY.iter_unpack(time_index))
+    found = bisect.bisect_right(entries, timestamp, key=lambda e: e[0])
+    return base_offset + entries[found - 1][1] if found else base_offset
+
+
 def encode_epoch_checkpoint(entries: Sequence[EpochEntry]) -> bytes:
     lines = [str(CHECKPOINT_VERSION), str(len(entries))] + [f"{e.epoch} {e.start_offset}" for e in entries]
     return ("\n".join(lines) + "\n").encode()

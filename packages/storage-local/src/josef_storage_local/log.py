@@ -455,6 +455,9 @@ class LocalLog:
     ) -> RemoteRecords:
         raise OffsetOutOfRangeError(f"{self.tp}: offset {offset} is not in remote storage: the log is not tiered")
 
+    async def remote_offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return None  # nothing of this log is remote
+
     def _locate(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
     ) -> tuple[Segment, int, int] | None:

@@ -62,7 +62,7 @@ from josef_storage_tiered.metadata_cache import RemotePartitionMetadataStore
 from josef_storage_tiered.metadata_records import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
 from josef_storage_tiered.metadata_records import RemoteLogSegmentMetadataUpdate, metadata_partition
 from josef_storage_tiered.metadata_topic import MetadataTopic
-from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, read_batches
+from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, find_timestamp, read_batches
 from josef_storage_tiered.tiered_log import TieredLog
 
 logger = logging.getLogger(__name__)
@@ -281,6 +281,19 @@ class RemoteLogManager:
         if not complete:  # transactions aborted in local segments may reach back into what was read
             found += [t for t in log.inner.aborted_txns(log.local_log_start_offset, upper) if t not in found]
         return RemoteRecords(records, found)
+
+    async def offset_for_timestamp(self, log: TieredLog, timestamp: int) -> tuple[int, int] | None:
+        """The first remote record at or after the log start stamped >= ``timestamp``: in the first segment
+        (by offset) whose max timestamp reaches it, as Kafka's findOffsetByTimestamp searches."""
+        start = log.log_start_offset
+        for segment in self.view(log.tp).segments:
+            if segment.end_offset < start or segment.max_timestamp_ms < timestamp:
+                continue
+            found = await anyio.to_thread.run_sync(find_timestamp, self.storage, self.indexes, segment, timestamp,
+                                                   max(start, segment.start_offset), limiter=self._readers)
+            if found is not None:
+                return found
+        return None
 
     # The task --------------------------------------------------------------------------------
 

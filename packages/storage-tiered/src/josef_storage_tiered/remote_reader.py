@@ -14,10 +14,10 @@ import threading
 from collections import OrderedDict
 
 from josef.log import AbortedTxn, LogDirError
-from josef.protocol.records import HEADER_SIZE, BatchHeader, CorruptRecordError, batch_is_valid
+from josef.protocol.records import HEADER_SIZE, BatchHeader, CorruptRecordError, batch_is_valid, iter_records
 from josef.remote_storage import IndexType, RemoteLogSegmentMetadata, RemoteResourceNotFoundError, RemoteStorageError
 from josef.remote_storage import RemoteStorageManager
-from josef.segment_files import decode_aborted_txns, position_for
+from josef.segment_files import decode_aborted_txns, offset_for_time, position_for
 
 #: Bytes fetched at once beyond what a read asks for, so a read rarely needs a second request for a batch's tail.
 READ_AHEAD = 64 * 1024
@@ -74,6 +74,44 @@ def read_batches(storage: RemoteStorageManager, indexes: IndexCache, segment: Re
     except (RemoteStorageError, CorruptRecordError, ValueError) as exc:
         raise LogDirError(f"reading remote segment {segment.segment_id.id} of {segment.segment_id.tp} at offset "
                           f"{offset}: {exc}") from exc
+
+
+def find_timestamp(storage: RemoteStorageManager, indexes: IndexCache, segment: RemoteLogSegmentMetadata,
+                   timestamp: int, start_offset: int) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the segment's first record at or after ``start_offset`` stamped >= ``timestamp``.
+
+    Kafka's remote timestamp lookup: the time index says where to start,
+    batch headers are walked from there, and only the first batch whose max
+    timestamp qualifies is read whole and decoded. Failures raise
+    :class:`josef.log.LogDirError`.
+    """
+    try:
+        start = max(offset_for_time(indexes.get(segment, IndexType.TIMESTAMP), segment.start_offset, timestamp),
+                    start_offset)
+        position = position_for(indexes.get(segment, IndexType.OFFSET), segment.start_offset, start)
+        size = segment.segment_size_in_bytes
+        while position + HEADER_SIZE <= size:
+            chunk = _fetch(storage, segment, position, READ_AHEAD)
+            at = 0
+            while at + HEADER_SIZE <= len(chunk):
+                header = BatchHeader.parse(chunk, at)
+                if header.magic != 2 or header.size <= HEADER_SIZE:
+                    raise CorruptRecordError(f"no record batch at segment position {position + at}")
+                if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+                    batch = chunk[at:at + header.size]
+                    if len(batch) < header.size:
+                        batch = _fetch(storage, segment, position + at, header.size)
+                    if not batch_is_valid(batch, 0, header):
+                        raise CorruptRecordError(f"the batch at offset {header.base_offset} fails its CRC")
+                    for record in iter_records(batch):
+                        if record.timestamp >= timestamp and record.offset >= start_offset:
+                            return record.offset, record.timestamp
+                at += header.size
+            position += at
+    except (RemoteStorageError, CorruptRecordError, ValueError) as exc:
+        raise LogDirError(f"searching remote segment {segment.segment_id.id} of {segment.segment_id.tp} for "
+                          f"timestamp {timestamp}: {exc}") from exc
+    return None
 
 
 def _scan(storage: RemoteStorageManager, segment: RemoteLogSegmentMetadata, position: int, offset: int,

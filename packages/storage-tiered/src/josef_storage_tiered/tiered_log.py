@@ -132,6 +132,11 @@ class TieredLog:
         return await self._manager.read(self, offset, max_bytes, min(max_offset, self._inner.log_start_offset),
                                         min_one_batch, read_committed)
 
+    async def remote_offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        if self.log_start_offset >= self._inner.log_start_offset:
+            return None  # nothing readable is only remote
+        return await self._manager.offset_for_timestamp(self, timestamp)
+
     # Leader epochs ---------------------------------------------------------------------------
 
     def epoch_entries(self) -> Sequence[EpochEntry]:

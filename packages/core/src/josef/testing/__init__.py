@@ -164,8 +164,9 @@ class RawClient:
 
     def list_offset(self, topic: str, timestamp: int, partition: int = 0) -> int:
         """The offset ListOffsets answers for one partition: ``timestamp`` -1 latest, -2 earliest, -4 earliest local
-        (tiered storage: where the broker's disk starts), or a time in ms. Ask the partition's leader."""
-        answer = self.call(ApiKey.LIST_OFFSETS, 8, {"replica_id": -1, "isolation_level": 0, "topics": [
+        (tiered storage: where the broker's disk starts), -5 latest tiered, -6 earliest pending upload, or a time
+        in ms. Ask the partition's leader."""
+        answer = self.call(ApiKey.LIST_OFFSETS, 11, {"replica_id": -1, "isolation_level": 0, "timeout": 30_000, "topics": [
             {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
                                             "timestamp": timestamp}]}]})
         result = answer.topics[0].partitions[0]

@@ -645,6 +645,7 @@ class LogStorageContract:
         for offset in (0, 5, 10, 11):
             with pytest.raises(OffsetOutOfRangeError):
                 anyio.run(log.read_remote, offset, 1 << 20, 10)
+        assert anyio.run(log.remote_offset_for_timestamp, 0) is None  # ListOffsets by time finds nothing remote
 
     # Retention ---------------------------------------------------------------------------------
 
