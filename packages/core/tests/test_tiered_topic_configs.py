@@ -80,3 +80,27 @@ def test_remote_storage_is_turned_off_only_with_its_data_deleted(client):
     assert alter(client, "t", {"remote.log.copy.disable": "true"}).error_code == E.none  # read-only, data kept
     assert alter(client, "t", {"remote.storage.enable": "false",
                                "remote.log.delete.on.disable": "true"}).error_code == E.none
+
+
+def test_the_brokers_default_tiers_the_topics_that_may_be_tiered(tmp_path):
+    """log.remote.storage.enable (josef's broker default of remote.storage.enable): a topic that does not set it is
+    tiered, so turning it off needs remote.log.delete.on.disable; compacted topics stay local instead of being refused."""
+    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn"])
+    thread = BrokerThread({**broker_overrides(tmp_path), "remote.log.storage.system.enable": "true",
+                           "log.remote.storage.enable": "true"}, pm=pm).start()
+    client = RawClient(thread.port)
+    try:
+        assert create(client, "compacted", {"cleanup.policy": "compact"}).error_code == E.none
+        assert create(client, "t", {}).error_code == E.none
+        refused = alter(client, "t", {"remote.storage.enable": "false"})
+        assert refused.error_code == E.invalid_config and "without deleting remote data" in refused.error_message
+        assert create(client, "local", {"remote.storage.enable": "false"}).error_code == E.none
+    finally:
+        client.close()
+        thread.stop()
+
+
+def test_the_brokers_default_needs_remote_storage_on(tmp_path):
+    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn"])
+    with pytest.raises(Exception, match="log.remote.storage.enable=true needs remote.log.storage.system.enable=true"):
+        BrokerThread({**broker_overrides(tmp_path), "log.remote.storage.enable": "true"}, pm=pm).start()

@@ -104,6 +104,18 @@ class LogConfig:
         return cls(**kwargs)
 
 
+def remote_storage_enabled(topic: str, explicit: bool | None, default: bool, cleanup_policy: Sequence[str]) -> bool:
+    """Whether ``topic`` is tiered: its own ``remote.storage.enable`` (``explicit``, None when unset), else the
+    brokers' ``log.remote.storage.enable`` (josef's default of it; Kafka has none) for a topic that may be tiered.
+
+    Kafka refuses remote storage to internal and compacted topics, so the
+    default leaves them local rather than refusing them.
+    """
+    if explicit is not None:
+        return explicit
+    return default and not topic.startswith("__") and "compact" not in cleanup_policy
+
+
 @attrs.frozen
 class AbortedTxn:
     """One aborted transaction of a partition (an entry of Kafka's ``.txnindex``).

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from josef import delegation_tokens, scram
 from josef.acls import AclBinding, AclBindingFilter, InvalidAcl
 from josef.config import AlterOp, Config, ConfigError
+from josef.log import remote_storage_enabled
 from josef.metadata import client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
 from josef.metadata.image import (
@@ -1067,7 +1068,7 @@ class Controller:
             self._config.definition.parse_topic_configs(configs)
         except ConfigError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-        self._check_tiered({}, configs)
+        self._check_tiered(name, None, configs)
         async with self._active():
             image = self._image()
             if name in image.topics:
@@ -1221,7 +1222,7 @@ class Controller:
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
             if resource_type == TOPIC_RESOURCE:
-                self._check_tiered(current, wanted)
+                self._check_tiered(resource_name, current, wanted)
             elr = self._elr(image) is not None
             if elr and resource_type == BROKER_RESOURCE:
                 self._check_min_isr_change(resource_name, current, wanted, {name for name, _, _ in ops})
@@ -1247,7 +1248,7 @@ class Controller:
                     await self._commit(partition_changes.unclean_elections(image, self._unclean_policy(image),
                                                                            self._elr(image)))
 
-    def _check_tiered(self, current: Mapping[str, str], wanted: Mapping[str, str]) -> None:
+    def _check_tiered(self, topic: str, current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> None:
         """Kafka's checks of a topic's tiered-storage keys (LogConfig.validateRemoteStorage...): remote storage needs
         the brokers' ``remote.log.storage.system.enable`` and ``cleanup.policy=delete``, local retention may not
         exceed total retention, and remote storage is turned off only with ``remote.log.delete.on.disable``."""
@@ -1255,7 +1256,12 @@ class Controller:
             key = self._config.definition.topic_key(name)
             return key.parse(configs[name]) if name in configs else self._config.topic_default(key)
 
-        was, wants = value(current, "remote.storage.enable"), value(wanted, "remote.storage.enable")
+        def tiered(configs: Mapping[str, str]) -> bool:
+            explicit = "remote.storage.enable" in configs
+            return remote_storage_enabled(topic, value(configs, "remote.storage.enable") if explicit else None,
+                                          value(configs, "remote.storage.enable"), value(configs, "cleanup.policy"))
+
+        was, wants = current is not None and tiered(current), tiered(wanted)  # (current is None for a new topic)
         if was and not wants and not value(wanted, "remote.log.delete.on.disable"):
             raise ControllerError(ErrorCode.invalid_config, "It is invalid to disable remote storage without deleting "
                                   "remote data. If you want to keep the remote data and turn to read only, please set "

@@ -32,7 +32,7 @@ from josef.metadata import meta_properties
 from josef.authorizer import AclAuthorizer, Authorizer, adapt
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
-from josef.node.broker_config import check_listeners, listener_security_protocols, sasl_listeners, tls_listeners_of, \
+from josef.node.broker_config import check_listeners, check_tiered_default, listener_security_protocols, sasl_listeners, tls_listeners_of, \
     inter_broker_listener_name
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
@@ -94,6 +94,7 @@ def parse_listener(text: str) -> Listener:
 class Broker:
     def __init__(self, config: Config, pm: pluggy.PluginManager | None = None, *, auto_format: bool = False) -> None:
         check_listeners(config)
+        check_tiered_default(config)
         self.pm = pm or get_plugin_manager()
         self.static_config = config
         self.config = config

@@ -107,6 +107,16 @@ def check_listeners(config: Config) -> None:
     tls_listeners_of(config)  # the TLS listeners' key and trust stores
 
 
+def check_tiered_default(config: Config) -> None:
+    """``log.remote.storage.enable`` tiers every new topic: without remote storage on, each creation would be refused,
+    so the broker refuses to start instead, naming what is missing."""
+    if not config["log.remote.storage.enable"]:
+        return
+    system = "remote.log.storage.system.enable"
+    if system not in config.definition or not config[system]:
+        raise ConfigError(f"log.remote.storage.enable=true needs {system}=true (tiered storage, josef-storage-tiered)")
+
+
 def sasl_listeners(config: Config) -> dict[str, ListenerSasl]:
     """The SASL mechanisms of each SASL listener, by listener name; ConfigError for a bad configuration."""
     return {name: ListenerSasl.from_config(config, name)
@@ -328,9 +338,10 @@ CORE_KEYS = (
               "are in remote storage (-2: retention.ms).", at_least(-2), topic_name="local.retention.ms", dynamic=True),
     ConfigKey("log.local.retention.bytes", L, -2, "Of a tiered topic, the local bytes a partition keeps of what is "
               "in remote storage (-2: retention.bytes).", at_least(-2), topic_name="local.retention.bytes", dynamic=True),
-    ConfigKey("remote.storage.enable", B, False, "Copy the topic's rolled segments to remote storage (tiered "
-              "storage); needs remote.log.storage.system.enable on the brokers.", topic_name="remote.storage.enable",
-              dynamic=True, topic_only=True),
+    ConfigKey("log.remote.storage.enable", B, False, "Copy the topic's rolled segments to remote storage (tiered "
+              "storage); needs remote.log.storage.system.enable on the brokers. As a broker key (josef's; Kafka has "
+              "none) the default of topics that do not set it, internal and compacted topics excepted.",
+              topic_name="remote.storage.enable", dynamic=True),
     ConfigKey("remote.log.copy.disable", B, False, "Of a tiered topic: stop copying segments to remote storage and "
               "keep what is there readable (KIP-950).", topic_name="remote.log.copy.disable", dynamic=True,
               topic_only=True),

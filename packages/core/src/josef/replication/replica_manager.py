@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.metadata import meta_properties
 from josef.config import Config
-from josef.log import LogConfig, LogDirError, LogStorage
+from josef.log import LogConfig, LogDirError, LogStorage, remote_storage_enabled
 from josef.metadata.features import ELIGIBLE_LEADER_REPLICAS_VERSION
 from josef.metadata.image import (
     MIGRATING_DIR,
@@ -142,7 +142,10 @@ class ReplicaManager:
 
     def topic_config(self, image: MetadataImage, topic: str) -> dict[str, Any]:
         overrides = self.config.definition.parse_topic_configs(image.config(TOPIC_RESOURCE, topic))
-        return self.config.topic_config(overrides)
+        config = self.config.topic_config(overrides)
+        config["remote.storage.enable"] = remote_storage_enabled(
+            topic, overrides.get("remote.storage.enable"), config["remote.storage.enable"], config["cleanup.policy"])
+        return config
 
     # Metadata ---------------------------------------------------------------
 
