@@ -8,15 +8,25 @@ A test that takes ``brokers`` (or ``brokers_factory``) runs twice: against one
 broker, and against a cluster of three combined nodes whose topics, the
 internal ones too, have three replicas and need two in sync, so the same
 assertions check that replication keeps them true.
+
+With ``JOSEF_TEST_STORAGE=tiered`` the brokers have tiered storage on a
+directory shared by the whole session, and every topic that may be tiered is
+(``log.remote.storage.enable``), with small segments and little kept locally,
+so what the tests produce is copied to remote storage and read back from
+there. Only the tests whose brokers come from these fixtures run in that cell:
+the others would run exactly as in the local one.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,10 +44,61 @@ START_TIMEOUT_S = 30
 REPLICATED = {"offsets.topic.replication.factor": "3", "default.replication.factor": "3", "min.insync.replicas": "2"}
 
 
+#: The storage='tiered' cell's brokers: every topic tiered, 16 KiB segments of which about one stays local beyond what is
+#: not copied yet, copies every 200 ms and local deletion every 500 ms. The remote directory is added per session (:func:`remote_root`).
+TIERED = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.storage.manager.class.name": "local-dir",
+    "log.remote.storage.enable": "true",
+    "log.segment.bytes": "16384",
+    "log.local.retention.bytes": "16384",
+    "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "500",
+    "log.segment.delete.delay.ms": "0",
+    "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+    "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+}
+
+
+def tiered() -> bool:
+    return os.environ.get("JOSEF_TEST_STORAGE", "local") == "tiered"
+
+
+@functools.cache
+def remote_root() -> Path:
+    """The remote storage directory of every broker of this session: segment objects are named by topic id, so
+    brokers of different tests never meet there. Removed at the session's end (:func:`pytest_sessionfinish`)."""
+    return Path(tempfile.mkdtemp(prefix="josef-remote-"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """In the tiered cell, how much the brokers copied to remote storage (the segments left there at the end)."""
+    if tiered():
+        segments = list(remote_root().rglob("*.log"))
+        terminalreporter.write_line(f"tiered storage: {len(segments)} segment(s), "
+                                    f"{sum(p.stat().st_size for p in segments)} bytes, in {remote_root()} at the end")
+
+
+def pytest_unconfigure() -> None:
+    if tiered():
+        shutil.rmtree(remote_root(), ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the tiered cell, only the tests whose brokers come from these fixtures (see the module's docstring)."""
+    if not tiered():
+        return
+    kept = [item for item in items if {"broker_factory", "brokers_factory"} & set(getattr(item, "fixturenames", ()))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 def backend_overrides() -> dict[str, str]:
     """The metadata quorum and log storage under test, as the nox matrix names them."""
-    return {"metadata.quorum": os.environ.get("JOSEF_TEST_METADATA", "kraft"),
-            "log.storage": os.environ.get("JOSEF_TEST_STORAGE", "local")}
+    overrides = {"metadata.quorum": os.environ.get("JOSEF_TEST_METADATA", "kraft"), "log.storage": "local"}
+    if tiered():
+        overrides.update(TIERED, **{"rsm.config.storage.root": str(remote_root())})
+    return overrides
 
 
 class BrokerProcess:
@@ -184,7 +245,9 @@ def brokers_factory(request: pytest.FixtureRequest, broker_factory, josef_cluste
     def make(**overrides: str) -> BrokerProcess | ClusterBrokers:
         if request.param == "1-broker":
             return broker_factory(**overrides)
-        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **REPLICATED, **overrides}))
+        replicated = {**REPLICATED, "rlmm.config.remote.log.metadata.topic.replication.factor": "3"} if tiered() \
+            else REPLICATED
+        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **replicated, **overrides}))
 
     return make
 

@@ -118,7 +118,10 @@ class ConfigKey:
     time through AlterConfigs on a broker resource. A ``per_listener`` key
     may also be given for one listener, as Kafka's
     ``listener.name.<listener name in lower case>.<key>`` (the ``ssl.*``
-    keys): the definition knows those names as the same key.
+    keys): the definition knows those names as the same key. A ``prefix``
+    key's value is the prefix of settings its plugin reads itself (Kafka's
+    ``remote.log.storage.manager.impl.prefix``, ``rsm.config.``): the broker
+    does not warn about keys under it.
     """
 
     name: str
@@ -131,6 +134,7 @@ class ConfigKey:
     sensitive: bool = False
     topic_only: bool = False
     per_listener: bool = False
+    prefix: bool = False
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, validated."""

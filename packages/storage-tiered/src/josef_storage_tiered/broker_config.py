@@ -28,11 +28,11 @@ CONFIG_KEYS = [
               "The remote storage backend: a name josef-storage-tiered registers (s3, local-dir), or Aiven's "
               "io.aiven.kafka.tieredstorage.RemoteStorageManager with rsm.config.storage.backend.class."),
     ConfigKey("remote.log.storage.manager.impl.prefix", S, "rsm.config.",
-              "The prefix of the remote storage backend's own settings."),
+              "The prefix of the remote storage backend's own settings.", prefix=True),
     ConfigKey("remote.log.metadata.manager.class.name", S, TOPIC_BASED_RLMM,
               "Where the remote log metadata is kept; only Kafka's topic-based manager (__remote_log_metadata)."),
     ConfigKey("remote.log.metadata.manager.impl.prefix", S, "rlmm.config.",
-              "The prefix of the remote log metadata manager's settings (remote.log.metadata.topic.*)."),
+              "The prefix of the remote log metadata manager's settings (remote.log.metadata.topic.*).", prefix=True),
     ConfigKey("remote.log.manager.task.interval.ms", L, 30_000,
               "How often each tiered partition's segments are copied, expired and their local copies deleted.",
               at_least(1)),

@@ -143,7 +143,8 @@ class Broker:
         self.replicas: ReplicaManager
         self._replicas_loaded = self._coordinating = False
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
-        ignored = sorted(k for k in config.unknown if not LISTENER_SASL_KEY.fullmatch(k))
+        prefixes = tuple(config[key.name] for key in config.definition.keys() if key.prefix and config[key.name])
+        ignored = sorted(k for k in config.unknown if not LISTENER_SASL_KEY.fullmatch(k) and not k.startswith(prefixes))
         if ignored:
             log.warning("ignoring configuration keys no plugin declares: %s", ", ".join(ignored))
         #: The feature levels this node supports (KIP-584), from the ``register_features`` hook.
