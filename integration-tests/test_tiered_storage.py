@@ -3,6 +3,9 @@ real clients."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +107,15 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     assert sum(p.stat().st_size for p in local.glob("*.log")) < 2000 * 200 / 2
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
     assert start <= local_start(broker.port, "tiered")
+    # kafka-dump-log.sh --remote-log-metadata-decoder: the metadata topic's records as Kafka's classes print them.
+    segments = [p for p in broker.data_dir.glob("__remote_log_metadata-*/*.log") if p.stat().st_size]
+    dumped = subprocess.run([sys.executable, "-m", "josef", "dump-log", "--remote-log-metadata-decoder", "--files",
+                             ",".join(map(str, segments))], capture_output=True, text=True, timeout=60)
+    assert dumped.returncode == 0 and "Traceback" not in dumped.stderr, dumped.stderr
+    assert re.search(r" payload: RemoteLogSegmentMetadata\{remoteLogSegmentId=RemoteLogSegmentId\{topicIdPartition="
+                     r"[\w-]{22}:tiered-0, id=[\w-]{22}\}, startOffset=0, endOffset=\d+, brokerId=1, ", dumped.stdout)
+    assert "payload: RemoteLogSegmentMetadataUpdate{" in dumped.stdout and "state=COPY_SEGMENT_FINISHED" in dumped.stdout
+    assert " key: " not in dumped.stdout and "Error at offset" not in dumped.stdout
 
 
 def leader_of(bootstrap: str, topic: str) -> int:

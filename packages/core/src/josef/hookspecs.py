@@ -265,7 +265,11 @@ def register_record_decoders(register: Register) -> None:
     JSON field names, which the tool prints as Kafka's JSON converters do.
     It raises :class:`LookupError` with the record type for a type it does
     not know and :class:`ValueError` for bytes it cannot read; the tool
-    prints those as Kafka's does and goes on. Returns nothing.
+    prints those as Kafka's does and goes on. A topic whose records have no
+    key (``__remote_log_metadata``, whose decoder tiered storage registers
+    as ``remote-log-metadata``) has a decoder with the attribute ``keyless =
+    True``: it is called with key None and returns ``(None, text)``, the
+    text printed as the payload. Returns nothing.
     """
 
 

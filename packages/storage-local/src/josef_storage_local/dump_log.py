@@ -20,7 +20,8 @@ default, UUIDs as Kafka's base64 text). ``--offsets-decoder`` and
 ``--transaction-log-decoder`` print the records of ``__consumer_offsets`` and
 ``__transaction_state`` as Kafka's coordinator record parsers do; their
 schemas belong to the coordinator plugins, which offer the decoders through
-the ``register_record_decoders`` hook (``offsets``, ``transaction-log``).
+the ``register_record_decoders`` hook (``offsets``, ``transaction-log``), as
+tiered storage offers ``--remote-log-metadata-decoder`` (``__remote_log_metadata``).
 Control records are decoded whatever the flags (transaction markers,
 LeaderChange, SnapshotHeader/Footer, KRaftVersion, KRaftVoters).
 
@@ -68,7 +69,7 @@ _NO_TIMESTAMP = -1
 ABORT, COMMIT, LEADER_CHANGE, SNAPSHOT_HEADER, SNAPSHOT_FOOTER, KRAFT_VERSION, KRAFT_VOTERS = range(7)
 
 #: A decoder of an internal topic's records (see the ``register_record_decoders`` hook).
-RecordDecoder = Callable[[bytes, bytes | None], tuple[dict[str, Any], dict[str, Any] | None]]
+RecordDecoder = Callable[[bytes | None, bytes | None], tuple[dict[str, Any] | None, dict[str, Any] | str | None]]
 
 
 class DumpError(Exception):
@@ -447,15 +448,18 @@ class Dumper:
         if self.decoder is None:
             return (None if key is None else bytes(key).decode("utf-8", "replace"),
                     None if value is None else bytes(value).decode("utf-8", "replace"))
-        if key is None:
+        if key is None and not getattr(self.decoder, "keyless", False):
             return (f"Failed to decode message at offset {offset} using the specified decoder "
                     "(message had a missing key)"), None
         try:
-            decoded_key, decoded_value = self.decoder(bytes(key), None if value is None else bytes(value))
+            decoded_key, decoded_value = self.decoder(None if key is None else bytes(key),
+                                                      None if value is None else bytes(value))
         except LookupError as exc:
             return f"Unknown record type {exc.args[0] if exc.args else '?'} at offset {offset}, skipping.", None
         except Exception as exc:  # noqa: BLE001 - whatever the bytes are, the dump goes on
             return f"Error at offset {offset}, skipping. {exc}", None
+        if isinstance(decoded_value, str):  # a keyless decoder's text (Kafka's RemoteMetadataLogMessageParser)
+            return None, decoded_value
         return to_json(decoded_key), "<DELETE>" if decoded_value is None else to_json(decoded_value)
 
     # Indexes and snapshots ---------------------------------------------------------------------------
@@ -657,6 +661,8 @@ def _quiet_broken_pipe() -> None:
 @click.option("--transaction-log-decoder", is_flag=True,
               help="If set, log data will be parsed as transaction metadata from the __transaction_state topic.")
 @click.option("--cluster-metadata-decoder", is_flag=True, help="If set, log data will be parsed as cluster metadata records.")
+@click.option("--remote-log-metadata-decoder", is_flag=True,
+              help="If set, log data will be parsed as TopicBasedRemoteLogMetadataManager (RLMM) metadata records.")
 @click.option("--skip-record-metadata", is_flag=True, help="Whether to skip printing metadata for each record.")
 @click.option("--max-bytes", type=click.IntRange(min=0, max=INT_MAX), default=INT_MAX, show_default=True,
               help="Limit the amount of total batches read in bytes avoiding reading the whole .log file(s).")
@@ -664,8 +670,8 @@ def _quiet_broken_pipe() -> None:
               help="Accepted for kafka-dump-log.sh compatibility: batches are read by their own length.")
 def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_index_only: bool,
              index_sanity_check: bool, offsets_decoder: bool, transaction_log_decoder: bool,
-             cluster_metadata_decoder: bool, skip_record_metadata: bool, max_bytes: int,
-             max_message_size: int) -> None:
+             cluster_metadata_decoder: bool, remote_log_metadata_decoder: bool, skip_record_metadata: bool,
+             max_bytes: int, max_message_size: int) -> None:
     """This tool helps to parse a log file and dump its contents to the console, useful for debugging a seemingly
     corrupt log segment (kafka-dump-log.sh)."""
     paths = [Path(f.strip()) for f in files.split(",") if f.strip()]
@@ -676,6 +682,8 @@ def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_inde
         decoder = find_decoder("offsets")
     elif transaction_log_decoder:
         decoder = find_decoder("transaction-log")
+    elif remote_log_metadata_decoder and not cluster_metadata_decoder:
+        decoder = find_decoder("remote-log-metadata")
 
     # click's streams, which its test runner captures apart on every click release.
     def out(text: str) -> None:

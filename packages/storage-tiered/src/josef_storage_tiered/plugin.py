@@ -48,6 +48,22 @@ def tiered(storage: Any, config: Any, services: Any) -> Any:
 
 
 @josef.hookimpl
+def register_record_decoders(register: Register) -> None:
+    """``josef dump-log --remote-log-metadata-decoder``: the records of ``__remote_log_metadata``."""
+    register("remote-log-metadata", remote_log_metadata)
+
+
+def remote_log_metadata(key: bytes | None, value: bytes | None) -> tuple[None, str]:
+    """One keyless record of ``__remote_log_metadata``, as Kafka's RemoteMetadataLogMessageParser prints it."""
+    from josef_storage_tiered.metadata_records import decode_remote_log_metadata
+
+    return None, decode_remote_log_metadata(key, value)
+
+
+remote_log_metadata.keyless = True  # type: ignore[attr-defined]
+
+
+@josef.hookimpl
 def register_configs(register: Register) -> None:
     from josef_storage_tiered.broker_config import CONFIG_KEYS
 
