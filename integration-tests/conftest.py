@@ -19,7 +19,6 @@ the others would run exactly as in the local one.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -54,6 +53,7 @@ TIERED = {
     "log.local.retention.bytes": "16384",
     "remote.log.manager.task.interval.ms": "200",
     "log.retention.check.interval.ms": "500",
+    "log.retention.ms": "-1",  # tests stamp records in the past; only local copies go, by local.retention.bytes
     "log.segment.delete.delay.ms": "0",
     "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
     "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
@@ -64,23 +64,30 @@ def tiered() -> bool:
     return os.environ.get("JOSEF_TEST_STORAGE", "local") == "tiered"
 
 
-@functools.cache
+REMOTE_ROOT = "JOSEF_TEST_REMOTE_ROOT"
+
+
 def remote_root() -> Path:
-    """The remote storage directory of every broker of this session: segment objects are named by topic id, so
-    brokers of different tests never meet there. Removed at the session's end (:func:`pytest_sessionfinish`)."""
-    return Path(tempfile.mkdtemp(prefix="josef-remote-"))
+    """The remote storage directory of every broker of this session, xdist workers included (they inherit it from
+    the controlling process): segment objects are named by topic id, so brokers of different tests never meet there."""
+    return Path(os.environ[REMOTE_ROOT])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if tiered() and not hasattr(config, "workerinput"):
+        os.environ[REMOTE_ROOT] = tempfile.mkdtemp(prefix="josef-remote-")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """In the tiered cell, how much the brokers copied to remote storage (the segments left there at the end)."""
-    if tiered():
+    if tiered() and not hasattr(terminalreporter.config, "workerinput"):
         segments = list(remote_root().rglob("*.log"))
         terminalreporter.write_line(f"tiered storage: {len(segments)} segment(s), "
                                     f"{sum(p.stat().st_size for p in segments)} bytes, in {remote_root()} at the end")
 
 
-def pytest_unconfigure() -> None:
-    if tiered():
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if tiered() and not hasattr(config, "workerinput"):
         shutil.rmtree(remote_root(), ignore_errors=True)
 
 

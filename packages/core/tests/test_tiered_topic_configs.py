@@ -94,6 +94,9 @@ def test_the_brokers_default_tiers_the_topics_that_may_be_tiered(tmp_path):
         assert create(client, "t", {}).error_code == E.none
         refused = alter(client, "t", {"remote.storage.enable": "false"})
         assert refused.error_code == E.invalid_config and "without deleting remote data" in refused.error_message
+        refused = alter(client, "t", {"cleanup.policy": "compact"})
+        assert refused.error_code == E.invalid_config and "only supports topics with cleanup.policy=delete" in \
+            refused.error_message
         assert create(client, "local", {"remote.storage.enable": "false"}).error_code == E.none
     finally:
         client.close()

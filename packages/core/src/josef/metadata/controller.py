@@ -1262,6 +1262,9 @@ class Controller:
                                           value(configs, "remote.storage.enable"), value(configs, "cleanup.policy"))
 
         was, wants = current is not None and tiered(current), tiered(wanted)  # (current is None for a new topic)
+        if was and "compact" in value(wanted, "cleanup.policy") and "remote.storage.enable" not in wanted:
+            raise ControllerError(ErrorCode.invalid_config,  # tiered by the brokers' default: as if it said so
+                                  "Remote log storage only supports topics with cleanup.policy=delete")
         if was and not wants and not value(wanted, "remote.log.delete.on.disable"):
             raise ControllerError(ErrorCode.invalid_config, "It is invalid to disable remote storage without deleting "
                                   "remote data. If you want to keep the remote data and turn to read only, please set "
