@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from josef.config import Config, ConfigDef
+from josef.config import Config
 from josef.log import Log
-from josef.node.broker_config import CORE_KEYS
-from josef.testing.storage import LogStorageContract
+from josef.testing.storage import LogStorageContract, broker_config
 from josef_storage_local.log import LocalLog
 from josef_storage_local.storage import LocalLogStorage
 from josef_storage_local.testing import LocalHarness
@@ -37,8 +36,8 @@ class TieredHarness(LocalHarness):
         self.remote = remote
 
     def config(self, keys: Mapping[str, str]) -> Config:
-        return Config.build(ConfigDef([*CORE_KEYS, *CONFIG_KEYS]), {
-            "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "local-dir", **keys})
+        return broker_config({"remote.log.storage.system.enable": "true",
+                              "remote.log.storage.manager.class.name": "local-dir", **keys}, CONFIG_KEYS)
 
     def start(self, config: Config, clock: Callable[[], int]) -> TieredLogStorage:
         manager = RemoteLogManager(None, config, local_dir({"storage.root": str(self.remote)}))  # type: ignore[arg-type]

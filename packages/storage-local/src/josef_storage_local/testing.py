@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from josef.config import Config, ConfigDef
+from josef.config import Config
 from josef.log import Log
-from josef.node.broker_config import CORE_KEYS
+from josef.testing.storage import broker_config
 from josef_storage_local.log import LocalLog
 from josef_storage_local.storage import LocalLogStorage
 
@@ -29,7 +29,7 @@ class LocalHarness:
     log_dir_count = 2
 
     def config(self, keys: Mapping[str, str]) -> Config:
-        return Config.build(ConfigDef(CORE_KEYS), keys)
+        return broker_config(keys)
 
     def start(self, config: Config, clock: Callable[[], int]) -> LocalLogStorage:
         return LocalLogStorage(config, clock=clock)

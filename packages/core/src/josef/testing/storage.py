@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -33,7 +33,7 @@ import anyio
 import attrs
 import pytest
 
-from josef.config import Config
+from josef.config import Config, ConfigDef, ConfigKey
 from josef.log import (
     AbortedTxn,
     EpochEntry,
@@ -59,6 +59,14 @@ from josef.protocol.records import (
 )
 from josef.protocol.topic_partition import TopicPartition
 from josef.testing import ManualClock, eventually
+
+
+def broker_config(keys: Mapping[str, str], extra: Iterable[ConfigKey] = ()) -> Config:
+    """A broker configuration of ``keys`` over the core's keys and a plugin's ``extra`` ones, for a harness's
+    :meth:`StorageHarness.config` (the core's key list itself is not public)."""
+    from josef.node.broker_config import CORE_KEYS
+
+    return Config.build(ConfigDef([*CORE_KEYS, *extra]), keys)
 
 __all__ = ["SMALL", "TP", "LogStorageContract", "StorageHarness", "StorageUnderTest", "append_batch",
            "append_records", "batches", "records"]
