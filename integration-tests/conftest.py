@@ -95,8 +95,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """In the tiered cell, only the tests whose brokers come from these fixtures (see the module's docstring)."""
     if not tiered():
         return
-    kept = [item for item in items if {"broker_factory", "brokers_factory"} & set(getattr(item, "fixturenames", ()))]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    backend = {"broker_factory", "brokers_factory"}
+    kept, other = [], []
+    for item in items:
+        (kept if backend & set(getattr(item, "fixturenames", ())) else other).append(item)
+    config.hook.pytest_deselected(items=other)
     items[:] = kept
 
 

@@ -311,3 +311,28 @@ def test_a_deleted_topic_takes_its_remote_data_with_it(tiered_broker):
     admin.delete_topics(["tiered"])["tiered"].result(30)
     eventually(lambda: not any(remote.rglob("*.log")), 60, what="the remote segments of the deleted topic to go")
     assert broker.wait_for_log("remote segments of deleted tiered-0")
+
+
+def test_the_brokers_default_tiers_plain_topics_and_leaves_compacted_ones_local(broker_factory, tmp_path: Path):
+    """log.remote.storage.enable (josef's broker default of remote.storage.enable): a topic that says nothing is
+    copied to remote storage; a compacted one stays local, as Kafka refuses compacted topics remote storage."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    broker = broker_factory(**TIERED, **{"rsm.config.storage.root": str(remote), "log.remote.storage.enable": "true"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    small = {"segment.bytes": "16384", "local.retention.bytes": "16384", "file.delete.delay.ms": "0"}
+    for future in admin.create_topics([NewTopic("plain", 1, 1, config=small),
+                                       NewTopic("keyed", 1, 1, config={"segment.bytes": "16384",
+                                                                       "cleanup.policy": "compact"})]).values():
+        future.result(30)
+    values = produce(broker.bootstrap_servers, "plain", 500)
+    produce(broker.bootstrap_servers, "keyed", 500)
+    eventually(lambda: local_start(broker.port, "plain") > 0, 60, what="plain's old segments to leave the local disk")
+    client = RawClient(broker.port)
+    try:
+        assert client.list_offset("plain", -5) >= 0  # LATEST_TIERED: something of it is remote
+        assert client.list_offset("keyed", -5) == client.list_offset("keyed", -6) == -1  # not tiered
+        assert client.list_offset("keyed", -4) == 0  # everything on local disk
+    finally:
+        client.close()
+    assert read_all(broker.bootstrap_servers, "plain", 500) == values  # from remote storage, then the disk

@@ -1257,14 +1257,14 @@ class Controller:
             return key.parse(configs[name]) if name in configs else self._config.topic_default(key)
 
         def tiered(configs: Mapping[str, str]) -> bool:
-            explicit = "remote.storage.enable" in configs
-            return remote_storage_enabled(topic, value(configs, "remote.storage.enable") if explicit else None,
-                                          value(configs, "remote.storage.enable"), value(configs, "cleanup.policy"))
+            explicit = value(configs, "remote.storage.enable") if "remote.storage.enable" in configs else None
+            return remote_storage_enabled(topic, explicit, value({}, "remote.storage.enable"),
+                                          value(configs, "cleanup.policy"))
 
-        was, wants = current is not None and tiered(current), tiered(wanted)  # (current is None for a new topic)
-        if was and "compact" in value(wanted, "cleanup.policy") and "remote.storage.enable" not in wanted:
-            raise ControllerError(ErrorCode.invalid_config,  # tiered by the brokers' default: as if it said so
-                                  "Remote log storage only supports topics with cleanup.policy=delete")
+        # (current is None for a new topic.) A topic tiered by the brokers' default stays tiered until it says
+        # otherwise, so asking it for compaction is refused as if it had said remote.storage.enable=true.
+        was = current is not None and tiered(current)
+        wants = tiered(wanted) or (was and "remote.storage.enable" not in wanted)
         if was and not wants and not value(wanted, "remote.log.delete.on.disable"):
             raise ControllerError(ErrorCode.invalid_config, "It is invalid to disable remote storage without deleting "
                                   "remote data. If you want to keep the remote data and turn to read only, please set "

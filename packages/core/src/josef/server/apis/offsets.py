@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.log import LogDirError, OffsetOutOfRangeError
 from josef.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition, PartitionError
+from josef.protocol.topic_partition import TopicPartition
 from josef.server.apis.common import error_of, partition_for
 from josef.server.dispatch import RequestContext
 
@@ -97,10 +98,9 @@ def _per_partition(ctx: RequestContext, request: Any, topic_field: str, index_fi
     return {"throttle_time": 0, "topics": topics}
 
 
-def _list_offset(isolation: int, remote: dict[tuple[str, int], Remote]) -> Answer:
+def _list_offset(isolation: int, remote: dict[TopicPartition, Remote]) -> Answer:
     def answer(partition: Partition, part: Any) -> dict[str, Any]:
-        timestamp, offset = _lookup(partition, part.timestamp, isolation,
-                                    remote.get((partition.tp.topic, partition.tp.partition)))
+        timestamp, offset = _lookup(partition, part.timestamp, isolation, remote.get(partition.tp))
         epoch = partition.leader_epoch if part.timestamp == LATEST else _epoch_at(partition, offset)
         return {"timestamp": timestamp, "offset": offset, "leader_epoch": epoch if offset >= 0 else -1}
     return answer
@@ -128,7 +128,7 @@ async def list_offsets(ctx: RequestContext, request: Any) -> dict[str, Any]:
                           _list_offset(getattr(request, "isolation_level", READ_UNCOMMITTED), remote))
 
 
-async def _search_remote(ctx: RequestContext, request: Any) -> dict[tuple[str, int], Remote]:
+async def _search_remote(ctx: RequestContext, request: Any) -> dict[TopicPartition, Remote]:
     """Timestamp searches of tiered partitions, awaited in remote storage first (Kafka's DelayedRemoteListOffsets).
 
     Only partitions this broker leads whose log reaches below its local log
@@ -147,17 +147,17 @@ async def _search_remote(ctx: RequestContext, request: Any) -> dict[tuple[str, i
                 continue  # answered with its error by _per_partition
             log = partition.log
             if partition.is_leader and log.log_start_offset < getattr(log, "local_log_start_offset", 0):
-                searches.append(((topic.name, part.partition_index), log, part.timestamp))
+                searches.append((partition.tp, log, part.timestamp))
     timeout = getattr(request, "timeout", None)
-    found: dict[tuple[str, int], Remote] = {
-        key: PartitionError(ErrorCode.request_timed_out, f"{key[0]}-{key[1]}: the remote timestamp search took "
-                            f"longer than the request's timeout") for key, _, _ in searches}
+    found: dict[TopicPartition, Remote] = {
+        tp: PartitionError(ErrorCode.request_timed_out, f"{tp}: the remote timestamp search took longer than the "
+                           f"request's timeout") for tp, _, _ in searches}
     with anyio.move_on_after(None if timeout is None else timeout.total_seconds()):
-        for key, log, timestamp in searches:
+        for tp, log, timestamp in searches:
             try:
-                found[key] = await log.remote_offset_for_timestamp(timestamp)
+                found[tp] = await log.remote_offset_for_timestamp(timestamp)
             except LogDirError as exc:
-                found[key] = exc
+                found[tp] = exc
     return found
 
 
