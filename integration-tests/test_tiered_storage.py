@@ -76,6 +76,17 @@ def local_start(port: int, topic: str) -> int:
         client.close()
 
 
+def local_bytes(directory: Path) -> int:
+    """Bytes of the segment files in a partition's directory, while the broker may be deleting some of them."""
+    total = 0
+    for path in directory.glob("*.log"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
 @pytest.fixture
 def tiered_broker(broker_factory, tmp_path: Path):
     remote = tmp_path / "remote"
@@ -88,9 +99,13 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     create_topic(broker.bootstrap_servers, replicas=1)
     first = int(time.time() * 1000) - 60_000
     values = produce(broker.bootstrap_servers, "tiered", 2000, first_timestamp=first)
-    # Copied, then deleted locally: the local log starts well above the log start, which stays 0.
-    start = eventually(lambda: local_start(broker.port, "tiered") > 1000 and local_start(broker.port, "tiered"), 60,
-                       what="old segments to leave the local disk")
+    # Copied, then deleted locally down to local.retention.bytes: the local log starts near the end, the log start
+    # stays 0. (Deletion follows copying segment by segment, so wait for it to finish, not merely begin.)
+    local = broker.data_dir / "tiered-0"
+    eventually(lambda: local_bytes(local) < 2000 * 200 / 4, 60,
+               what="old segments to leave the local disk")
+    start = local_start(broker.port, "tiered")
+    assert start > 1500
     assert offsets(broker.bootstrap_servers, "tiered") == (0, 2000)
     assert any(remote.rglob("*.log")), "segments in the remote directory"
     client = RawClient(broker.port)
@@ -103,8 +118,6 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
         assert client.list_offset("__remote_log_metadata", -6) == -1  # not tiered
     finally:
         client.close()
-    local = broker.data_dir / "tiered-0"
-    assert sum(p.stat().st_size for p in local.glob("*.log")) < 2000 * 200 / 2
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
     assert start <= local_start(broker.port, "tiered")
     # kafka-dump-log.sh --remote-log-metadata-decoder: the metadata topic's records as Kafka's classes print them.
