@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from group_workers import consume_committing
@@ -11,14 +9,10 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from josef.testing import free_ports
+
 DEADLINE_S = 60
 PARTITIONS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
@@ -35,7 +29,7 @@ def group_consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
 
 
 def test_committed_offsets_and_groups_survive_a_restart(broker_factory):
-    port = free_port()
+    [port] = free_ports(1)  # kept across the restarts, so the member stays connected
     broker = broker_factory(**{"group.initial.rebalance.delay.ms": "0", "listeners": f"PLAINTEXT://127.0.0.1:{port}"})
     bootstrap = broker.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -43,6 +44,12 @@ def test_free_ports_are_distinct_bindable_and_not_given_twice():
         for sock in sockets:
             sock.close()
     assert free_ports(0) == []
+
+
+def test_free_ports_lie_below_the_kernels_ephemeral_range():
+    # Ports the kernel hands to bind(0) and outgoing connections could be taken while a node restarts.
+    floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(port < floor for port in free_ports(20))
 
 
 def test_split_cluster_writes_kafka_properties_for_every_node(tmp_path):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import re
 import select
 import signal
@@ -52,29 +53,43 @@ _ports_given: set[int] = set()
 _ports_lock = threading.Lock()
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct TCP ports of ``host`` that were free a moment ago.
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands out for ``bind(0)`` and outgoing connections (Linux), or 0 if unknown."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
-    All ``n`` sockets are bound to port 0 at once, so the ports differ; a port
-    this process already handed out is not given twice. Another process may
-    still take one before the caller binds it, as with any such helper.
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct TCP ports of ``host`` that were free a moment ago, and stay likely to be free.
+
+    Nodes keep their ports across restarts, so a port must not be taken while
+    its node is down. The kernel gives ports of its ephemeral range to every
+    ``bind(0)`` and outgoing connection of every process (parallel test
+    workers' clients included), so ports are drawn at random below that range,
+    where only callers of this function look, and checked by binding. Where
+    the range is unknown, ``bind(0)`` picks them. A port this process already
+    handed out is not given twice.
     """
+    floor = _ephemeral_floor()
+    low = 10_000
     ports: list[int] = []
-    sockets: list[socket.socket] = []  # all held open until the end, so no port comes back twice
     with _ports_lock:
-        try:
-            while len(ports) < n:
-                if len(sockets) >= n + 100:
-                    raise RuntimeError(f"could not find {n} free ports on {host}")
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(sock)
-                sock.bind((host, 0))
+        for _ in range(n * 50 + 100):
+            if len(ports) == n:
+                break
+            candidate = random.randrange(low, floor) if floor > low + 1000 else 0
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, candidate))
+                except OSError:
+                    continue
                 port = sock.getsockname()[1]
-                if port not in _ports_given:
-                    ports.append(port)
-        finally:
-            for sock in sockets:
-                sock.close()
+            if port not in _ports_given and port not in ports:
+                ports.append(port)
+        if len(ports) < n:
+            raise RuntimeError(f"could not find {n} free ports on {host}")
         _ports_given.update(ports)
     return ports
 
