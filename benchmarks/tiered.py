@@ -3,6 +3,8 @@
     cd /work/main && uv run python benchmarks/tiered.py                  # 200 MB, remote storage in a directory
     cd /work/main && uv run python benchmarks/tiered.py --s3 --mb 500    # SeaweedFS (weed mini) as the S3 endpoint
     cd /work/main && uv run python benchmarks/tiered.py --mb 20          # smoke test
+    cd /work/main && .nox/spark/bin/python benchmarks/tiered.py --spark  # and Spark reads (uvx nox -s spark
+                                                                         # --install-only, then confluent-kafka)
 
 One fresh broker with tiered storage (``local-dir`` in a temporary directory, or ``s3`` on a
 ``weed mini`` the benchmark starts on free ports and stops by PID) gets two topics of one
@@ -15,7 +17,11 @@ Reported:
   after the records arrived;
 - **read**: a librdkafka consumer reading each topic from the beginning; ``tiered`` is then
   served from remote storage except for its last 10 MiB. The ratio remote/local is the figure
-  that matters (these machines are noisy; absolute MB/s say little).
+  that matters (these machines are noisy; absolute MB/s say little);
+- with ``--spark``, **spark**: ``count()`` of ``tiered`` on a local[2] Spark, through the broker
+  and with ``remoteReads=direct`` (executors reading the segments from remote storage), both with
+  minPartitions=2 so that both use the two cores; median of two warm runs each. The ratio
+  direct/broker is the figure.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -135,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 progress("reading both topics from the beginning")
                 local_s = consume(broker.bootstrap, "plain", records)
                 remote_s = consume(broker.bootstrap, "tiered", records)
+                spark = spark_reads(broker.bootstrap, backend, records) if args.spark else {}
         finally:
             if seaweed is not None:
                 seaweed.stop()
@@ -142,13 +150,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"machine": machine(), "backend": "s3 (weed mini)" if args.s3 else "local-dir", "mb": payload,
             "upload_mb_s": upload_mb_s, "copied_mb": copied / MB,
             "local_read_mb_s": payload / local_s, "remote_read_mb_s": payload / remote_s,
-            "remote_to_local_read": local_s / remote_s}
+            "remote_to_local_read": local_s / remote_s,
+            **{key: payload / seconds for key, seconds in spark.items()},
+            **({"spark_direct_to_broker": spark["spark_broker_mb_s"] / spark["spark_direct_mb_s"]} if spark else {})}
+
+
+def spark_reads(bootstrap: str, backend: dict[str, str], records: int, repeat: int = 2) -> dict[str, float]:
+    """Seconds of Spark's count() of ``tiered`` through the broker and read directly: the median of warm runs."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from josef_spark import JosefDataSource
+
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(JosefDataSource)
+    base = (spark.read.format("josef").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "tiered")
+            .option("minPartitions", "2"))
+    frames = {"spark_broker_mb_s": base, "spark_direct_mb_s": base.option("remoteReads", "direct").options(**backend)}
+    seconds = {}
+    try:
+        for name, reader in frames.items():
+            progress(f"spark: {name}")
+            runs = []
+            for _ in range(repeat + 1):
+                start = time.perf_counter()
+                counted = reader.load().count()
+                runs.append(time.perf_counter() - start)
+                if counted != records:
+                    raise BenchmarkError(f"spark counted {counted} of {records} records ({name})")
+            seconds[name] = statistics.median(runs[1:])
+    finally:
+        spark.stop()
+    return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=200, help="MB of 1 KB records per topic (default 200)")
     parser.add_argument("--s3", action="store_true", help="SeaweedFS's S3 instead of a directory")
+    parser.add_argument("--spark", action="store_true", help="also Spark reads of the tiered topic (needs pyspark)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     result = run(args)
@@ -156,6 +197,9 @@ def main() -> None:
     print(f"upload: {result['upload_mb_s']:.1f} MB/s ({result['copied_mb']:.0f} MB copied)")
     print(f"read: local {result['local_read_mb_s']:.1f} MB/s, tiered (remote but the last 10 MiB) "
           f"{result['remote_read_mb_s']:.1f} MB/s: remote/local {result['remote_to_local_read']:.2f}")
+    if "spark_direct_to_broker" in result:
+        print(f"spark count(): through the broker {result['spark_broker_mb_s']:.1f} MB/s, remoteReads=direct "
+              f"{result['spark_direct_mb_s']:.1f} MB/s: direct/broker {result['spark_direct_to_broker']:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

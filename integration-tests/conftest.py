@@ -14,7 +14,10 @@ directory shared by the whole session, and every topic that may be tiered is
 (``log.remote.storage.enable``), with small segments and little kept locally,
 so what the tests produce is copied to remote storage and read back from
 there. Only the tests whose brokers come from these fixtures run in that cell:
-the others would run exactly as in the local one.
+the others would run exactly as in the local one. Tests marked
+``default_broker_config`` assert Kafka's default configuration values and
+sources (``kafka-configs.sh`` output, DescribeConfigs sources), which that
+cell's brokers override on purpose; it leaves them out too.
 """
 
 from __future__ import annotations
@@ -67,6 +70,17 @@ def tiered() -> bool:
 REMOTE_ROOT = "JOSEF_TEST_REMOTE_ROOT"
 
 
+#: Topics the storage backend under test creates for itself, which topic listings show beside the tests' own.
+BACKEND_TOPICS = frozenset({"__remote_log_metadata"})
+
+
+def own_topics(names: Any) -> list[str]:
+    """``names`` (topic names, or ``kafka-topics.sh --list`` output) without :data:`BACKEND_TOPICS`."""
+    if isinstance(names, str):
+        names = names.splitlines()
+    return [name for name in names if name not in BACKEND_TOPICS]
+
+
 def remote_root() -> Path:
     """The remote storage directory of every broker of this session, xdist workers included (they inherit it from
     the controlling process): segment objects are named by topic id, so brokers of different tests never meet there."""
@@ -74,6 +88,8 @@ def remote_root() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "default_broker_config: asserts the default broker configuration, so the "
+                            "tiered cell (whose brokers override segment and retention defaults) leaves it out")
     if tiered() and not hasattr(config, "workerinput"):
         os.environ[REMOTE_ROOT] = tempfile.mkdtemp(prefix="josef-remote-")
 
@@ -98,7 +114,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     backend = {"broker_factory", "brokers_factory"}
     kept, other = [], []
     for item in items:
-        (kept if backend & set(getattr(item, "fixturenames", ())) else other).append(item)
+        runs = backend & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("default_broker_config")
+        (kept if runs else other).append(item)
     config.hook.pytest_deselected(items=other)
     items[:] = kept
 

@@ -92,6 +92,7 @@ def test_delete_records(broker):
         c.close()
 
 
+@pytest.mark.default_broker_config
 def test_configs_alter_describe(broker):
     client = admin(broker)
     client.create_topics([NewTopic("cfg", 1, 1)])["cfg"].result(30)

@@ -35,6 +35,7 @@ def broker_configs(client: AdminClient, name: str = "1") -> dict:
     return client.describe_configs([resource])[resource].result(30)
 
 
+@pytest.mark.default_broker_config
 def test_broker_config_sources(configured):
     client = AdminClient({"bootstrap.servers": configured.bootstrap_servers})
     configs = broker_configs(client)

@@ -320,6 +320,9 @@ def test_list_offsets(admin, josef_broker):
         found = admin.list_offsets({tp: timestamp})[tp]
         assert found.offset == expected, (timestamp, found)
     assert admin.list_offsets({tp: 1_002_000})[tp].timestamp == 1_002_000
+    # Tiered storage's specs (kafka-get-offsets.sh --time earliest-local...): all on disk, nothing remote.
+    tiered = admin.list_offsets({tp: "earliest-local", empty: OffsetSpec.LATEST_TIERED})
+    assert (tiered[tp].offset, tiered[empty].offset) == (0, -1)
 
 
 def test_list_offsets_errors(admin):

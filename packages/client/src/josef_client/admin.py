@@ -76,13 +76,23 @@ class ResourceType(enum.IntEnum):
 
 
 class OffsetSpec:
-    """What :meth:`AsyncAdmin.list_offsets` looks up: these, or a timestamp in ms (the first offset at or after it)."""
+    """What :meth:`AsyncAdmin.list_offsets` looks up: these, or a timestamp in ms (the first offset at or after it).
+
+    The tiered storage specs (KIP-405, KIP-1023) are those of Kafka's ``OffsetSpec`` and of
+    ``kafka-get-offsets.sh --time``: where a broker's own disk starts, the last offset in remote storage, and the
+    first offset not uploaded yet.
+    """
 
     LATEST = -1
     EARLIEST = -2
     MAX_TIMESTAMP = -3
+    EARLIEST_LOCAL = -4
+    LATEST_TIERED = -5
+    EARLIEST_PENDING_UPLOAD = -6
     NAMES: ClassVar[Mapping[str, int]] = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP,
-                                          "max_timestamp": MAX_TIMESTAMP}
+                                          "max_timestamp": MAX_TIMESTAMP, "earliest-local": EARLIEST_LOCAL,
+                                          "latest-tiered": LATEST_TIERED,
+                                          "earliest-pending-upload": EARLIEST_PENDING_UPLOAD}
 
     @classmethod
     def parse(cls, spec: int | str) -> int:
@@ -93,10 +103,14 @@ class OffsetSpec:
             try:
                 spec = int(spec)
             except ValueError:
-                raise ValueError(f"offset spec {spec!r} is not earliest, latest, max-timestamp or a timestamp") from None
-        if isinstance(spec, bool) or not isinstance(spec, int) or spec < cls.MAX_TIMESTAMP:
-            raise ValueError(f"offset spec {spec!r} is not earliest, latest, max-timestamp or a timestamp")
+                raise ValueError(f"offset spec {spec!r} is not {cls._known()} or a timestamp") from None
+        if isinstance(spec, bool) or not isinstance(spec, int) or spec < cls.EARLIEST_PENDING_UPLOAD:
+            raise ValueError(f"offset spec {spec!r} is not {cls._known()} or a timestamp")
         return spec
+
+    @classmethod
+    def _known(cls) -> str:
+        return ", ".join(name for name in cls.NAMES if "_" not in name)
 
 
 @attrs.frozen
@@ -800,7 +814,8 @@ class AsyncAdmin:
 
     async def list_offsets(self, specs: Mapping[TopicPartition, int | str], *, read_committed: bool = False,
                            raise_errors: bool = True) -> dict[TopicPartition, OffsetInfo]:
-        """Offsets by :class:`OffsetSpec` (``earliest``, ``latest``, ``max-timestamp``) or by timestamp, at each leader."""
+        """Offsets by :class:`OffsetSpec` (``earliest``, ``latest``, ``max-timestamp``, the tiered storage ones) or by
+        timestamp, at each leader."""
         wanted = {tp: OffsetSpec.parse(spec) for tp, spec in specs.items()}
 
         async def call(conn: Connection, group: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:

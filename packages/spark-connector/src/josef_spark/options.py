@@ -19,6 +19,7 @@ from typing import Any, Literal, Mapping
 
 import attrs
 
+from josef.plugins import PluginError
 from josef_client import ConfigError
 from josef_client.config import CONSUMER, PRODUCER, build_config
 
@@ -36,8 +37,12 @@ READ_OPTIONS = SPARK_OPTIONS | frozenset({
     "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
     "minpartitions", "maxrecordsperpartition", "groupidprefix", "failondataloss", "includeheaders",
-    "kafkaconsumer.polltimeoutms",
+    "kafkaconsumer.polltimeoutms", "remotereads",
 })
+#: With remoteReads=direct, the brokers' keys that name their remote storage and configure it, as server.properties
+#: has them (Kafka's default remote.log.storage.manager.impl.prefix): what executors need to read it themselves.
+REMOTE_CLASS_KEY = "remote.log.storage.manager.class.name"
+REMOTE_PREFIX = "rsm.config."
 
 #: Spark's default maxTriggerDelay, and its group id prefixes when neither kafka.group.id nor groupIdPrefix is set.
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
@@ -90,6 +95,15 @@ class ReadOptions:
     poll_timeout_ms: int
     #: The ``kafka.*`` options, prefix removed, for josef's consumer and admin client.
     client_config: Mapping[str, Any]
+    #: remoteReads=direct: the remote storage's class name and ``rsm.config.*`` settings (prefix removed), so
+    #: executors read the records below the brokers' local logs from there. None: every record through the brokers.
+    remote_storage: RemoteStorageOptions | None = None
+
+
+@attrs.frozen
+class RemoteStorageOptions:
+    class_name: str
+    settings: Mapping[str, str]
 
 
 @attrs.frozen
@@ -107,7 +121,9 @@ class WriteOptions:
 
 def _kafka_options(options: Mapping[str, str], reserved: frozenset[str], known: frozenset[str],
                    kind: str) -> tuple[str, dict[str, str]]:
-    unknown = sorted(k for k in options if not k.startswith("kafka.") and k.lower() not in known)
+    remote = kind == "source"
+    unknown = sorted(k for k in options if not k.startswith("kafka.") and k.lower() not in known
+                     and not (remote and (k == REMOTE_CLASS_KEY or k.startswith(REMOTE_PREFIX))))
     if unknown:
         raise OptionError(f"unknown {kind} option(s) {', '.join(unknown)}; the josef format takes "
                           f"{', '.join(sorted(known - SPARK_OPTIONS))} and kafka.* client options")
@@ -292,7 +308,35 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         group_id=client.get("group.id"), group_id_prefix=prefix,
         fail_on_data_loss=_flag(options, "failOnDataLoss", True), include_headers=_flag(options, "includeHeaders", False),
         poll_timeout_ms=_positive(options, "kafkaConsumer.pollTimeoutMs") or 120_000, client_config=client,
+        remote_storage=_remote_storage(options),
     )
+
+
+def _remote_storage(options: Mapping[str, str]) -> RemoteStorageOptions | None:
+    """remoteReads: ``broker`` (the default: Spark's Kafka source's way) or ``direct`` with the remote storage keys."""
+    mode = options.get("remotereads", "broker").strip().lower()
+    given = sorted(k for k in options if k == REMOTE_CLASS_KEY or k.startswith(REMOTE_PREFIX))
+    if mode == "broker":
+        if given:
+            raise OptionError(f"{given[0]} is for remoteReads=direct only (the brokers read remote storage otherwise)")
+        return None
+    if mode != "direct":
+        raise OptionError(f"remoteReads must be broker or direct, not {mode!r}")
+    class_name = options.get(REMOTE_CLASS_KEY, "").strip()
+    if not class_name:
+        raise OptionError(f"remoteReads=direct needs {REMOTE_CLASS_KEY} and the {REMOTE_PREFIX}* settings of the "
+                          "brokers' remote storage, as their server.properties has them")
+    try:
+        from josef_storage_tiered.remote import select
+    except ImportError:
+        raise OptionError("remoteReads=direct needs josef-storage-tiered beside josef-spark, on the driver and the "
+                          "executors: pip install 'josef-spark[tiered]'") from None
+    settings = {k[len(REMOTE_PREFIX):]: v for k, v in options.items() if k.startswith(REMOTE_PREFIX)}
+    try:
+        select(class_name, settings)
+    except PluginError as exc:  # a class name no installed backend answers to
+        raise OptionError(f"{REMOTE_CLASS_KEY}: {exc}") from None
+    return RemoteStorageOptions(class_name, settings)
 
 
 def write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:

@@ -30,9 +30,12 @@ from pyspark.sql.types import StructType
 from josef_client import Consumer, ConsumerRecord, OffsetOutOfRangeError, TopicPartition
 from josef_spark.options import ReadOptions
 from josef_spark.planning import OffsetRange, Offsets, Planner, data_lost, offset_ranges, rate_limit
+from josef_spark.remote_reads import RemotePiece, read_piece, remote_segments, split
 
 log = logging.getLogger(__name__)
 
+#: ListOffsets' "earliest local" (KIP-405): the first offset a broker holds on its own disk.
+EARLIEST_LOCAL = -4
 #: Records per poll, and so per Arrow batch: large enough that per-batch costs vanish.
 MAX_POLL_RECORDS = 20_000
 
@@ -43,6 +46,14 @@ class RangePartition(InputPartition):
     def __init__(self, offset_range: OffsetRange) -> None:
         super().__init__(offset_range)
         self.range = offset_range
+
+
+class RemotePartition(InputPartition):
+    """Offsets that remote segments hold, read from remote storage by the task (remoteReads=direct)."""
+
+    def __init__(self, piece: RemotePiece) -> None:
+        super().__init__(piece.range)
+        self.piece = piece
 
 
 def _arrow_columns(records: Sequence[ConsumerRecord], schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
@@ -137,9 +148,24 @@ class _RangeReading:
         self.group_id = executor_group_id(options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, RemotePartition):
+            return read_piece(self.options, partition.piece, MAX_POLL_RECORDS,
+                              lambda records: _arrow_columns(records, self.arrow_schema, self.options.include_headers),
+                              lambda r: read_range(self.options, self.arrow_schema, r, self.group_id))
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark plans one empty InputPartition(None) when there is nothing to read
         return read_range(self.options, self.arrow_schema, partition.range, self.group_id)
+
+    def input_partitions(self, planner: Planner, ranges: list[OffsetRange]) -> list[InputPartition]:
+        """A task per range; with remoteReads=direct, what remote segments hold in tasks that read them there."""
+        if self.options.remote_storage is None:
+            return [RangePartition(r) for r in ranges]
+        # Only partitions read from below the brokers' local logs (ListOffsets EARLIEST_LOCAL) can need remote data.
+        local = planner.list_offsets({(r.topic, r.partition): EARLIEST_LOCAL for r in ranges})
+        below = {(r.topic, r.partition) for r in ranges if r.start < local.get((r.topic, r.partition), -1)}
+        remote = remote_segments(self.options, planner.admin, below, self.group_id) if below else {}
+        return [RemotePartition(p) if isinstance(p, RemotePiece) else RangePartition(p)
+                for p in split(ranges, remote, planner.read_committed)]
 
 
 class BatchReader(_RangeReading, DataSourceReader):
@@ -152,14 +178,15 @@ class BatchReader(_RangeReading, DataSourceReader):
             start = planner.resolve(self.options.starting, tps, "startingOffsets")
             end = planner.resolve(self.options.ending, tps, "endingOffsets")
             start = planner.checked_start(start, planner.earliest(tps), "startingOffsets")
+            backwards = sorted(tp for tp in tps if end[tp] < start[tp])
+            if backwards:
+                t, p = backwards[0]
+                raise ValueError(f"{t}-{p}: the ending offset {end[(t, p)]} is before the starting offset "
+                                 f"{start[(t, p)]}")
+            return self.input_partitions(planner, offset_ranges(start, end, self.options.min_partitions,
+                                                                self.options.max_records_per_partition))
         finally:
             planner.close()
-        backwards = sorted(tp for tp in tps if end[tp] < start[tp])
-        if backwards:
-            t, p = backwards[0]
-            raise ValueError(f"{t}-{p}: the ending offset {end[(t, p)]} is before the starting offset {start[(t, p)]}")
-        return [RangePartition(r) for r in offset_ranges(start, end, self.options.min_partitions,
-                                                         self.options.max_records_per_partition)]
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -282,8 +309,8 @@ class StreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailab
         live = [tp for tp in finish if tp in existing and tp not in shrunk]
         begin = self.planner.checked_start({tp: begin[tp] for tp in live}, self.planner.earliest(live),
                                            "the micro-batch")
-        return [RangePartition(r) for r in offset_ranges(begin, finish, self.options.min_partitions,
-                                                         self.options.max_records_per_partition)]
+        return self.input_partitions(self.planner, offset_ranges(begin, finish, self.options.min_partitions,
+                                                                 self.options.max_records_per_partition))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in the cluster."""

@@ -15,13 +15,12 @@ from typing import Any
 
 from josef.config import Config, ConfigError
 from josef.log import Log, LogConfig, LogStorage
-from josef.plugins import collect
 from josef.protocol.topic_partition import TopicPartition
 from josef.services import BrokerServices
 
 from josef_storage_tiered.broker_config import TOPIC_BASED_RLMM, prefixed
 from josef_storage_tiered.manager import RemoteLogManager
-from josef_storage_tiered.remote import select
+from josef_storage_tiered.remote import open_backend
 from josef_storage_tiered.tiered_log import TieredLog, local_config
 
 
@@ -63,8 +62,7 @@ def tiered_storage(storage: LogStorage, config: Config, services: BrokerServices
         raise ConfigError(f"remote.log.metadata.manager.class.name must be {TOPIC_BASED_RLMM}, the only remote log "
                           f"metadata manager josef has, not {config['remote.log.metadata.manager.class.name']}")
     settings = prefixed(config, "remote.log.storage.manager.impl.prefix")
-    backends = collect(services.plugins, "register_remote_storage", "remote storage")
-    remote = backends.get(select(class_name, settings, backends.names()))(settings)
+    remote = open_backend(class_name, settings, services.plugins)
     manager = RemoteLogManager(services, config, remote)
     services.spawn(manager.run)
     return TieredLogStorage(storage, manager)

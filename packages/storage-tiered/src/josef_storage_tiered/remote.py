@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from josef.plugins import PluginError, collect, get_plugin_manager
+from josef.remote_storage import RemoteStorageManager
 
 from josef_storage_tiered.config import PREFIX, full_key
 
@@ -34,6 +35,17 @@ AIVEN_BACKENDS: dict[str, str] = {
 def installed_backends() -> list[str]:
     """The names registered through ``register_remote_storage`` by the installed plugins."""
     return collect(get_plugin_manager(), "register_remote_storage", "remote storage").names()
+
+
+def open_backend(class_name: str, settings: Mapping[str, Any], plugins: Any | None = None) -> RemoteStorageManager:
+    """The remote storage that ``class_name`` and ``settings`` name, built by the plugin that registers it.
+
+    A broker passes its plugin manager; a reader outside the brokers (the
+    Spark connector's executors, reading what the brokers copied) gets the
+    installed plugins', and so the same backend from the same keys.
+    """
+    backends = collect(plugins or get_plugin_manager(), "register_remote_storage", "remote storage")
+    return backends.get(select(class_name, settings, backends.names()))(settings)
 
 
 def select(class_name: str, settings: Mapping[str, Any], installed: Iterable[str] | None = None) -> str:
