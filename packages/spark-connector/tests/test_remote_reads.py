@@ -105,6 +105,40 @@ def test_direct_reads_come_from_remote_storage_and_equal_reads_through_the_broke
     assert [(p, o) for p, o, *_ in table(ranged)] == [(0, o) for o in range(17, RECORDS // 2 - 3)] + [(1, 0)]
 
 
+def test_read_committed_direct_reads_drop_aborted_transactions_with_the_remote_transaction_indexes(spark, tiered,
+                                                                                                  tmp_path):
+    broker, remote = tiered
+    create_topic(broker, "txn", 1, **TOPIC_CONFIG)
+    committed = []
+    with Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "remote-reads",
+                   "linger.ms": 5}) as producer:
+        producer.init_transactions()
+        for t in range(40):  # every third transaction aborted, over many 16 KiB segments
+            producer.begin_transaction()
+            values = [b"t%02d-%02d" % (t, i) + b"." * 100 for i in range(30)]
+            for value in values:
+                producer.send("txn", value)
+            if t % 3 == 1:
+                producer.flush()  # written, then aborted (an abort drops what is not sent yet)
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+                committed.append(values)
+    eventually(lambda: list_offset(broker, "txn", 0, -5) == active_base(tmp_path / "data", "txn", 0) - 1, 60,
+               what="txn-0's rolled segments to be copied")
+    tiered_end = list_offset(broker, "txn", 0, -5)
+    moved = tmp_path / "moved"
+    remote.rename(moved)  # so what is read below comes from remote storage, through the executors alone
+    # Up to the middle of what is remote: aborts recorded after it settle every transaction before it.
+    end = tiered_end // 2
+    direct = reader(spark, broker, subscribe="txn", remoteReads="direct", endingOffsets=f'{{"txn": {{"0": {end}}}}}',
+                    **{"kafka.isolation.level": "read_committed", "remote.log.storage.manager.class.name": "local-dir",
+                       "rsm.config.storage.root": str(moved)}).load()
+    got = [r.value for r in direct.orderBy("offset").collect()]
+    # Committed transactions t00, t02, t03, t05... in order: the aborted t01, t04... between them are gone.
+    assert len(got) >= 90 and got == [value for values in committed for value in values][:len(got)]
+
+
 def test_direct_reads_need_the_remote_storage_keys(spark, josef_broker):
     create_topic(josef_broker, "plain", 1)
     with pytest.raises(AnalysisException, match="remoteReads=direct needs remote.log.storage.manager.class.name"):
