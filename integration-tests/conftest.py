@@ -17,7 +17,10 @@ there. Only the tests whose brokers come from these fixtures run in that cell:
 the others would run exactly as in the local one. Tests marked
 ``default_broker_config`` assert Kafka's default configuration values and
 sources (``kafka-configs.sh`` output, DescribeConfigs sources), which that
-cell's brokers override on purpose; it leaves them out too.
+cell's brokers override on purpose; it leaves them out too, and the 3-broker
+runs of ``brokers`` tests: replication over tiered storage has cluster tests
+of its own (test_tiered_storage.py), and CI's time is better spent on the
+rest.
 """
 
 from __future__ import annotations
@@ -115,6 +118,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, other = [], []
     for item in items:
         runs = backend & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("default_broker_config")
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("brokers_factory") == "3-brokers":
+            runs = False
         (kept if runs else other).append(item)
     config.hook.pytest_deselected(items=other)
     items[:] = kept
@@ -272,9 +278,7 @@ def brokers_factory(request: pytest.FixtureRequest, broker_factory, josef_cluste
     def make(**overrides: str) -> BrokerProcess | ClusterBrokers:
         if request.param == "1-broker":
             return broker_factory(**overrides)
-        replicated = {**REPLICATED, "rlmm.config.remote.log.metadata.topic.replication.factor": "3"} if tiered() \
-            else REPLICATED
-        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **replicated, **overrides}))
+        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **REPLICATED, **overrides}))
 
     return make
 

@@ -3,18 +3,24 @@ real clients."""
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import obstore
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient, eventually
+from josef_client import Admin as JosefAdmin
+from josef_client import TopicPartition as JosefTopicPartition
+from josef_client.admin import ElectionType
 
 #: A broker with tiered storage in a directory, visiting its partitions every 200 ms.
 TIERED = {
@@ -35,10 +41,11 @@ def create_topic(bootstrap: str, replicas: int) -> None:
     admin.create_topics([NewTopic("tiered", 1, replicas, config=TOPIC_CONFIG)])["tiered"].result(30)
 
 
-def produce(bootstrap: str, topic: str, count: int, first_timestamp: int = 0) -> list[bytes]:
+def produce(bootstrap: str, topic: str, count: int, first_timestamp: int = 0, idempotent: bool = False) -> list[bytes]:
     """``count`` records; the i-th stamped ``first_timestamp + i`` when that is given (else the producer's clock)."""
     values = [b"%06d-" % i + bytes([i % 251]) * 200 for i in range(count)]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4096})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4096,
+                         "enable.idempotence": idempotent})
     for i, value in enumerate(values):
         producer.produce(topic, value, key=b"k%d" % (len(value) % 7), timestamp=first_timestamp + i if first_timestamp else 0)
     assert producer.flush(60) == 0
@@ -164,15 +171,135 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
     follower = next(n for n in cluster.brokers if n.node_id != leader)
     follower_end = offsets(survivors, "tiered")[1]
     follower.kill()
+    # An idempotent producer's records, then others: its state at the leader's local log start is kept only in
+    # the producer snapshot of a remote segment, which the follower must take from there.
+    values += produce(survivors, "tiered", 300, idempotent=True)
+    leader_port = cluster.node(leader).listener("PLAINTEXT")[1]
+    [idempotent] = [p for p in active_producers(leader_port, "tiered") if p.last_sequence == 299]
     values += produce(survivors, "tiered", 2000)
-    port = cluster.node(leader).listener("PLAINTEXT")[1]
-    eventually(lambda: local_start(port, "tiered") > follower_end, 60, what="the leader's local log to pass the follower")
+    eventually(lambda: local_start(leader_port, "tiered") > follower_end + 300, 60,
+               what="the leader's local log to pass the follower and the idempotent records")
     follower.start()
-    assert follower.wait_for_log("the rest is in remote storage", timeout=30)
+    assert follower.wait_for_log("starting over there with the producer state kept there", timeout=30)
     eventually(lambda: len(isr(survivors, "tiered")) == 3, 60, what="the follower to rejoin the ISR")
+    # The follower becomes the preferred replica and is elected: it leads with only what it rebuilt.
+    others = [n.node_id for n in cluster.brokers if n is not follower]
+    with JosefAdmin({"bootstrap.servers": survivors}) as admin:
+        assert admin.alter_partition_reassignments({JosefTopicPartition("tiered", 0): [follower.node_id, *others]}) \
+            == {JosefTopicPartition("tiered", 0): None}
+        eventually(lambda: not admin.list_partition_reassignments(), 60, what="the reassignment to finish")
+        eventually(lambda: admin.elect_leaders(ElectionType.PREFERRED, [JosefTopicPartition("tiered", 0)])
+                   == {JosefTopicPartition("tiered", 0): None}, 60, what="the follower to be elected")
+    eventually(lambda: leader_of(survivors, "tiered") == follower.node_id, 60, what="the follower to lead")
+    assert read_all(follower.bootstrap_server, "tiered", 5300) == values
+    # It knows the idempotent producer as the first leader did (DescribeProducers).
+    found = [p for p in active_producers(follower.listener("PLAINTEXT")[1], "tiered")
+             if p.producer_id == idempotent.producer_id]
+    assert [(p.producer_epoch, p.last_sequence) for p in found] == [(idempotent.producer_epoch, 299)]
+
+
+def active_producers(port: int, topic: str) -> list:
+    """DescribeProducers of partition 0 at its leader, as kafka-transactions.sh describe-producers asks."""
+    client = RawClient(port)
+    try:
+        answer = client.call(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+    finally:
+        client.close()
+    partition = answer.topics[0].partitions[0]
+    assert partition.error_code == 0, partition
+    return list(partition.active_producers)
+
+
+#: The acceptance run's size: 1024 (1 GB) is the figure the issue asks for, run by hand; CI runs a slice of it.
+ACCEPTANCE_MB = int(os.environ.get("JOSEF_TIERED_ACCEPTANCE_MB", "48"))
+ACCEPTANCE_PARTITIONS = 3
+ACCEPTANCE_CONFIG = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20),
+                     "local.retention.bytes": str(10 << 20), "file.delete.delay.ms": "0"}
+_BLOCK = random.Random(24).randbytes(4096)
+
+
+def acceptance_value(i: int) -> bytes:
+    """The i-th record's 1 KiB value: its number, then bytes that differ from record to record."""
+    return i.to_bytes(8, "big") + _BLOCK[i % 3000:i % 3000 + 1016]
+
+
+def produce_numbered(bootstrap: str, topic: str, numbers: range) -> dict[int, list[int]]:
+    """Records ``numbers`` to partition ``i % ACCEPTANCE_PARTITIONS``, acks=all and idempotent, all acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+                         "batch.size": 512 * 1024, "queue.buffering.max.kbytes": 256 * 1024})
+    sent: dict[int, list[int]] = {}
+    for i in numbers:
+        partition = i % ACCEPTANCE_PARTITIONS
+        while True:
+            try:
+                producer.produce(topic, acceptance_value(i), partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        sent.setdefault(partition, []).append(i)
+    assert producer.flush(300) == 0
+    return sent
+
+
+def partition_bytes(node, topic: str) -> int:
+    return sum(local_bytes(d) for directory in node.log_dirs for d in directory.glob(f"{topic}-*"))
+
+
+def test_acceptance_a_topic_through_three_brokers_on_s3_with_a_leader_failover_mid_upload(josef_cluster, seaweedfs,
+                                                                                          s3_bucket):
+    """JOSEF_TIERED_ACCEPTANCE_MB (1 KiB records) into 1 MiB segments, 10 MiB kept locally, RF=3 on SeaweedFS."""
+    settings = seaweedfs.rsm_settings(s3_bucket)
+    cluster = josef_cluster(combined=3, **{
+        **TIERED, **{f"rsm.config.{k}": v for k, v in settings.items()}, "remote.log.storage.manager.class.name": "s3",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "3", "min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("big", ACCEPTANCE_PARTITIONS, 3, config=ACCEPTANCE_CONFIG)])["big"].result(60)
+    records = ACCEPTANCE_MB << 10
+    began = time.monotonic()
+    sent = produce_numbered(bootstrap, "big", range(records // 2))
+    leader = leader_of(bootstrap, "big")  # of partition 0, with segments still waiting for their copy
     cluster.node(leader).kill()
-    eventually(lambda: leader_of(follower.bootstrap_server, "tiered") not in (leader, -1), 60, what="a new leader")
-    assert read_all(follower.bootstrap_server, "tiered", 5000) == values
+    survivors = ",".join(n.bootstrap_server for n in cluster.brokers if n.node_id != leader)
+    eventually(lambda: leader_of(survivors, "big") not in (leader, -1), 60, what="a new leader")
+    for partition, numbers in produce_numbered(survivors, "big", range(records // 2, records)).items():
+        sent[partition] += numbers
+    cluster.node(leader).start()
+    produced = time.monotonic()
+
+    # Every broker's disk ends up holding about local.retention.bytes per partition, plus the active segment.
+    bound = ACCEPTANCE_PARTITIONS * (12 << 20)
+    for node in cluster.brokers:
+        eventually(lambda: partition_bytes(node, "big") < bound, 300, what=f"broker {node.node_id}'s disk to shrink")
+    # Every record back once, in order, byte for byte.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "acceptance", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "fetch.max.bytes": 50 << 20})
+    consumer.assign([TopicPartition("big", p, 0) for p in range(ACCEPTANCE_PARTITIONS)])
+    settled = time.monotonic()
+    got: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 600
+    while sum(map(len, got.values())) < records and time.monotonic() < deadline:
+        for message in consumer.consume(10_000, 1):
+            assert message.error() is None, message.error()
+            number = int.from_bytes(message.value()[:8], "big")
+            assert message.value() == acceptance_value(number), f"record {number} differs"
+            got.setdefault(message.partition(), []).append(number)
+    consumer.close()
+    print(f"acceptance: {ACCEPTANCE_MB} MiB produced in {produced - began:.0f} s (a leader killed halfway), disks "
+          f"bounded {settled - produced:.0f} s later, read back in {time.monotonic() - settled:.0f} s")
+    assert got == sent
+    # No segment was uploaded twice: one .log object per start offset (a dead leader's unfinished copy is gone).
+    from josef_storage_tiered.s3 import S3RemoteStorage
+
+    store = S3RemoteStorage.from_settings(settings)
+    try:
+        keys = [entry["path"] for batch in obstore.list(store.settings.store()) for entry in batch]
+    finally:
+        store.close()
+    logs = [k for k in keys if k.endswith(".log")]
+    starts = [(k.split("/")[-2], k.split("/")[-1].split("-")[0]) for k in logs]
+    assert len(starts) == len(set(starts)) and len({p for p, _ in starts}) == ACCEPTANCE_PARTITIONS
+    assert len(logs) >= ACCEPTANCE_MB // 2  # most of it went remote, in 1 MiB segments
 
 
 def isr(bootstrap: str, topic: str) -> list[int]:

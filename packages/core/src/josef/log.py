@@ -461,6 +461,29 @@ class Log(Protocol):
         without a source (the metadata log) writes no snapshots.
         """
 
+    def install_producer_snapshot(self, offset: int, data: bytes) -> None:
+        """Store ``data``, a producer snapshot in this storage's own format (the bytes of a
+        :attr:`ClosedSegment.producer_snapshot` file), as the snapshot at ``offset``.
+
+        What a follower starting at its leader's local log start does with
+        the snapshot that remote storage kept (:meth:`remote_producer_snapshot`).
+        :class:`ValueError` when ``data`` cannot be a snapshot; nothing is stored then.
+        """
+
+    async def remote_producer_snapshot(self, offset: int) -> bytes | None:
+        """The producer snapshot, as remote storage keeps it, of the remote segment ending just below ``offset``.
+
+        A follower whose leader answered OFFSET_MOVED_TO_TIERED_STORAGE
+        starts empty at the leader's local log start; everything below is
+        only in remote storage, and so is the producer state there, which
+        the broker needs to keep idempotence and transactions whole (Kafka's
+        ``buildRemoteLogAuxState``). None for a log without remote storage,
+        or a segment copied without a snapshot. Raises
+        :class:`josef.remote_storage.RemoteStorageError` when remote storage
+        cannot answer yet (no such segment known, a failed fetch): the
+        follower tries again later.
+        """
+
     def latest_producer_snapshot(self) -> ProducerSnapshot | None:
         """The newest readable snapshot between the log start and end offsets, or None.
 

@@ -828,6 +828,16 @@ class LocalLog:
         return found
 
     @_locked
+    def install_producer_snapshot(self, offset: int, data: bytes) -> None:
+        producers = snapshots.decode(data)  # ValueError: not a snapshot, nothing written
+        try:
+            snapshots.write_snapshot(self.dir, offset, producers)
+        except OSError as exc:
+            raise dir_error(exc, "writing a producer snapshot in", self.dir) from exc
+
+    async def remote_producer_snapshot(self, offset: int) -> bytes | None:
+        return None  # nothing of this log is anywhere but here
+
     def latest_producer_snapshot(self) -> ProducerSnapshot | None:
         try:
             for offset in reversed(snapshots.list_snapshots(self.dir)):

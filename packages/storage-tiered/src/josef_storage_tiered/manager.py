@@ -48,10 +48,12 @@ from josef.log import ClosedSegment, EpochEntry, OffsetOutOfRangeError, RemoteRe
 from josef.metadata.records import uuid_from_text
 from josef.protocol.topic_partition import TopicPartition
 from josef.remote_storage import (
+    IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
 )
@@ -281,6 +283,19 @@ class RemoteLogManager:
         if not complete:  # transactions aborted in local segments may reach back into what was read
             found += [t for t in log.inner.aborted_txns(log.local_log_start_offset, upper) if t not in found]
         return RemoteRecords(records, found)
+
+    async def producer_snapshot(self, tp: TopicPartition, offset: int) -> bytes | None:
+        """The producer snapshot of the remote segment ending at ``offset - 1`` (a follower starting at its leader's
+        local log start, which is where such a segment ends); RemoteStorageError while none is known or the fetch
+        fails, so the follower tries again."""
+        segment = next((s for s in self.view(tp).segments if s.end_offset == offset - 1), None)
+        if segment is None:
+            raise RemoteStorageError(f"{tp}: no remote segment ending at offset {offset - 1} is known yet")
+        try:
+            return await anyio.to_thread.run_sync(self.storage.fetch_index, segment, IndexType.PRODUCER_SNAPSHOT,
+                                                  limiter=self._readers)
+        except RemoteResourceNotFoundError:
+            return None  # copied without one: no producer had written there
 
     async def offset_for_timestamp(self, log: TieredLog, timestamp: int) -> tuple[int, int] | None:
         """The first remote record at or after the log start stamped >= ``timestamp``: in the first segment

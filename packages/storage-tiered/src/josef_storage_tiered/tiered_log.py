@@ -137,6 +137,9 @@ class TieredLog:
             return None  # nothing readable is only remote
         return await self._manager.offset_for_timestamp(self, timestamp)
 
+    async def remote_producer_snapshot(self, offset: int) -> bytes | None:
+        return await self._manager.producer_snapshot(self.tp, offset)
+
     # Leader epochs ---------------------------------------------------------------------------
 
     def epoch_entries(self) -> Sequence[EpochEntry]:

@@ -462,9 +462,16 @@ class Partition:
             self._reload_producers()
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Start empty at the leader's log start: everything we hold is below it (Kafka's OFFSET_OUT_OF_RANGE handling)."""
+    def truncate_fully_and_start_at(self, offset: int, producer_snapshot: bytes | None = None) -> None:
+        """Start empty at the leader's log start: everything we hold is below it (Kafka's OFFSET_OUT_OF_RANGE handling).
+
+        ``producer_snapshot``: the producer state at ``offset``, in the
+        storage's format, when what is below is kept in remote storage
+        (:meth:`josef.log.Log.remote_producer_snapshot`).
+        """
         self.log.truncate_fully_and_start_at(offset)
+        if producer_snapshot is not None:
+            self.log.install_producer_snapshot(offset, producer_snapshot)
         self._reload_producers()
         self.high_watermark = offset
 

@@ -48,6 +48,7 @@ from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.fetch_session_handler import FetchSessionHandler
 from josef.protocol.records import CorruptRecordError, InvalidRecordError
 from josef.protocol.topic_partition import TopicPartition
+from josef.remote_storage import RemoteStorageError
 from josef.replication.replication_quota import ReplicationQuota
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class ReplicaFetcher:
                         continue
                     try:
                         conn = await self._connection()
-                        if any(s.tiered for s in self.partitions.values()):
+                        if any(s.tiered and s.delayed_until <= time.monotonic() for s in self.partitions.values()):
                             await self._start_at_local_log_start(conn)
                         elif any(s.truncating for s in self.partitions.values()):
                             await self._truncate(conn)
@@ -210,7 +211,8 @@ class ReplicaFetcher:
     async def _start_at_local_log_start(self, conn: Connection) -> None:
         """Start the partitions whose missing records are in remote storage only at the leader's local log start
         (ListOffsets EARLIEST_LOCAL, -4): their logs are emptied there, and what is below stays remote."""
-        states = {tp: s for tp, s in self.partitions.items() if s.tiered}
+        now = time.monotonic()
+        states = {tp: s for tp, s in self.partitions.items() if s.tiered and s.delayed_until <= now}
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, state in states.items():
             topics.setdefault(tp.topic, []).append({"partition_index": tp.partition,
@@ -224,17 +226,33 @@ class ReplicaFetcher:
                 state = states.get(tp)
                 if state is None or self.partitions.get(tp) is not state:
                     continue
-                state.tiered = False
                 if part.error_code != ErrorCode.none:
+                    state.tiered = False
                     self._failed(tp, state, part.error_code)
                     continue
                 partition = state.partition
                 if partition.log.log_end_offset < part.offset:
+                    # The producer state at the leader's local log start is in remote storage, with what is below.
+                    try:
+                        snapshot = await partition.log.remote_producer_snapshot(part.offset)
+                    except (RemoteStorageError, LogDirError) as exc:
+                        log.warning("%s: the producer state at offset %d is not to be had from remote storage yet "
+                                    "(%s); trying again", tp, part.offset, exc)
+                        self._delay(state)
+                        continue
+                    if self.partitions.get(tp) is not state:
+                        continue
                     log.info("%s: the leader holds locally from %d on, past our end %d (the rest is in remote "
-                             "storage); starting over there", tp, part.offset, partition.log.log_end_offset)
-                    partition.truncate_fully_and_start_at(part.offset)
+                             "storage); starting over there%s", tp, part.offset, partition.log.log_end_offset,
+                             " with the producer state kept there" if snapshot is not None else "")
+                    try:
+                        partition.truncate_fully_and_start_at(part.offset, snapshot)
+                    except ValueError as exc:  # a snapshot that cannot be one: the local replay is what is left
+                        log.error("%s: the remote producer snapshot at %d is unreadable (%s)", tp, part.offset, exc)
+                        partition.truncate_fully_and_start_at(part.offset)
                     if part.leader_epoch >= 0:
                         partition.log.assign_epoch(part.leader_epoch, part.offset)
+                state.tiered = False
                 state.truncating = True
 
     def _cut(self, state: FetchState, leader_epoch: int, leader_end_offset: int) -> None:

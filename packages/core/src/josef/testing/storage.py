@@ -767,6 +767,23 @@ class LogStorageContract:
         log.truncate_fully_and_start_at(500)
         assert log.latest_producer_snapshot() is None
 
+    def test_a_snapshot_a_closed_segment_handed_out_is_installed_at_a_fresh_start(self, subject):
+        # A follower starting at its leader's local log start: the producer state there comes from remote storage,
+        # as the bytes of the snapshot file that the leader's closed segment named.
+        log = subject.open()
+        log.attach_producer_state(lambda: _state_at(log.log_end_offset))
+        for _ in range(60):
+            append_batch(log)
+        segment = log.closed_segments()[-1]
+        data = segment.producer_snapshot.read_bytes()
+        log.truncate_fully_and_start_at(500)
+        with pytest.raises(ValueError):
+            log.install_producer_snapshot(500, b"not a snapshot")
+        assert log.latest_producer_snapshot() is None
+        log.install_producer_snapshot(500, data)
+        snapshot = log.latest_producer_snapshot()
+        assert (snapshot.offset, snapshot.producers) == (500, _state_at(segment.next_offset))
+
     def test_a_producer_snapshot_after_a_crash_is_one_the_log_wrote_and_within_the_log(self, subject):
         subject.close()
         subject.start(**{"log.flush.offset.checkpoint.interval.ms": "1"})  # a flush also checkpoints the recovery point
