@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import obstore
@@ -319,6 +320,32 @@ def fetch_from(port: int, topic: str, offset: int):
     finally:
         client.close()
     return answer.responses[0].partitions[0]
+
+
+COPIED = re.compile(r"^\[(\S+ \S+)\] INFO copied tiered-0 offsets \d+-\d+ \((\d+) bytes\) to remote storage")
+QUOTA = 64 * 1024
+
+
+def test_copy_and_remote_fetch_quotas_hold_bytes_per_second(broker_factory, tmp_path: Path):
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    broker = broker_factory(**TIERED, **{"rsm.config.storage.root": str(remote),
+                                         "remote.log.manager.copy.max.bytes.per.second": str(QUOTA),
+                                         "remote.log.manager.fetch.max.bytes.per.second": str(QUOTA)})
+    create_topic(broker.bootstrap_servers, replicas=1)
+    values = produce(broker.bootstrap_servers, "tiered", 2000)
+    eventually(lambda: local_start(broker.port, "tiered") > 1500, 120, what="old segments to leave the local disk")
+    copies = [(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f"), int(m.group(2)))
+              for m in map(COPIED.match, broker.log) if m]
+    # The copies spread out at the quota: what went beyond one second's worth took a second per quota's worth.
+    copied = sum(size for _, size in copies)
+    assert copied > 5 * QUOTA
+    assert (copies[-1][0] - copies[0][0]).total_seconds() >= 0.7 * (copied - 2 * QUOTA) / QUOTA
+    # Reading it back: fetches of remote data past the quota are answered empty, so the read takes as long.
+    start = time.monotonic()
+    assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
+    remote_bytes = copied - 4 * 16384  # at least: about one copied segment may still be on the local disk too
+    assert time.monotonic() - start >= 0.7 * (remote_bytes - 2 * QUOTA) / QUOTA
 
 
 def test_a_remote_object_corrupted_behind_the_brokers_back_fails_that_read_alone(tiered_broker):
