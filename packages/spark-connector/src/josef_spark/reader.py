@@ -163,7 +163,7 @@ class _RangeReading:
         # Only partitions read from below the brokers' local logs (ListOffsets EARLIEST_LOCAL) can need remote data.
         local = planner.list_offsets({(r.topic, r.partition): EARLIEST_LOCAL for r in ranges})
         below = {(r.topic, r.partition) for r in ranges if r.start < local.get((r.topic, r.partition), -1)}
-        remote = remote_segments(self.options, below, self.group_id) if below else {}
+        remote = remote_segments(self.options, planner.admin, below, self.group_id) if below else {}
         return [RemotePartition(p) if isinstance(p, RemotePiece) else RangePartition(p)
                 for p in split(ranges, remote, planner.read_committed)]
 
