@@ -97,7 +97,7 @@ def check_wheel(path: Path, projects: dict[str, tuple[Path, Version]]) -> list[s
         if not is_josef(requirement.name):
             continue
         dep = canonicalize_name(requirement.name)
-        requires_core |= dep == CORE
+        requires_core |= dep == CORE and requirement.marker is None  # an extra's need does not make a plugin
         if (problem := range_problem(requirement)) is not None:
             problems.append(f"{where}: requirement {requirement} {problem} (a range with both bounds is wanted)")
         elif dep in projects and not requirement.specifier.contains(projects[dep][1], prereleases=True):

@@ -19,7 +19,6 @@ from typing import Any, Literal, Mapping
 
 import attrs
 
-from josef.plugins import PluginError
 from josef_client import ConfigError
 from josef_client.config import CONSUMER, PRODUCER, build_config
 
@@ -327,6 +326,7 @@ def _remote_storage(options: Mapping[str, str]) -> RemoteStorageOptions | None:
         raise OptionError(f"remoteReads=direct needs {REMOTE_CLASS_KEY} and the {REMOTE_PREFIX}* settings of the "
                           "brokers' remote storage, as their server.properties has them")
     try:
+        from josef.plugins import PluginError
         from josef_storage_tiered.remote import select
     except ImportError:
         raise OptionError("remoteReads=direct needs josef-storage-tiered beside josef-spark, on the driver and the "

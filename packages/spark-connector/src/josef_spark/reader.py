@@ -30,7 +30,6 @@ from pyspark.sql.types import StructType
 from josef_client import Consumer, ConsumerRecord, OffsetOutOfRangeError, TopicPartition
 from josef_spark.options import ReadOptions
 from josef_spark.planning import OffsetRange, Offsets, Planner, data_lost, offset_ranges, rate_limit
-from josef_spark.remote_reads import RemotePiece, read_piece, remote_segments, split
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class RangePartition(InputPartition):
 class RemotePartition(InputPartition):
     """Offsets that remote segments hold, read from remote storage by the task (remoteReads=direct)."""
 
-    def __init__(self, piece: RemotePiece) -> None:
+    def __init__(self, piece: Any) -> None:  # josef_spark.remote_reads.RemotePiece
         super().__init__(piece.range)
         self.piece = piece
 
@@ -149,6 +148,8 @@ class _RangeReading:
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RemotePartition):
+            from josef_spark.remote_reads import read_piece  # the tiered extra's, imported where it is used
+
             return read_piece(self.options, partition.piece, MAX_POLL_RECORDS,
                               lambda records: _arrow_columns(records, self.arrow_schema, self.options.include_headers),
                               lambda r: read_range(self.options, self.arrow_schema, r, self.group_id))
@@ -160,6 +161,7 @@ class _RangeReading:
         """A task per range; with remoteReads=direct, what remote segments hold in tasks that read them there."""
         if self.options.remote_storage is None:
             return [RangePartition(r) for r in ranges]
+        from josef_spark.remote_reads import RemotePiece, remote_segments, split
         # Only partitions read from below the brokers' local logs (ListOffsets EARLIEST_LOCAL) can need remote data.
         local = planner.list_offsets({(r.topic, r.partition): EARLIEST_LOCAL for r in ranges})
         below = {(r.topic, r.partition) for r in ranges if r.start < local.get((r.topic, r.partition), -1)}
