@@ -838,6 +838,7 @@ class LocalLog:
     async def remote_producer_snapshot(self, offset: int) -> bytes | None:
         return None  # nothing of this log is anywhere but here
 
+    @_locked
     def latest_producer_snapshot(self) -> ProducerSnapshot | None:
         try:
             for offset in reversed(snapshots.list_snapshots(self.dir)):

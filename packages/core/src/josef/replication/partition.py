@@ -467,13 +467,17 @@ class Partition:
 
         ``producer_snapshot``: the producer state at ``offset``, in the
         storage's format, when what is below is kept in remote storage
-        (:meth:`josef.log.Log.remote_producer_snapshot`).
+        (:meth:`josef.log.Log.remote_producer_snapshot`). A snapshot that cannot
+        be one raises :class:`ValueError` once the log has started empty there
+        all the same, without it.
         """
         self.log.truncate_fully_and_start_at(offset)
-        if producer_snapshot is not None:
-            self.log.install_producer_snapshot(offset, producer_snapshot)
-        self._reload_producers()
-        self.high_watermark = offset
+        try:
+            if producer_snapshot is not None:
+                self.log.install_producer_snapshot(offset, producer_snapshot)
+        finally:
+            self._reload_producers()
+            self.high_watermark = offset
 
     def _reload_producers(self) -> None:
         self.producers = self._load_producer_state()

@@ -247,9 +247,8 @@ class ReplicaFetcher:
                              " with the producer state kept there" if snapshot is not None else "")
                     try:
                         partition.truncate_fully_and_start_at(part.offset, snapshot)
-                    except ValueError as exc:  # a snapshot that cannot be one: the local replay is what is left
+                    except ValueError as exc:  # started there without it: what it replicates is all it knows
                         log.error("%s: the remote producer snapshot at %d is unreadable (%s)", tp, part.offset, exc)
-                        partition.truncate_fully_and_start_at(part.offset)
                     if part.leader_epoch >= 0:
                         partition.log.assign_epoch(part.leader_epoch, part.offset)
                 state.tiered = False
