@@ -3,6 +3,7 @@ real clients."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -128,6 +129,15 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
         client.close()
     assert read_all(broker.bootstrap_servers, "tiered", 2000) == values
     assert start <= local_start(broker.port, "tiered")
+    # josef log-dirs describe --remote: beside the local size, the bytes of the segments in remote storage.
+    described = subprocess.run([sys.executable, "-m", "josef", "log-dirs", "describe", "--bootstrap-server",
+                                broker.bootstrap_servers, "--topic-list", "tiered", "--remote"],
+                               capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0, described.stderr
+    [entry] = json.loads(described.stdout.splitlines()[-1])["brokers"][0]["logDirs"][0]["partitions"]
+    remote_logs = sum(p.stat().st_size for p in remote.rglob("tiered-*/0/*.log"))
+    assert (entry["partition"], entry["remoteSize"]) == ("tiered-0", remote_logs)
+    assert 0 < entry["size"] < remote_logs
     # kafka-dump-log.sh --remote-log-metadata-decoder: the metadata topic's records as Kafka's classes print them.
     segments = [p for p in broker.data_dir.glob("__remote_log_metadata-*/*.log") if p.stat().st_size]
     dumped = subprocess.run([sys.executable, "-m", "josef", "dump-log", "--remote-log-metadata-decoder", "--files",

@@ -50,6 +50,11 @@ def test_format_as_json_filters_topics_and_names_errors():
         "version": 1}
     assert text.startswith('{"brokers":[{"broker":1,"logDirs":[{"partitions":[{"partition":"t-0","size":10,')
     assert text.endswith('"error":"org.apache.kafka.common.errors.KafkaStorageException","logDir":"/b"}]}],"version":1}')
+    # --remote: remoteSize on the entries of partitions remote storage holds anything of, the rest as Kafka's.
+    both = json.loads(format_as_json({1: dirs}, set(), {("u", 0): 4096}))["brokers"][0]["logDirs"][0]["partitions"]
+    assert sorted(both, key=lambda p: p["partition"]) == [
+        {"partition": "t-0", "size": 10, "offsetLag": 0, "isFuture": False},
+        {"partition": "u-0", "size": 5, "offsetLag": 0, "isFuture": False, "remoteSize": 4096}]
 
 
 @pytest.fixture
@@ -103,3 +108,10 @@ def test_unknown_brokers_are_refused_as_kafka_does(broker_with_data):
     assert result.stdout == ""
     assert result.stderr.startswith("ERROR: The given brokers do not exist from --broker-list: 77,78. "
                                     "Current existent brokers: ")
+
+
+def test_remote_sizes_of_a_cluster_without_tiered_storage_leave_kafkas_output(broker_with_data):
+    plain, remote = describe(broker_with_data, "--topic-list", "orders"), describe(broker_with_data, "--topic-list",
+                                                                                   "orders", "--remote")
+    assert (plain.exit_code, remote.exit_code) == (0, 0), remote.stderr
+    assert json.loads(remote.stdout.splitlines()[2]) == json.loads(plain.stdout.splitlines()[2])

@@ -32,24 +32,26 @@ there is settled) the task reads through the brokers.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 import pyarrow as pa
 
-from josef.metadata.records import uuid_from_text
 from josef.protocol.topic_partition import TopicPartition
-from josef.remote_storage import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageManager
-from josef_client import Admin, Consumer, KafkaError
+from josef.remote_storage import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteStorageManager,
+)
+from josef_client import Admin
 from josef_client.records import FetchedPartition
+from josef_client.remote_log_metadata import remote_log_metadata
 from josef_spark.options import ReadOptions, RemoteStorageOptions
 from josef_spark.planning import OffsetRange
 
 log = logging.getLogger(__name__)
 
-METADATA_TOPIC = "__remote_log_metadata"
 #: The most bytes of remote segments one task reads (Spark's default spark.sql.files.maxPartitionBytes): enough
 #: that per-task costs vanish, few enough that a backfill spreads over the executors.
 TASK_BYTES = 128 << 20
@@ -75,55 +77,10 @@ def remote_segments(options: ReadOptions, admin: Admin, partitions: Iterable[tup
                     group_id: str) -> dict[tuple[str, int], list[RemoteLogSegmentMetadata]]:
     """Each partition's readable remote segments, one after the other from its lowest remote offset (see
     :func:`chain`), from ``__remote_log_metadata`` read to its current end on the driver."""
-    from josef_storage_tiered.metadata_cache import RemotePartitionMetadataStore
-    from josef_storage_tiered.metadata_records import decode, metadata_partition
-
-    partitions = sorted(set(partitions))
-    described = admin.describe_topics(sorted({t for t, _ in partitions} | {METADATA_TOPIC}), raise_errors=False)
-    metadata = described.get(METADATA_TOPIC)
-    if metadata is None or isinstance(metadata, KafkaError) or not metadata.partitions:
-        return {}  # no broker has tiered anything yet
-    store = RemotePartitionMetadataStore()
-    keys: dict[tuple[str, int], tuple[uuid.UUID, TopicPartition]] = {}
-    wanted: set[int] = set()
-    for topic, partition in partitions:
-        description = described.get(topic)
-        if description is None or isinstance(description, KafkaError) or not description.topic_id:
-            continue
-        topic_id = uuid_from_text(description.topic_id)
-        keys[(topic, partition)] = (topic_id, TopicPartition(topic, partition))
-        store.load_partition(*keys[(topic, partition)])
-        wanted.add(metadata_partition(topic_id, partition, len(metadata.partitions)))
-    if not wanted:
-        return {}
-    consumer = Consumer({**options.client_config, "bootstrap.servers": options.bootstrap_servers,
-                         "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_uncommitted"})
-    try:
-        assigned = [TopicPartition(METADATA_TOPIC, p) for p in sorted(wanted)]
-        consumer.assign(assigned)
-        consumer.seek_to_beginning(*assigned)
-        ends = consumer.end_offsets(assigned)
-        waiting = {tp for tp in assigned if consumer.position(tp) < ends[tp]}
-        while waiting:
-            for records in consumer.poll(timeout_ms=1000).values():
-                for record in records:
-                    if record.value is None:
-                        continue
-                    try:
-                        store.handle(decode(record.value))
-                    except ValueError as exc:  # as a broker does: one unreadable record does not stop the rest
-                        log.error("%s-%d offset %d: cannot apply: %s", record.topic, record.partition, record.offset,
-                                  exc)
-            waiting = {tp for tp in waiting if consumer.position(tp) < ends[tp]}
-    finally:
-        consumer.close()
-    found = {}
-    for tp, key in keys.items():
-        segments = chain(store.load_partition(*key).list_segments())
-        if segments:
-            found[tp] = segments
-    return found
+    found = remote_log_metadata({**options.client_config, "bootstrap.servers": options.bootstrap_servers,
+                                 "group.id": group_id}, partitions, admin)
+    chained = {tp: chain(cache.list_segments()) for tp, cache in found.items()}
+    return {tp: segments for tp, segments in chained.items() if segments}
 
 
 def chain(segments: Iterable[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:

@@ -47,6 +47,13 @@ from josef.config import Config
 from josef.log import ClosedSegment, EpochEntry, OffsetOutOfRangeError, RemoteRecords
 from josef.metadata.records import uuid_from_text
 from josef.protocol.topic_partition import TopicPartition
+from josef.remote_log_metadata.cache import RemotePartitionMetadataStore
+from josef.remote_log_metadata.records import (
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    metadata_partition,
+)
 from josef.remote_storage import (
     IndexType,
     LogSegmentData,
@@ -59,12 +66,13 @@ from josef.remote_storage import (
 )
 from josef.segment_files import encode_epoch_checkpoint
 from josef.services import BrokerServices
-
-from josef_storage_tiered.metadata_cache import RemotePartitionMetadataStore
-from josef_storage_tiered.metadata_records import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
-from josef_storage_tiered.metadata_records import RemoteLogSegmentMetadataUpdate, metadata_partition
 from josef_storage_tiered.metadata_topic import MetadataTopic
-from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, find_timestamp, read_batches
+from josef_storage_tiered.remote_reader import (
+    IndexCache,
+    aborted_txns,
+    find_timestamp,
+    read_batches,
+)
 from josef_storage_tiered.tiered_log import TieredLog
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Every event of a remote segment's life (copy started, copy finished,
 delete started, delete finished) is a record in the partition of the
 metadata topic that its user partition hashes to, in Kafka's format
-(:mod:`josef_storage_tiered.metadata_records`), written with ``acks=all``
+(:mod:`josef.remote_log_metadata.records`), written with ``acks=all``
 by the user partition's leader. Every broker reads the metadata partitions
 of the tiered partitions it hosts into its cache, so a new leader knows
 exactly what is remote, and a follower what it may delete locally. As in
@@ -32,14 +32,13 @@ from josef.config import Config
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.protocol.records import build_batch, iter_batches, iter_records
+from josef.remote_log_metadata import TOPIC
+from josef.remote_log_metadata.records import decode, encode
 from josef.services import BrokerServices
-
 from josef_storage_tiered.broker_config import metadata_topic_setting
-from josef_storage_tiered.metadata_records import decode, encode
 
 log = logging.getLogger(__name__)
 
-TOPIC = "__remote_log_metadata"
 #: How long a read waits before polling again when it found nothing new.
 POLL_INTERVAL_S = 0.2
 #: The wait after a failed request (a leader moving, a broker restarting).

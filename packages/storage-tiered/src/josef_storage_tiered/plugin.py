@@ -55,7 +55,7 @@ def register_record_decoders(register: Register) -> None:
 
 def remote_log_metadata(key: bytes | None, value: bytes | None) -> tuple[None, str]:
     """One keyless record of ``__remote_log_metadata``, as Kafka's RemoteMetadataLogMessageParser prints it."""
-    from josef_storage_tiered.metadata_records import decode_remote_log_metadata
+    from josef.remote_log_metadata.records import decode_remote_log_metadata
 
     return None, decode_remote_log_metadata(key, value)
 

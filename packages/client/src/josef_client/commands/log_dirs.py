@@ -81,8 +81,13 @@ def _exception_name(error: KafkaError | None) -> str | None:
     return f"org.apache.kafka.common.errors.{camel}"
 
 
-def format_as_json(by_broker: dict[int, dict[str, LogDirDescription]], topics: set[str]) -> str:
-    """Kafka's ``LogDirsCommand.formatAsJson``: every broker's dirs, with the partitions of ``topics`` (all when empty)."""
+def format_as_json(by_broker: dict[int, dict[str, LogDirDescription]], topics: set[str],
+                   remote: dict[tuple[str, int], int] | None = None) -> str:
+    """Kafka's ``LogDirsCommand.formatAsJson``: every broker's dirs, with the partitions of ``topics`` (all when empty).
+
+    ``remote`` (``--remote``): the bytes in remote storage of tiered partitions, added to each of their entries as
+    ``remoteSize``; Kafka's tool reports local sizes only.
+    """
     brokers = []
     for broker in java_hash_order(by_broker, lambda b: b):
         dirs = []
@@ -92,7 +97,9 @@ def format_as_json(by_broker: dict[int, dict[str, LogDirDescription]], topics: s
             partitions = [
                 _java_object(partition=f"{tp.topic}-{tp.partition}", size=description.replicas[tp].size,
                              offsetLag=description.replicas[tp].offset_lag,
-                             isFuture=description.replicas[tp].is_future)
+                             isFuture=description.replicas[tp].is_future,
+                             **({"remoteSize": remote[(tp.topic, tp.partition)]}
+                                if remote and (tp.topic, tp.partition) in remote else {}))
                 for tp in java_hash_order(replicas, lambda tp: _partition_hash(tp.topic, tp.partition))]
             dirs.append(_java_object(logDir=path, error=_exception_name(description.error), partitions=partitions))
         brokers.append(_java_object(broker=broker, logDirs=dirs))
@@ -125,7 +132,11 @@ def log_dirs() -> None:
 @click.option("--broker-list", default="", metavar="ID[,ID...]",
               help='The list of brokers to be queried in the form "0,1,2". All brokers in the cluster will be queried '
                    "if no broker list is specified.")
-def describe(bootstrap_server: str, command_config: Path | None, topic_list: str, broker_list: str) -> None:
+@click.option("--remote", is_flag=True,
+              help="josef: also give each tiered partition's bytes in remote storage (remoteSize), read from "
+                   "__remote_log_metadata as the brokers count them.")
+def describe(bootstrap_server: str, command_config: Path | None, topic_list: str, broker_list: str,
+             remote: bool) -> None:
     """Describe the specified log directories on the specified brokers."""
     from josef_client.admin import AsyncAdmin
 
@@ -148,4 +159,17 @@ def describe(bootstrap_server: str, command_config: Path | None, topic_list: str
                    f"Current existent brokers: {_comma_list(cluster)}", err=True)
         sys.exit(1)
     click.echo(f"Received log directory information from brokers {_comma_list(by_broker)}")
-    click.echo(format_as_json(by_broker, topics))
+    sizes = remote_sizes(config, by_broker, topics) if remote else None
+    click.echo(format_as_json(by_broker, topics, sizes))
+
+
+def remote_sizes(config: dict[str, Any], by_broker: dict[int, dict[str, LogDirDescription]],
+                 topics: set[str]) -> dict[tuple[str, int], int]:
+    """Bytes in remote storage of the partitions described, as Kafka's RemoteLogSizeBytes metric counts them: every
+    segment the metadata lists (copies started or finished, deletions not yet finished)."""
+    from josef_client.remote_log_metadata import remote_log_metadata
+
+    partitions = {(tp.topic, tp.partition) for dirs in by_broker.values() for description in dirs.values()
+                  for tp in description.replicas if not topics or tp.topic in topics}
+    found = remote_log_metadata({**config, "group.id": "log-dirs-tool"}, partitions)
+    return {tp: cache.remote_log_size() for tp, cache in found.items()}

@@ -14,8 +14,7 @@ import attrs
 import pytest
 
 from josef.protocol.topic_partition import TopicPartition
-from josef.remote_storage import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
-from josef_storage_tiered.metadata_records import (
+from josef.remote_log_metadata.records import (
     RemoteLogSegmentMetadataSnapshot,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
@@ -27,6 +26,7 @@ from josef_storage_tiered.metadata_records import (
     metadata_partition,
     with_update,
 )
+from josef.remote_storage import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 TOPIC_ID = uuid.UUID("b9f8a3c2-6d1e-4f7a-9c3b-2e5d8f1a0b47")
 TOPIC_ID_TEXT = "ufijwm0eT3qcOy5djxoLRw"  # Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, unpadded

@@ -62,8 +62,8 @@ from kio.serial.writers import (
 )
 from kio.static.constants import uuid_zero
 
-from josef.metadata.records import uuid_to_text
 from josef.coordinator.hashing import murmur2, to_positive
+from josef.metadata.records import uuid_to_text
 from josef.protocol.topic_partition import TopicPartition
 from josef.remote_storage import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 

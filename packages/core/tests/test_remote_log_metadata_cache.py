@@ -13,26 +13,26 @@ import attrs
 import pytest
 
 from josef.protocol.topic_partition import TopicPartition
-from josef.remote_storage import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    RemoteResourceNotFoundError,
-)
-from josef_storage_tiered.metadata_cache import (
+from josef.remote_log_metadata.cache import (
     IllegalStateTransitionError,
     RemoteLogMetadataCache,
     RemoteLogMetadataNotReadyError,
     RemotePartitionMetadataStore,
     is_valid_segment_transition,
 )
-from josef_storage_tiered.metadata_records import (
+from josef.remote_log_metadata.records import (
     RemoteLogSegmentMetadataSnapshot,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     decode,
     encode,
+)
+from josef.remote_storage import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
 )
 
 S = RemoteLogSegmentState

@@ -38,20 +38,19 @@ import uuid
 
 from josef.metadata.records import uuid_to_text
 from josef.protocol.topic_partition import TopicPartition
+from josef.remote_log_metadata.records import (
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    with_update,
+)
 from josef.remote_storage import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteResourceNotFoundError,
     RemoteStorageError,
-)
-
-from josef_storage_tiered.metadata_records import (
-    RemoteLogMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemotePartitionDeleteMetadata,
-    RemotePartitionDeleteState,
-    with_update,
 )
 
 log = logging.getLogger(__name__)
