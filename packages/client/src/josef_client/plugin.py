@@ -20,7 +20,7 @@ from josef_client.assignors import (
 from josef_client.partitioner import Murmur2Partitioner, RoundRobinPartitioner
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.0,<2"
+JOSEF_PLUGIN_API = ">=1.4,<2"
 
 
 @hookimpl

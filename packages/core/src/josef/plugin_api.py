@@ -34,7 +34,7 @@ from packaging.version import Version
 log = logging.getLogger(__name__)
 
 #: The plugin API this core offers.
-PLUGIN_API_VERSION = "1.3"
+PLUGIN_API_VERSION = "1.4"
 
 #: The attribute of a plugin's entry-point module that states the API range it supports.
 RANGE_ATTRIBUTE = "JOSEF_PLUGIN_API"
@@ -58,6 +58,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
                      "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "TelemetrySubscription"),
     "josef.remote_storage": "*",
+    "josef.remote_log_metadata": "*",
+    "josef.remote_log_metadata.records": "*",
+    "josef.remote_log_metadata.cache": "*",
     "josef.segment_files": "*",
     "josef.config": "*",
     "josef.coordinator": "*",

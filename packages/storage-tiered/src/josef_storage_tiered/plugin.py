@@ -11,7 +11,7 @@ from josef.hookspecs import Register
 from josef.remote_storage import RemoteStorageManager
 
 #: The plugin API versions this plugin works with: josef.remote_storage came with 1.3.
-JOSEF_PLUGIN_API = ">=1.3,<2"
+JOSEF_PLUGIN_API = ">=1.4,<2"
 
 
 def s3(settings: Mapping[str, Any]) -> RemoteStorageManager:
