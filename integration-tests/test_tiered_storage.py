@@ -146,6 +146,7 @@ def test_old_segments_move_to_remote_storage_and_are_read_back_from_there(tiered
     assert re.search(r" payload: RemoteLogSegmentMetadata\{remoteLogSegmentId=RemoteLogSegmentId\{topicIdPartition="
                      r"[\w-]{22}:tiered-0, id=[\w-]{22}\}, startOffset=0, endOffset=\d+, brokerId=1, ", dumped.stdout)
     assert "payload: RemoteLogSegmentMetadataUpdate{" in dumped.stdout and "state=COPY_SEGMENT_FINISHED" in dumped.stdout
+    assert "txnIdxEmpty=true}" in dumped.stdout and "txnIdxEmpty=false" not in dumped.stdout  # no transactions here
     assert " key: " not in dumped.stdout and "Error at offset" not in dumped.stdout
 
 

@@ -69,7 +69,7 @@ SEGMENT_METADATA_TEXT = (
     f"RemoteLogSegmentMetadata{{remoteLogSegmentId=RemoteLogSegmentId{{topicIdPartition={TOPIC_ID_TEXT}:foo-0, "
     f"id={SEGMENT_TEXT}}}, startOffset=0, endOffset=100, brokerId=1, maxTimestampMs=-1, eventTimestampMs=123, "
     "segmentLeaderEpochs={0=0, 1=20, 2=80}, segmentSizeInBytes=1024, customMetadata=Optional[CustomMetadata{10 bytes}], "
-    "state=COPY_SEGMENT_STARTED}")
+    "state=COPY_SEGMENT_STARTED, txnIdxEmpty=false}")
 
 # The update of Kafka's DumpLogSegmentsTest.testDumpRemoteLogMetadataMultipleRecordsOneBatch.
 UPDATE = RemoteLogSegmentMetadataUpdate(SEGMENT_ID, bytes([0, 1, 2, 3]), RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
@@ -119,7 +119,7 @@ SNAPSHOT_BYTES = _hex(
 )
 SNAPSHOT_TEXT = (f"RemoteLogSegmentMetadataSnapshot{{segmentId={SEGMENT_TEXT}, startOffset=101, endOffset=200, "
                  "maxTimestampMs=5000, segmentLeaderEpochs={2=101}, segmentSizeInBytes=2048, "
-                 "customMetadata=Optional.empty, state=DELETE_SEGMENT_STARTED}")
+                 "customMetadata=Optional.empty, state=DELETE_SEGMENT_STARTED, txnIdxEmpty=false}")
 
 VECTORS = [
     pytest.param(SEGMENT_METADATA, SEGMENT_METADATA_BYTES, SEGMENT_METADATA_TEXT, id="segment"),
@@ -146,6 +146,29 @@ def test_decodes_kafkas_bytes(record, data, text):
 def test_prints_what_kafkas_dump_tool_prints(record, data, text):
     assert format_record(record) == text
     assert decode_remote_log_metadata(None, data) == text
+
+
+def test_txn_index_empty_is_tagged_field_0_of_the_segment_records_written_only_when_true():
+    # KIP-1058: TxnIndexEmpty, a tagged bool (tag 0) of RemoteLogSegmentMetadataRecord and its snapshot record.
+    for record, data, text in ((SEGMENT_METADATA, SEGMENT_METADATA_BYTES, SEGMENT_METADATA_TEXT),
+                               (SNAPSHOT, SNAPSHOT_BYTES, SNAPSHOT_TEXT)):
+        empty = attrs.evolve(record, txn_index_empty=True)
+        tagged = data[:-1] + _hex("01", "00", "01", "01")  # one tagged field: tag 0, 1 byte, true
+        assert encode(empty) == tagged and decode(tagged) == empty
+        assert format_record(empty) == text.replace("txnIdxEmpty=false", "txnIdxEmpty=true")
+    assert RemoteLogSegmentMetadataSnapshot.of(attrs.evolve(SEGMENT_METADATA, txn_index_empty=True)).txn_index_empty
+    assert attrs.evolve(SNAPSHOT, txn_index_empty=True).to_metadata(TOPIC_ID, TP).txn_index_empty
+
+
+def test_version_1_records_of_newer_kafkas_are_read_without_their_new_tagged_fields():
+    # Version 1 adds BrokerLeaderEpoch (tag 1 of the segment record, tag 0 of the update) and an update's EndOffset
+    # (tag 1): tagged fields only, which nothing here uses.
+    segment = _hex("01", "00", "01") + SEGMENT_METADATA_BYTES[3:-1] + _hex("02", "00", "01", "01", "01", "04",
+                                                                          "00000007")
+    assert decode(segment) == attrs.evolve(SEGMENT_METADATA, txn_index_empty=True)
+    update = _hex("01", "01", "01") + UPDATE_BYTES[3:-1] + _hex("02", "00", "04", "00000007", "01", "08",
+                                                                "0000000000000064")
+    assert decode(update) == UPDATE
 
 
 def test_epochs_are_written_in_ascending_order_whatever_the_mapping_order():
@@ -225,7 +248,8 @@ def test_a_snapshot_keeps_everything_but_the_partition():
     (_hex("00", "00", "00"), "frame version 0"),
     (_hex("01", "04", "00"), r"unknown __remote_log_metadata record type \(api key\) 4"),
     (_hex("01", "ff", "7f", "00"), r"api key\) 16383"),
-    (_hex("01", "00", "01") + SEGMENT_METADATA_BYTES[3:], "Can't read version 1 of RemoteLogSegmentMetadataRecord"),
+    (_hex("01", "00", "02") + SEGMENT_METADATA_BYTES[3:], "Can't read version 2 of RemoteLogSegmentMetadataRecord"),
+    (SEGMENT_METADATA_BYTES[:-1] + _hex("01", "00", "01", "02"), "txnIndexEmpty is not a boolean: 02"),
     (_hex("01", "ff", "ff", "ff", "ff", "ff"), "longer than 5 bytes"),
     (SEGMENT_METADATA_BYTES + b"\x00", r"Found 1 byte\(s\) of garbage after RemoteLogSegmentMetadataRecord"),
     (UPDATE_BYTES[:-2] + _hex("07", "00"), "unknown remote log segment state 7"),
@@ -237,7 +261,7 @@ def test_a_snapshot_keeps_everything_but_the_partition():
     (SNAPSHOT_BYTES[:55] + _hex("01") + SNAPSHOT_BYTES[56 + 13:], "at least one leader epoch"),
     (SNAPSHOT_BYTES[:55] + _hex("ffffffff0f"), "claims 4294967294 entries"),
     (SEGMENT_METADATA_BYTES[:45] + _hex("ffffffffffffffff") + SEGMENT_METADATA_BYTES[53:], "spans offsets -1..100"),
-], ids=["kafkas-corrupted", "empty", "frame-0", "api-key-4", "api-key-2-bytes", "version-1", "long-varint",
+], ids=["kafkas-corrupted", "empty", "frame-0", "api-key-4", "api-key-2-bytes", "version-2", "txn-index-empty-2", "long-varint",
         "garbage", "segment-state", "delete-state", "null-name", "bad-utf8", "long-name", "null-epochs",
         "no-epochs", "huge-epoch-count", "negative-start"])
 def test_corrupt_input_raises_a_value_error_saying_what_is_wrong(data, message):

@@ -78,7 +78,10 @@ class RemoteLogSegmentMetadata:
     ``segment_leader_epochs`` maps each leader epoch in the segment to the
     first offset it wrote there; ``custom_metadata`` is what the backend's
     :meth:`RemoteStorageManager.copy_log_segment_data` returned, handed back
-    on every later call.
+    on every later call. ``txn_index_empty`` (KIP-1058) says the segment has
+    no aborted transaction, so that a ``read_committed`` fetch searching the
+    transaction indexes of the segments after the one it reads skips it
+    without a request to remote storage.
     """
 
     segment_id: RemoteLogSegmentId
@@ -91,6 +94,7 @@ class RemoteLogSegmentMetadata:
     segment_leader_epochs: Mapping[int, int]
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     custom_metadata: bytes | None = None
+    txn_index_empty: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:

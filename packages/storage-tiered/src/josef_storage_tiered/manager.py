@@ -387,9 +387,11 @@ class RemoteLogManager:
                       if i + 1 == len(entries) or entries[i + 1].start_offset > segment.base_offset}
         if not in_segment:
             in_segment = {epoch: segment.base_offset}
+        txn_index = segment.transaction_index
         metadata = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate(key[0], log.tp), segment.base_offset, segment.next_offset - 1,
-            segment.max_timestamp_ms, self._services.node_id, _now_ms(), segment.size_bytes, in_segment)
+            segment.max_timestamp_ms, self._services.node_id, _now_ms(), segment.size_bytes, in_segment,
+            txn_index_empty=txn_index is None or not txn_index.exists() or txn_index.stat().st_size == 0)
         partition = self._metadata_partition(key)
         await self._copy_quota.wait()
         await self.topic.publish(partition, metadata)

@@ -34,14 +34,24 @@ class IndexCache:
         self._lock = threading.Lock()
 
     def get(self, segment: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
-        """The file, from memory or fetched (RemoteStorageError when the fetch fails)."""
+        """The file, from memory or fetched (RemoteStorageError when the fetch fails).
+
+        A transaction index that remote storage does not have is an empty
+        one (a segment copied without, its metadata from before KIP-1058),
+        and is kept as such: asked again, it costs no request.
+        """
         key = (segment.segment_id.id, kind)
         with self._lock:
             data = self._entries.get(key)
             if data is not None:
                 self._entries.move_to_end(key)
                 return data
-        data = self._storage.fetch_index(segment, kind)
+        try:
+            data = self._storage.fetch_index(segment, kind)
+        except RemoteResourceNotFoundError:
+            if kind is not IndexType.TRANSACTION:
+                raise
+            data = b""
         with self._lock:
             if key not in self._entries:
                 self._entries[key] = data
@@ -172,11 +182,9 @@ def aborted_txns(indexes: IndexCache, segments: list[RemoteLogSegmentMetadata], 
     found: list[AbortedTxn] = []
     try:
         for segment in segments:
-            try:
-                entries = decode_aborted_txns(indexes.get(segment, IndexType.TRANSACTION), segment.start_offset)
-            except RemoteResourceNotFoundError:
-                continue  # copied without one: no aborted transaction there
-            for txn in entries:
+            if segment.txn_index_empty:  # KIP-1058: nothing to fetch
+                continue
+            for txn in decode_aborted_txns(indexes.get(segment, IndexType.TRANSACTION), segment.start_offset):
                 if txn.last_offset >= start and txn.first_offset < upper:
                     found.append(txn)
                 if txn.last_stable_offset >= upper:

@@ -76,8 +76,14 @@ SEGMENT_METADATA_UPDATE_API_KEY = 1
 PARTITION_DELETE_API_KEY = 2
 SEGMENT_METADATA_SNAPSHOT_API_KEY = 3
 
-#: Every record type is at version 0 (and flexible from 0): the only version Kafka writes and reads.
+#: The version josef writes of every record type (flexible from 0), which every Kafka since 3.6 reads.
 RECORD_VERSION = 0
+#: The highest version read: Kafka's version 1 of the segment records adds only tagged fields (the broker's leader
+#: epoch, an update's end offset) that nothing here needs, so a reader skips them as any unknown tagged field.
+MAX_RECORD_VERSION = 1
+#: TxnIndexEmpty (KIP-1058, Kafka 4.0): tagged field 0 of RemoteLogSegmentMetadataRecord and of its snapshot record.
+TXN_INDEX_EMPTY_TAG = 0
+_SEGMENT_RECORDS = (SEGMENT_METADATA_API_KEY, SEGMENT_METADATA_SNAPSHOT_API_KEY)
 
 _RECORD_NAMES = {
     SEGMENT_METADATA_API_KEY: "RemoteLogSegmentMetadataRecord",
@@ -157,6 +163,7 @@ class RemoteLogSegmentMetadataSnapshot:
     custom_metadata: bytes | None
     state: RemoteLogSegmentState
     segment_leader_epochs: Mapping[int, int]
+    txn_index_empty: bool = False
 
     def __attrs_post_init__(self) -> None:
         RemoteLogSegmentMetadata.check_leader_epochs(self.segment_leader_epochs)
@@ -165,14 +172,16 @@ class RemoteLogSegmentMetadataSnapshot:
     def of(cls, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataSnapshot:
         return cls(metadata.segment_id.id, metadata.start_offset, metadata.end_offset, metadata.max_timestamp_ms,
                    metadata.broker_id, metadata.event_timestamp_ms, metadata.segment_size_in_bytes,
-                   metadata.custom_metadata, metadata.state, dict(metadata.segment_leader_epochs))
+                   metadata.custom_metadata, metadata.state, dict(metadata.segment_leader_epochs),
+                   metadata.txn_index_empty)
 
     def to_metadata(self, topic_id: uuid.UUID, tp: TopicPartition) -> RemoteLogSegmentMetadata:
         """The full metadata again, given the partition the snapshot belongs to."""
         return RemoteLogSegmentMetadata(RemoteLogSegmentId(topic_id, tp, self.segment_id), self.start_offset,
                                         self.end_offset, self.max_timestamp_ms, self.broker_id,
                                         self.event_timestamp_ms, self.segment_size_in_bytes,
-                                        dict(self.segment_leader_epochs), self.state, self.custom_metadata)
+                                        dict(self.segment_leader_epochs), self.state, self.custom_metadata,
+                                        self.txn_index_empty)
 
 
 #: Any record of ``__remote_log_metadata``.
@@ -255,6 +264,11 @@ def _write_segment_fields(out: IO[bytes], record: RemoteLogSegmentMetadata | Rem
     write_int32(out, record.segment_size_in_bytes)
     write_nullable_compact_string(out, record.custom_metadata)  # compact nullable bytes: the same encoding
     write_int8(out, record.state)
+    if record.txn_index_empty:  # TxnIndexEmpty, tagged field 0: written only when not its default, false
+        for value in (1, TXN_INDEX_EMPTY_TAG, 1, 1):  # one field; its tag, size and value
+            write_unsigned_varint(out, value)
+    else:
+        write_empty_tagged_fields(out)
 
 
 def encode(record: RemoteLogMetadata) -> bytes:
@@ -284,9 +298,10 @@ def encode(record: RemoteLogMetadata) -> bytes:
             _write_segment_fields(out, record)
         else:
             raise TypeError(f"{type(record).__name__} is not a record of __remote_log_metadata")
+        if api_key not in _SEGMENT_RECORDS:  # (those end with their tagged fields above)
+            write_empty_tagged_fields(out)
     except struct.error as exc:  # an int out of its field's range (kio's writers pack with struct)
         raise ValueError(f"cannot encode {record}: {exc}") from None
-    write_empty_tagged_fields(out)
     frame = io.BytesIO()
     for value in (FRAME_VERSION, api_key, RECORD_VERSION):
         write_unsigned_varint(frame, value)
@@ -350,15 +365,24 @@ class _Cursor:
         self.pos = start
         return self.read(read_compact_string, field)
 
-    def tagged_fields(self) -> None:
-        """Skip the tagged fields: none of these records defines one, so all are a newer writer's (kept by Kafka as
-        unknown tagged fields, which change nothing it does)."""
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields, by tag, their values undecoded: the caller takes those it knows; the rest are a newer
+        writer's (kept by Kafka as unknown tagged fields, which change nothing it does)."""
+        fields = {}
         for _ in range(self.uvarint("the count of tagged fields")):
-            self.uvarint("a tag")
+            tag = self.uvarint("a tag")
             size = self.uvarint("the size of a tagged field")
             if size > len(self.data) - self.pos:
                 raise self.truncated("a tagged field")
+            fields[tag] = self.data[self.pos:self.pos + size]
             self.pos += size
+        return fields
+
+    def txn_index_empty(self, tags: dict[int, bytes]) -> bool:
+        value = tags.get(TXN_INDEX_EMPTY_TAG, b"\0")
+        if value not in (b"\0", b"\1"):
+            raise ValueError(f"tagged field txnIndexEmpty is not a boolean: {value.hex()}")
+        return value == b"\1"
 
     def state(self, states: type[_State], field: str, what: str) -> _State:
         value = self.read(read_int8, field)
@@ -432,8 +456,8 @@ def decode(data: bytes) -> RemoteLogMetadata:
     name = _RECORD_NAMES.get(api_key)
     if name is None:
         raise ValueError(f"unknown __remote_log_metadata record type (api key) {api_key}")
-    if version != RECORD_VERSION:
-        raise ValueError(f"Can't read version {version} of {name} (only version {RECORD_VERSION} exists)")
+    if version > MAX_RECORD_VERSION:
+        raise ValueError(f"Can't read version {version} of {name} (versions up to {MAX_RECORD_VERSION} are known)")
     r.what = name
     record: RemoteLogMetadata
     try:
@@ -452,7 +476,9 @@ def decode(data: bytes) -> RemoteLogMetadata:
             record = RemotePartitionDeleteMetadata(topic_id, tp, delete_state, event_ts, broker)
         else:
             record = RemoteLogSegmentMetadataSnapshot(r.uuid_("segmentId"), **r.segment_fields())
-        r.tagged_fields()
+        tags = r.tagged_fields()
+        if api_key in _SEGMENT_RECORDS:
+            record = attrs.evolve(record, txn_index_empty=r.txn_index_empty(tags))  # type: ignore[misc]
     except ValueError as exc:
         raise ValueError(f"Failed to deserialize record with type {api_key} ({name}): {exc}") from None
     if r.pos != len(r.data):
@@ -471,7 +497,8 @@ def format_record(record: RemoteLogMetadata) -> str:
                 f"maxTimestampMs={record.max_timestamp_ms}, eventTimestampMs={record.event_timestamp_ms}, "
                 f"segmentLeaderEpochs={_epochs(record.segment_leader_epochs)}, "
                 f"segmentSizeInBytes={record.segment_size_in_bytes}, "
-                f"customMetadata={_custom(record.custom_metadata)}, state={record.state.name}}}")
+                f"customMetadata={_custom(record.custom_metadata)}, state={record.state.name}, "
+                f"txnIdxEmpty={_java_bool(record.txn_index_empty)}}}")
     if isinstance(record, RemoteLogSegmentMetadataUpdate):
         return (f"RemoteLogSegmentMetadataUpdate{{remoteLogSegmentId={_segment_id(record.segment_id)}, "
                 f"customMetadata={_custom(record.custom_metadata)}, state={record.state.name}, "
@@ -486,7 +513,8 @@ def format_record(record: RemoteLogMetadata) -> str:
                 f"maxTimestampMs={record.max_timestamp_ms}, "
                 f"segmentLeaderEpochs={_epochs(record.segment_leader_epochs)}, "
                 f"segmentSizeInBytes={record.segment_size_in_bytes}, "
-                f"customMetadata={_custom(record.custom_metadata)}, state={record.state.name}}}")
+                f"customMetadata={_custom(record.custom_metadata)}, state={record.state.name}, "
+                f"txnIdxEmpty={_java_bool(record.txn_index_empty)}}}")
     raise TypeError(f"{type(record).__name__} is not a record of __remote_log_metadata")
 
 
@@ -517,3 +545,7 @@ def _epochs(epochs: Mapping[int, int]) -> str:
 
 def _custom(custom: bytes | None) -> str:
     return "Optional.empty" if custom is None else f"Optional[CustomMetadata{{{len(custom)} bytes}}]"
+
+
+def _java_bool(value: bool) -> str:
+    return "true" if value else "false"
