@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import anyio
 import pytest
 
 from josef.config import Config
-from josef.log import Log
-from josef.testing.storage import LogStorageContract, broker_config
+from josef.log import Log, LogDirError, OffsetMovedToTieredStorageError
+from josef.testing.storage import LogStorageContract, append_batch, broker_config
 from josef_storage_local.log import LocalLog
 from josef_storage_local.storage import LocalLogStorage
 from josef_storage_local.testing import LocalHarness
@@ -52,3 +53,20 @@ class TestTieredStorageContract(LogStorageContract):
     @pytest.fixture
     def storage_harness(self, tmp_path_factory: pytest.TempPathFactory) -> TieredHarness:
         return TieredHarness(tmp_path_factory.mktemp("remote"))
+
+    def test_a_replica_starting_at_its_leaders_local_log_start_keeps_the_leaders_log_start(self, subject):
+        # The harness's remote log manager never reads __remote_log_metadata: what is remote stays unknown, as on
+        # a replica that has just started over, or a broker that has just restarted.
+        log = subject.open()
+        for _ in range(3):
+            append_batch(log)
+        log.truncate_fully_and_start_at(500, log_start_offset=100)
+        assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset) == (100, 500, 500)
+        with pytest.raises(OffsetMovedToTieredStorageError):
+            log.read(200, 1 << 20, 500)
+        with pytest.raises(LogDirError, match="still being read"):  # KAFKA_STORAGE_ERROR: consumers try again
+            anyio.run(log.read_remote, 200, 1 << 20, 500)
+        log = subject.restart()
+        assert (log.log_start_offset, log.local_log_start_offset) == (100, 500)
+        log.truncate_fully_and_start_at(800)  # starting over without remote data below
+        assert log.log_start_offset == log.local_log_start_offset == 800

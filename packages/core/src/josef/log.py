@@ -405,12 +405,15 @@ class Log(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(largest epoch <= epoch, end offset of that epoch)``, Kafka's OffsetsForLeaderEpoch; ``(-1, -1)`` if unknown."""
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
         """Delete every batch and start empty at ``offset``, which may be past the end (Kafka's truncateFullyAndStartAt).
 
         What a replica does when its leader's log starts after everything it
         holds: it continues from a snapshot (the metadata log) or the leader's
-        log start.
+        log start. ``log_start_offset`` (plugin API 1.4), below ``offset``, is
+        given only to a tiered log whose replica starts at its leader's local
+        log start: what lies between is in remote storage, and the log starts
+        there. A log that keeps everything locally starts at ``offset``.
         """
 
     def truncate_to(self, offset: int) -> None:

@@ -587,7 +587,8 @@ class LocalLog:
         self._record_offsets()
 
     @_locked
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        # A local log holds nothing below ``offset``: it starts there whatever lies in remote storage below.
         try:
             self._start_empty_at(offset)
             self._epochs.checkpoint()

@@ -44,7 +44,7 @@ import anyio
 import attrs
 
 from josef.config import Config
-from josef.log import ClosedSegment, EpochEntry, OffsetOutOfRangeError, RemoteRecords
+from josef.log import ClosedSegment, EpochEntry, LogDirError, OffsetOutOfRangeError, RemoteRecords
 from josef.metadata.records import uuid_from_text
 from josef.protocol.topic_partition import TopicPartition
 from josef.remote_log_metadata.cache import RemotePartitionMetadataStore
@@ -255,11 +255,19 @@ class RemoteLogManager:
             return
         cache = self._store.cache(*key)
         self._views[tp] = RemoteView(tuple(s for s in cache.list_segments() if s.state is _S.COPY_SEGMENT_FINISHED))
+        log = self._logs.get(tp)
+        if log is not None:
+            log.remember_log_start()
 
     # What a tiered log asks (from the event loop or worker threads) --------------------------------
 
     def view(self, tp: TopicPartition) -> RemoteView:
         return self._views.get(tp) or RemoteView()
+
+    def is_ready(self, tp: TopicPartition) -> bool:
+        """Whether the partition's remote log metadata has been read up to where it was when the broker began
+        following it (Kafka's RemoteLogMetadataCache.isInitialized): until then, what is remote is not known."""
+        return tp in self._views
 
     def first_remote_offset(self, tp: TopicPartition) -> int | None:
         return self.view(tp).first_offset
@@ -273,6 +281,7 @@ class RemoteLogManager:
     async def read(self, log: TieredLog, offset: int, max_bytes: int, upper: int, min_one_batch: bool,
                    read_committed: bool) -> RemoteRecords:
         """Batches of the remote segment holding ``offset`` (one segment per read, as Kafka's remote fetch)."""
+        self._require_ready(log.tp)
         view = self.view(log.tp)
         index = view.holding(offset)
         if index is None:
@@ -308,6 +317,7 @@ class RemoteLogManager:
     async def offset_for_timestamp(self, log: TieredLog, timestamp: int) -> tuple[int, int] | None:
         """The first remote record at or after the log start stamped >= ``timestamp``: in the first segment
         (by offset) whose max timestamp reaches it, as Kafka's findOffsetByTimestamp searches."""
+        self._require_ready(log.tp)
         start = log.log_start_offset
         for segment in self.view(log.tp).segments:
             if segment.end_offset < start or segment.max_timestamp_ms < timestamp:
@@ -317,6 +327,10 @@ class RemoteLogManager:
             if found is not None:
                 return found
         return None
+
+    def _require_ready(self, tp: TopicPartition) -> None:
+        if not self.is_ready(tp):  # KAFKA_STORAGE_ERROR: clients try again, as after a leader's disk trouble
+            raise LogDirError(f"{tp}: the remote log metadata is still being read; try again")
 
     # The task --------------------------------------------------------------------------------
 

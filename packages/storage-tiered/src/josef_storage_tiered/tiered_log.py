@@ -7,8 +7,14 @@ adds what remote storage changes:
 
 - two log starts: the local log's start is the *local* log start; the log
   start is the first offset still in remote storage (or a DeleteRecords
-  above it), kept in ``remote-log-start-offset`` beside the local files so a
-  restart does not forget a DeleteRecords that reached only remote data;
+  above it). The log start last known is kept in ``remote-log-start-offset``
+  beside the local files (Kafka's log-start-offset checkpoint): a restart
+  does not forget a DeleteRecords that reached only remote data, and until
+  the broker has read what ``__remote_log_metadata`` says of the partition
+  (after a restart; on a replica that just started at its leader's local
+  log start, which then gave its log start) the log start is that one,
+  not the local one, and remote reads fail with KAFKA_STORAGE_ERROR, which
+  clients retry;
 - local retention: the local log obeys ``local.retention.ms``/``.bytes``
   and may delete only what is already in remote storage
   (:meth:`josef.log.Log.attach_retention_limit`); total retention of remote
@@ -68,7 +74,8 @@ class TieredLog:
         self.dir: Path = inner.dir
         self.config = config
         self._stable_offset: Callable[[], int] | None = None
-        self._deleted_below = _read_log_start(inner.dir / LOG_START_FILE)
+        #: The log start last known (a floor: it only moves up, but for a replica starting over), -1 for none.
+        self._known_start = _read_log_start(inner.dir / LOG_START_FILE)
         inner.attach_retention_limit(self._retention_limit)
 
     def __getattr__(self, name: str) -> Any:
@@ -85,9 +92,24 @@ class TieredLog:
     @property
     def log_start_offset(self) -> int:
         local = self._inner.log_start_offset
+        if not self._manager.is_ready(self.tp):  # what remote storage holds is not known yet
+            return local if self._known_start < 0 else min(self._known_start, local)
         first = self._manager.first_remote_offset(self.tp)
         start = local if first is None else min(first, local)
-        return max(start, min(self._deleted_below, local))
+        return max(start, min(self._known_start, local))
+
+    def remember_log_start(self) -> None:
+        """Keep the log start remote storage's metadata now gives, for after a restart (the manager calls it when
+        that metadata changes)."""
+        if self._manager.first_remote_offset(self.tp) is None:
+            return  # nothing remote: the local log start is the log start, and the local log keeps that
+        start = self.log_start_offset
+        if start > self._known_start:
+            self._set_known_start(start)
+
+    def _set_known_start(self, offset: int) -> None:
+        self._known_start = offset
+        _write_log_start(self.dir / LOG_START_FILE, offset)
 
     @property
     def highest_offset_in_remote_storage(self) -> int:
@@ -160,10 +182,13 @@ class TieredLog:
     def delete_records_before(self, offset: int) -> int:
         if offset >= self._inner.log_start_offset:
             self._inner.delete_records_before(offset)  # past the log end: OffsetOutOfRangeError, nothing changed
-        if offset > self._deleted_below:
-            self._deleted_below = offset
-            _write_log_start(self.dir / LOG_START_FILE, offset)
+        if offset > self._known_start:
+            self._set_known_start(offset)
         return self.log_start_offset
+
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        self._inner.truncate_fully_and_start_at(offset)
+        self._set_known_start(offset if log_start_offset is None else min(log_start_offset, offset))
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config

@@ -462,16 +462,21 @@ class Partition:
             self._reload_producers()
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
-    def truncate_fully_and_start_at(self, offset: int, producer_snapshot: bytes | None = None) -> None:
+    def truncate_fully_and_start_at(self, offset: int, producer_snapshot: bytes | None = None,
+                                    log_start_offset: int | None = None) -> None:
         """Start empty at the leader's log start: everything we hold is below it (Kafka's OFFSET_OUT_OF_RANGE handling).
 
         ``producer_snapshot``: the producer state at ``offset``, in the
         storage's format, when what is below is kept in remote storage
-        (:meth:`josef.log.Log.remote_producer_snapshot`). A snapshot that cannot
-        be one raises :class:`ValueError` once the log has started empty there
-        all the same, without it.
+        (:meth:`josef.log.Log.remote_producer_snapshot`); ``log_start_offset``
+        then is the leader's log start, where what remote storage keeps
+        begins. A snapshot that cannot be one raises :class:`ValueError` once
+        the log has started empty there all the same, without it.
         """
-        self.log.truncate_fully_and_start_at(offset)
+        if log_start_offset is not None and log_start_offset < offset:
+            self.log.truncate_fully_and_start_at(offset, log_start_offset=log_start_offset)
+        else:
+            self.log.truncate_fully_and_start_at(offset)
         try:
             if producer_snapshot is not None:
                 self.log.install_producer_snapshot(offset, producer_snapshot)

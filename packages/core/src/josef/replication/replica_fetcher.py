@@ -210,49 +210,61 @@ class ReplicaFetcher:
 
     async def _start_at_local_log_start(self, conn: Connection) -> None:
         """Start the partitions whose missing records are in remote storage only at the leader's local log start
-        (ListOffsets EARLIEST_LOCAL, -4): their logs are emptied there, and what is below stays remote."""
+        (ListOffsets EARLIEST_LOCAL, -4): their logs are emptied there, and what is below stays remote, from the
+        leader's log start (EARLIEST, -2) on, as Kafka's buildRemoteLogAuxState."""
         now = time.monotonic()
         states = {tp: s for tp, s in self.partitions.items() if s.tiered and s.delayed_until <= now}
+        if not states:
+            return
+        local_starts = await self._list_offsets(conn, states, -4)
+        log_starts = await self._list_offsets(conn, states, -2)
+        for tp, part in local_starts.items():
+            state = states[tp]
+            if self.partitions.get(tp) is not state:
+                continue
+            start = log_starts.get(tp)
+            errors = [p.error_code for p in (part, start) if p is not None and p.error_code != ErrorCode.none]
+            if errors:
+                state.tiered = False
+                self._failed(tp, state, errors[0])
+                continue
+            partition = state.partition
+            if partition.log.log_end_offset < part.offset:
+                # The producer state at the leader's local log start is in remote storage, with what is below.
+                try:
+                    snapshot = await partition.log.remote_producer_snapshot(part.offset)
+                except (RemoteStorageError, LogDirError) as exc:
+                    log.warning("%s: the producer state at offset %d is not to be had from remote storage yet "
+                                "(%s); trying again", tp, part.offset, exc)
+                    self._delay(state)
+                    continue
+                if self.partitions.get(tp) is not state:
+                    continue
+                log.info("%s: the leader holds locally from %d on, past our end %d (the rest is in remote "
+                         "storage); starting over there%s", tp, part.offset, partition.log.log_end_offset,
+                         " with the producer state kept there" if snapshot is not None else "")
+                try:
+                    partition.truncate_fully_and_start_at(part.offset, snapshot,
+                                                          part.offset if start is None else start.offset)
+                except ValueError as exc:  # started there without it: what it replicates is all it knows
+                    log.error("%s: the remote producer snapshot at %d is unreadable (%s)", tp, part.offset, exc)
+                if part.leader_epoch >= 0:
+                    partition.log.assign_epoch(part.leader_epoch, part.offset)
+            state.tiered = False
+            state.truncating = True
+
+    async def _list_offsets(self, conn: Connection, states: dict[TopicPartition, FetchState],
+                            timestamp: int) -> dict[TopicPartition, Any]:
+        """The leader's answer to ListOffsets ``timestamp`` for each of ``states``' partitions."""
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, state in states.items():
             topics.setdefault(tp.topic, []).append({"partition_index": tp.partition,
-                                                    "current_leader_epoch": state.leader_epoch, "timestamp": -4})
+                                                    "current_leader_epoch": state.leader_epoch, "timestamp": timestamp})
         response = await conn.request(ApiKey.LIST_OFFSETS, {
             "replica_id": self.manager.broker_id, "isolation_level": 0,
             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}, version=8)
-        for topic in response.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                state = states.get(tp)
-                if state is None or self.partitions.get(tp) is not state:
-                    continue
-                if part.error_code != ErrorCode.none:
-                    state.tiered = False
-                    self._failed(tp, state, part.error_code)
-                    continue
-                partition = state.partition
-                if partition.log.log_end_offset < part.offset:
-                    # The producer state at the leader's local log start is in remote storage, with what is below.
-                    try:
-                        snapshot = await partition.log.remote_producer_snapshot(part.offset)
-                    except (RemoteStorageError, LogDirError) as exc:
-                        log.warning("%s: the producer state at offset %d is not to be had from remote storage yet "
-                                    "(%s); trying again", tp, part.offset, exc)
-                        self._delay(state)
-                        continue
-                    if self.partitions.get(tp) is not state:
-                        continue
-                    log.info("%s: the leader holds locally from %d on, past our end %d (the rest is in remote "
-                             "storage); starting over there%s", tp, part.offset, partition.log.log_end_offset,
-                             " with the producer state kept there" if snapshot is not None else "")
-                    try:
-                        partition.truncate_fully_and_start_at(part.offset, snapshot)
-                    except ValueError as exc:  # started there without it: what it replicates is all it knows
-                        log.error("%s: the remote producer snapshot at %d is unreadable (%s)", tp, part.offset, exc)
-                    if part.leader_epoch >= 0:
-                        partition.log.assign_epoch(part.leader_epoch, part.offset)
-                state.tiered = False
-                state.truncating = True
+        return {tp: part for topic in response.topics for part in topic.partitions
+                if (tp := TopicPartition(topic.name, part.partition_index)) in states}
 
     def _cut(self, state: FetchState, leader_epoch: int, leader_end_offset: int) -> None:
         partition = state.partition
