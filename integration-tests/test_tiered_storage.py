@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -242,6 +243,98 @@ def test_a_broker_given_a_tiered_partition_late_learns_what_is_remote_and_serves
     assert offsets(cluster.bootstrap_servers, "tiered") == (0, 2000)
     assert read_all(second.bootstrap_server, "tiered", 2000) == values  # the old offsets from remote storage
     assert local_start(second.listener("PLAINTEXT")[1], "tiered") > 1000
+
+
+def metadata_history(bootstrap: str) -> list:
+    """Every record of ``__remote_log_metadata``, decoded, in each partition's order."""
+    from josef.remote_log_metadata import TOPIC
+    from josef.remote_log_metadata.records import decode
+    from josef_client import Consumer as JosefConsumer
+
+    with JosefAdmin({"bootstrap.servers": bootstrap}) as admin:
+        partitions = len(admin.describe_topics([TOPIC])[TOPIC].partitions)
+    consumer = JosefConsumer({"bootstrap.servers": bootstrap, "group.id": "history", "enable.auto.commit": False,
+                              "auto.offset.reset": "earliest"})
+    try:
+        assigned = [JosefTopicPartition(TOPIC, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        ends = consumer.end_offsets(assigned)
+        records = []
+        while any(consumer.position(tp) < ends[tp] for tp in assigned):
+            for batch in consumer.poll(timeout_ms=1000).values():
+                records += [decode(record.value) for record in batch]
+    finally:
+        consumer.close()
+    return records
+
+
+def test_a_leader_killed_mid_upload_leaves_a_copy_its_successor_deletes_and_makes_again(josef_cluster, seaweedfs,
+                                                                                       s3_bucket):
+    from josef.metadata.records import uuid_to_text
+    from josef.remote_storage import RemoteLogSegmentMetadata, RemoteLogSegmentState as S
+    from josef_client.remote_log_metadata import remote_log_metadata
+    from josef_storage_tiered.s3 import S3RemoteStorage
+
+    settings = seaweedfs.rsm_settings(s3_bucket)
+    cluster = josef_cluster(combined=3, **{**TIERED, **{f"rsm.config.{k}": v for k, v in settings.items()},
+                                           "remote.log.storage.manager.class.name": "s3",
+                                           "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+                                           "min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, replicas=3)
+    values = produce(bootstrap, "tiered", 500)
+    leader = leader_of(bootstrap, "tiered")
+    eventually(lambda: local_start(cluster.node(leader).listener("PLAINTEXT")[1], "tiered") > 0, 60,
+               what="the first copies")
+
+    def hanging() -> set:
+        """Segments the leader began to copy and has not finished copying."""
+        started, ended = set(), set()
+        for record in metadata_history(bootstrap):
+            if isinstance(record, RemoteLogSegmentMetadata) and record.broker_id == leader:
+                started.add(record.segment_id.id)
+            elif getattr(record, "state", None) is S.COPY_SEGMENT_FINISHED:
+                ended.add(record.segment_id.id)
+        return started - ended
+
+    os.kill(seaweedfs.pid, signal.SIGSTOP)  # the object store stops answering: the next copy hangs mid-upload
+    try:
+        values += produce(bootstrap, "tiered", 300)
+        unfinished = eventually(hanging, 60, what="a copy to hang")
+        cluster.node(leader).kill()
+    finally:
+        os.kill(seaweedfs.pid, signal.SIGCONT)
+    survivors = ",".join(n.bootstrap_server for n in cluster.brokers if n.node_id != leader)
+    successor = eventually(lambda: (new := leader_of(survivors, "tiered")) not in (leader, -1) and new, 60,
+                           what="a new leader")
+    values += produce(survivors, "tiered", 300)
+
+    def cleaned_up() -> bool:
+        last = {}
+        for record in metadata_history(survivors):
+            if hasattr(record, "segment_id") and record.segment_id.id in unfinished:
+                last[record.segment_id.id] = record
+        return all(getattr(last[s], "state", None) is S.DELETE_SEGMENT_FINISHED and last[s].broker_id == successor
+                   for s in unfinished)
+
+    eventually(cleaned_up, 120, what="the new leader to delete the copies the dead one left")
+    port = cluster.node(successor).listener("PLAINTEXT")[1]
+    eventually(lambda: local_start(port, "tiered") > 800, 120, what="the new leader to copy the segments again")
+    # Every remote offset in exactly one finished copy, and nothing else in the bucket.
+    [segments] = remote_log_metadata({"bootstrap.servers": survivors, "group.id": "checker"},
+                                     [("tiered", 0)]).values()
+    listed = sorted(segments.list_segments(), key=lambda m: m.start_offset)
+    assert {m.state for m in listed} == {S.COPY_SEGMENT_FINISHED}
+    assert listed[0].start_offset == 0
+    assert all(b.start_offset == a.end_offset + 1 for a, b in zip(listed, listed[1:]))
+    store = S3RemoteStorage.from_settings(settings)
+    try:
+        keys = [entry["path"] for batch in obstore.list(store.settings.store()) for entry in batch]
+    finally:
+        store.close()
+    # (an object's name: the segment's start offset in 20 digits, "-", its id, the file's suffix)
+    assert {k.rsplit("/", 1)[1][21:].split(".")[0] for k in keys} == {uuid_to_text(m.segment_id.id) for m in listed}
+    assert read_all(survivors, "tiered", 1100) == values
 
 
 def active_producers(port: int, topic: str) -> list:
