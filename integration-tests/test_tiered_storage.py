@@ -321,10 +321,14 @@ def test_a_leader_killed_mid_upload_leaves_a_copy_its_successor_deletes_and_make
     port = cluster.node(successor).listener("PLAINTEXT")[1]
     eventually(lambda: local_start(port, "tiered") > 800, 120, what="the new leader to copy the segments again")
     # Every remote offset in exactly one finished copy, and nothing else in the bucket.
-    [segments] = remote_log_metadata({"bootstrap.servers": survivors, "group.id": "checker"},
-                                     [("tiered", 0)]).values()
-    listed = sorted(segments.list_segments(), key=lambda m: m.start_offset)
-    assert {m.state for m in listed} == {S.COPY_SEGMENT_FINISHED}
+
+    def settled() -> list | None:
+        [segments] = remote_log_metadata({"bootstrap.servers": survivors, "group.id": "checker"},
+                                         [("tiered", 0)]).values()
+        listed = sorted(segments.list_segments(), key=lambda m: m.start_offset)
+        return listed if {m.state for m in listed} == {S.COPY_SEGMENT_FINISHED} else None
+
+    listed = eventually(settled, 60, what="the last copies to finish")
     assert listed[0].start_offset == 0
     assert all(b.start_offset == a.end_offset + 1 for a, b in zip(listed, listed[1:]))
     store = S3RemoteStorage.from_settings(settings)
