@@ -39,11 +39,7 @@ import attrs
 import pyarrow as pa
 
 from josef.protocol.topic_partition import TopicPartition
-from josef.remote_storage import (
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    RemoteStorageManager,
-)
+from josef.remote_storage import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageManager
 from josef_client import Admin
 from josef_client.records import FetchedPartition
 from josef_client.remote_log_metadata import remote_log_metadata

@@ -67,12 +67,7 @@ from josef.remote_storage import (
 from josef.segment_files import encode_epoch_checkpoint
 from josef.services import BrokerServices
 from josef_storage_tiered.metadata_topic import MetadataTopic
-from josef_storage_tiered.remote_reader import (
-    IndexCache,
-    aborted_txns,
-    find_timestamp,
-    read_batches,
-)
+from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, find_timestamp, read_batches
 from josef_storage_tiered.tiered_log import TieredLog
 
 logger = logging.getLogger(__name__)

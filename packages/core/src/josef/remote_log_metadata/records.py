@@ -264,21 +264,32 @@ def _write_segment_fields(out: IO[bytes], record: RemoteLogSegmentMetadata | Rem
     write_int32(out, record.segment_size_in_bytes)
     write_nullable_compact_string(out, record.custom_metadata)  # compact nullable bytes: the same encoding
     write_int8(out, record.state)
-    if record.txn_index_empty:  # TxnIndexEmpty, tagged field 0: written only when not its default, false
-        for value in (1, TXN_INDEX_EMPTY_TAG, 1, 1):  # one field; its tag, size and value
-            write_unsigned_varint(out, value)
-    else:
-        write_empty_tagged_fields(out)
+
+
+def _segment_tags(record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataSnapshot) -> dict[int, bytes]:
+    """The tagged fields of a segment record: TxnIndexEmpty when true (a tagged field at its default is left out)."""
+    return {TXN_INDEX_EMPTY_TAG: b"\x01"} if record.txn_index_empty else {}
+
+
+def _write_tagged_fields(out: IO[bytes], fields: Mapping[int, bytes]) -> None:
+    """A tagged-field section: the count, then each field's tag, size and bytes, by ascending tag."""
+    write_unsigned_varint(out, len(fields))
+    for tag in sorted(fields):
+        write_unsigned_varint(out, tag)
+        write_unsigned_varint(out, len(fields[tag]))
+        out.write(fields[tag])
 
 
 def encode(record: RemoteLogMetadata) -> bytes:
     """The value of a ``__remote_log_metadata`` record (its key is null), as ``RemoteLogMetadataSerde.serialize``."""
     out = io.BytesIO()
+    tags: dict[int, bytes] = {}
     try:
         if isinstance(record, RemoteLogSegmentMetadata):
             api_key = SEGMENT_METADATA_API_KEY
             _write_segment_id(out, record.segment_id)
             _write_segment_fields(out, record)
+            tags = _segment_tags(record)
         elif isinstance(record, RemoteLogSegmentMetadataUpdate):
             api_key = SEGMENT_METADATA_UPDATE_API_KEY
             _write_segment_id(out, record.segment_id)
@@ -296,10 +307,10 @@ def encode(record: RemoteLogMetadata) -> bytes:
             api_key = SEGMENT_METADATA_SNAPSHOT_API_KEY
             write_uuid(out, record.segment_id)
             _write_segment_fields(out, record)
+            tags = _segment_tags(record)
         else:
             raise TypeError(f"{type(record).__name__} is not a record of __remote_log_metadata")
-        if api_key not in _SEGMENT_RECORDS:  # (those end with their tagged fields above)
-            write_empty_tagged_fields(out)
+        _write_tagged_fields(out, tags)
     except struct.error as exc:  # an int out of its field's range (kio's writers pack with struct)
         raise ValueError(f"cannot encode {record}: {exc}") from None
     frame = io.BytesIO()
