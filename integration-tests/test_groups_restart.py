@@ -23,8 +23,10 @@ def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
 
 
 def group_consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
+    """Kafka's default session timeout: librdkafka forgets its member id when no heartbeat succeeds for that long,
+    and a restart on a loaded machine can take longer than a short one."""
     return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                     "enable.auto.commit": False, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500,
+                     "enable.auto.commit": False, "session.timeout.ms": 45_000, "heartbeat.interval.ms": 500,
                      "partition.assignment.strategy": "range", **extra})
 
 
