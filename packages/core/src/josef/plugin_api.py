@@ -34,7 +34,7 @@ from packaging.version import Version
 log = logging.getLogger(__name__)
 
 #: The plugin API this core offers.
-PLUGIN_API_VERSION = "1.4"
+PLUGIN_API_VERSION = "1.5"
 
 #: The attribute of a plugin's entry-point module that states the API range it supports.
 RANGE_ATTRIBUTE = "JOSEF_PLUGIN_API"

@@ -21,7 +21,8 @@ default, UUIDs as Kafka's base64 text). ``--offsets-decoder`` and
 ``__transaction_state`` as Kafka's coordinator record parsers do; their
 schemas belong to the coordinator plugins, which offer the decoders through
 the ``register_record_decoders`` hook (``offsets``, ``transaction-log``), as
-tiered storage offers ``--remote-log-metadata-decoder`` (``__remote_log_metadata``).
+tiered storage offers ``--remote-log-metadata-decoder`` (``__remote_log_metadata``), the share
+coordinator ``--share-group-state-decoder`` (``__share_group_state``).
 Control records are decoded whatever the flags (transaction markers,
 LeaderChange, SnapshotHeader/Footer, KRaftVersion, KRaftVoters).
 
@@ -663,6 +664,8 @@ def _quiet_broken_pipe() -> None:
 @click.option("--cluster-metadata-decoder", is_flag=True, help="If set, log data will be parsed as cluster metadata records.")
 @click.option("--remote-log-metadata-decoder", is_flag=True,
               help="If set, log data will be parsed as TopicBasedRemoteLogMetadataManager (RLMM) metadata records.")
+@click.option("--share-group-state-decoder", is_flag=True,
+              help="If set, log data will be parsed as share group state data from the __share_group_state topic.")
 @click.option("--skip-record-metadata", is_flag=True, help="Whether to skip printing metadata for each record.")
 @click.option("--max-bytes", type=click.IntRange(min=0, max=INT_MAX), default=INT_MAX, show_default=True,
               help="Limit the amount of total batches read in bytes avoiding reading the whole .log file(s).")
@@ -670,7 +673,8 @@ def _quiet_broken_pipe() -> None:
               help="Accepted for kafka-dump-log.sh compatibility: batches are read by their own length.")
 def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_index_only: bool,
              index_sanity_check: bool, offsets_decoder: bool, transaction_log_decoder: bool,
-             cluster_metadata_decoder: bool, remote_log_metadata_decoder: bool, skip_record_metadata: bool,
+             cluster_metadata_decoder: bool, remote_log_metadata_decoder: bool, share_group_state_decoder: bool,
+             skip_record_metadata: bool,
              max_bytes: int, max_message_size: int) -> None:
     """This tool helps to parse a log file and dump its contents to the console, useful for debugging a seemingly
     corrupt log segment (kafka-dump-log.sh)."""
@@ -684,6 +688,8 @@ def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_inde
         decoder = find_decoder("transaction-log")
     elif remote_log_metadata_decoder and not cluster_metadata_decoder:
         decoder = find_decoder("remote-log-metadata")
+    elif share_group_state_decoder and not cluster_metadata_decoder:
+        decoder = find_decoder("share-group-state")
 
     # click's streams, which its test runner captures apart on every click release.
     def out(text: str) -> None:

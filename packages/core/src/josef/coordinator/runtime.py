@@ -455,6 +455,23 @@ class ShardContext:
         await self._wait(pending, timeout_s, release=self._timeline)
         return pending.last_offset
 
+    def delete_records_before(self, offset: int) -> int:
+        """Prune the partition below ``offset``, as DeleteRecords does; the new log start offset.
+
+        For a coordinator whose topic is not compacted (plugin API 1.5: the
+        share coordinator's, where every update of a key has the same key):
+        it knows which records a load no longer needs. Only committed records
+        are pruned (``offset`` is capped at :attr:`committed_offset`);
+        followers follow the leader's log start. Raises
+        :class:`CoordinatorError` when the shard moved or the log cannot be
+        changed (KAFKA_STORAGE_ERROR behind NOT_COORDINATOR).
+        """
+        self._check_active()
+        try:
+            return self.partition.log.delete_records_before(min(offset, self.committed_offset))
+        except LogDirError as exc:
+            raise CoordinatorError.of_write(ErrorCode.kafka_storage_error, f"pruning {self.tp}: {exc}") from exc
+
     def _check_active(self) -> None:
         if not self.active:
             raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} is no longer coordinated here")

@@ -21,7 +21,8 @@ The coordinator is found as the broker finds it, through its plugin's
   the versions Kafka defines, none twice, none the core answers except
   :data:`josef.server.apis.TAKEOVER_APIS`; ``key_type`` a FindCoordinator key
   type; ``internal_topic`` a legal internal topic name; ``topic_settings()``
-  a compacted topic with partitions and replicas;
+  a topic with partitions and replicas, compacted or (plugin API 1.5) never
+  deleted by time or size, for a coordinator that prunes it itself;
 - its shards, driven without a broker through :class:`RecordingContext` (a
   :class:`~josef.coordinator.runtime.ShardContext` that keeps what is
   written and replays it as the runtime does) and
@@ -29,7 +30,9 @@ The coordinator is found as the broker finds it, through its plugin's
   without a broker): after the harness's scenario, a new shard loaded from
   what the scenario wrote has the same state, and so does one loaded from
   that partition compacted (the latest record of each key), with and
-  without its tombstones; every record has a key;
+  without its tombstones, or, where the shard pruned the partition
+  (``delete_records_before``), from what the pruning left; every record has
+  a key;
 - the runtime's timeline model, for a shard that declares ``timeline``
   (plugin API 1.2): loaded from any prefix of what the scenario wrote, then
   given the rest as writes that are not committed, the shard rolls back to
@@ -171,6 +174,8 @@ class RecordingContext:
         self.hold = False
         #: Appends made, each one batch (the runtime's ``flushes``).
         self.flushes = 0
+        #: The offset below which the shard pruned the partition (:meth:`delete_records_before`).
+        self.log_start = 0
         self._pending: list[PendingWrite] = []
 
     @property
@@ -297,6 +302,14 @@ class RecordingContext:
         pending = self.append(records, producer_id=producer_id, producer_epoch=producer_epoch)
         await self.wait(pending, timeout_s)
         return pending.last_offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """Prune below ``offset`` (capped at the committed offset): :attr:`log_start` rises, the entries stay in
+        :attr:`log` for the suite to compare."""
+        if not self.active:
+            raise CoordinatorError(ErrorCode.not_coordinator, f"{self.tp} moved to another broker")
+        self.log_start = max(self.log_start, min(offset, self.committed_offset))
+        return self.log_start
 
     # Timers ----------------------------------------------------------------------------------------------------
 
@@ -593,7 +606,11 @@ class CoordinatorContract:
         partitions, replication, configs = factory(services).topic_settings()
         assert isinstance(partitions, int) and partitions > 0
         assert isinstance(replication, int) and replication > 0
-        assert dict(configs).get("cleanup.policy") == "compact", "a coordinator's state lives in a compacted topic"
+        configs = dict(configs)
+        assert configs.get("cleanup.policy") in ("compact", "delete"), configs.get("cleanup.policy")
+        if configs["cleanup.policy"] == "delete":  # pruned by its shards (delete_records_before), never by time or size
+            assert (configs.get("retention.ms"), configs.get("retention.bytes")) == ("-1", "-1"), (
+                "a coordinator's topic that is not compacted keeps its records until the coordinator prunes them")
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items())
 
     # Shards --------------------------------------------------------------------------------------------------------
@@ -627,12 +644,30 @@ class CoordinatorContract:
     @pytest.mark.parametrize("tombstones", [True, False], ids=["with-tombstones", "tombstones-cleaned"])
     async def test_a_shard_loaded_from_the_compacted_partition_has_the_same_state(self, coordinator_harness,
                                                                                   factory, clock, tombstones):
+        _, _, configs = factory(ContractServices(self.config(coordinator_harness), get_plugin_manager())
+                                ).topic_settings()
+        if dict(configs).get("cleanup.policy") != "compact":
+            pytest.skip("the coordinator's topic is not compacted: its shards prune it")
         with anyio.fail_after(self.TIMEOUT_S):
             async with anyio.create_task_group() as tg:
                 services, live, _, state = await self._scenario(coordinator_harness, factory, tg, clock)
                 live.close()
                 loaded = services.coordinators.load(compacted(live.log, tombstones=tombstones))
                 assert coordinator_harness.state(loaded.shard) == state
+                tg.cancel_scope.cancel()
+
+    @pytest.mark.anyio
+    async def test_a_shard_loaded_from_what_its_pruning_left_has_the_same_state(self, coordinator_harness, factory,
+                                                                                clock):
+        with anyio.fail_after(self.TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                services, live, _, state = await self._scenario(coordinator_harness, factory, tg, clock)
+                if live.log_start == 0:
+                    pytest.skip("the scenario pruned nothing (delete_records_before)")
+                live.close()
+                loaded = services.coordinators.load([e for e in live.log if e.offset >= live.log_start])
+                assert coordinator_harness.state(loaded.shard) == state, (
+                    f"pruned below offset {live.log_start}, the partition no longer loads the same state")
                 tg.cancel_scope.cancel()
 
     @pytest.mark.anyio

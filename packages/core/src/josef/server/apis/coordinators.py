@@ -6,6 +6,7 @@ key type 2, share groups (KIP-932): both answer groups as v4 does.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,12 +28,26 @@ def _missing_coordinator(key_type: int, api_version: int) -> tuple[ErrorCode, st
     COORDINATOR_NOT_AVAILABLE when its share coordinator is not running, and
     so does josef, which has none. That error is retriable, so a share client
     keeps looking until its timeout instead of failing on a request it was
-    right to send. (A plugin coordinator installed for key type 2 would be
-    found at any version: only the answer for a missing one depends on it.)
+    right to send. With a share coordinator installed (josef-coordinator-share),
+    a share key must be ``groupId:topicId:partition`` and asked at v6+.
     """
     if key_type == SHARE_KEY_TYPE and api_version >= SHARE_MIN_VERSION:
         return ErrorCode.coordinator_not_available, "share groups have no coordinator on this broker"
     return ErrorCode.invalid_request, f"no coordinator for key type {key_type} is installed"
+
+
+def _share_key_error(key: str, api_version: int) -> str | None:
+    """Why a share key is not one (Kafka's SharePartitionKey.validate): ``groupId:topicId:partition``, v6+ only."""
+    if api_version < SHARE_MIN_VERSION:
+        return f"share keys need FindCoordinator v{SHARE_MIN_VERSION}"
+    group_id, _, rest = key.rpartition(":")
+    group_id, _, topic_id = group_id.rpartition(":")
+    try:
+        if not group_id or int(rest) < 0 or len(base64.urlsafe_b64decode(topic_id + "==")) != 16:
+            raise ValueError(key)
+    except ValueError:
+        return f"invalid share coordinator key {key!r}: expected groupId:topicId:partition"
+    return None
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
@@ -43,6 +58,9 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if coordinator is None:
         code, message = _missing_coordinator(key_type, ctx.api_version)
         answer.update(error_code=code, error_message=message)
+        return answer
+    if key_type == SHARE_KEY_TYPE and (error := _share_key_error(key, ctx.api_version)) is not None:
+        answer.update(error_code=ErrorCode.invalid_request, error_message=error)
         return answer
     try:
         await runtime.ensure_topic(coordinator)

@@ -1,0 +1,93 @@
+"""The share coordinator on three broker processes: share-partition state written through one coordinator is read back
+from its successor after a SIGKILL, with the fencing epochs kept, and dump-log decodes __share_group_state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient, eventually
+
+STATE = {"share.coordinator.state.topic.num.partitions": "3", "share.coordinator.state.topic.replication.factor": "3",
+         "share.coordinator.snapshot.update.records.per.snapshot": "3"}
+
+
+def call(cluster, node_id: int, api_key: int, version: int, body: dict):
+    client = RawClient(cluster.node(node_id).listener("PLAINTEXT")[1])
+    try:
+        return client.call(api_key, version, body)
+    finally:
+        client.close()
+
+
+def find_share_coordinator(cluster, via: int, key: str) -> int:
+    """FindCoordinator v6, key type 2 (a share partition), asked of broker ``via``; -1 while there is none."""
+    answer = call(cluster, via, ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": [key]})
+    [found] = answer.coordinators
+    return found.node_id if found.error_code == ErrorCode.none else -1
+
+
+def state_call(cluster, node_id: int, api_key: int, version: int, topic_id: str, partition: dict):
+    answer = call(cluster, node_id, api_key, version, {"group_id": "queue", "topics": [
+        {"topic_id": topic_id, "partitions": [{"partition": 0, **partition}]}]})
+    [[result]] = [r.partitions for r in answer.results]
+    return result
+
+
+def test_share_state_survives_its_coordinator_being_killed(josef_cluster):
+    cluster = josef_cluster(combined=3, **STATE)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("jobs", 1, 3)])["jobs"].result(30)
+    first = cluster.brokers[0].node_id
+    topic_id = eventually(lambda: call(cluster, first, ApiKey.METADATA, 12, {
+        "topics": [{"name": "jobs", "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}).topics[0].topic_id, 30, what="the topic id")
+    from josef.metadata.records import uuid_to_text
+
+    topic_id = uuid_to_text(topic_id)
+    key = f"queue:{topic_id}:0"
+    coordinator = eventually(lambda: (n := find_share_coordinator(cluster, first, key)) >= 0 and n, 60,
+                             what="a share coordinator")
+
+    def ok(result) -> None:
+        assert result.error_code == ErrorCode.none, result
+
+    ok(eventually(lambda: (r := state_call(cluster, coordinator, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, topic_id,
+                                           {"state_epoch": 1, "start_offset": 0})).error_code == ErrorCode.none and r,
+                  60, what="the coordinator to load"))
+    for i in range(5):  # a snapshot, updates, a snapshot again (every three updates)
+        ok(state_call(cluster, coordinator, ApiKey.WRITE_SHARE_GROUP_STATE, 1, topic_id, {
+            "state_epoch": 1, "leader_epoch": 4, "start_offset": 10 * i, "state_batches": [
+                {"first_offset": 10 * i, "last_offset": 10 * i + 5, "delivery_state": 2, "delivery_count": 1},
+                {"first_offset": 10 * i + 8, "last_offset": 10 * i + 8, "delivery_state": 4, "delivery_count": 5}]}))
+
+    cluster.node(coordinator).kill()
+    survivor = next(n.node_id for n in cluster.brokers if n.node_id != coordinator)
+    successor = eventually(lambda: (n := find_share_coordinator(cluster, survivor, key)) not in (-1, coordinator)
+                           and n, 60, what="a new share coordinator")
+    read = eventually(lambda: (r := state_call(cluster, successor, ApiKey.READ_SHARE_GROUP_STATE, 0, topic_id,
+                                               {"leader_epoch": 5})).error_code == ErrorCode.none and r,
+                      60, what="the new coordinator to load")
+    assert (read.state_epoch, read.start_offset) == (1, 40)
+    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in read.state_batches] == [
+        (40, 45, 2, 1), (48, 48, 4, 5)]
+    # The leader of epoch 4 is fenced now that one of epoch 5 has read the state.
+    fenced = state_call(cluster, successor, ApiKey.WRITE_SHARE_GROUP_STATE, 0, topic_id, {
+        "state_epoch": 1, "leader_epoch": 4, "start_offset": 50, "state_batches": []})
+    assert fenced.error_code == ErrorCode.fenced_leader_epoch
+    [summary] = [state_call(cluster, successor, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, topic_id,
+                            {"leader_epoch": 5})]
+    assert (summary.error_code, summary.leader_epoch, summary.start_offset) == (ErrorCode.none, 5, 40)
+
+    # kafka-dump-log.sh --share-group-state-decoder over the successor's copy of the topic.
+    node = cluster.node(successor)
+    files = sorted(str(p) for d in node.log_dirs for p in d.glob("__share_group_state-*/*.log") if p.stat().st_size)
+    dumped = subprocess.run([sys.executable, "-m", "josef", "dump-log", "--share-group-state-decoder", "--files",
+                             ",".join(files)], capture_output=True, text=True, timeout=60, check=False)
+    assert dumped.returncode == 0 and "Traceback" not in dumped.stderr, dumped.stderr
+    assert dumped.stdout.count('"type":"0"') >= 2 and '"type":"1"' in dumped.stdout, dumped.stdout[-2000:]
+    assert '"groupId":"queue"' in dumped.stdout and '"leaderEpoch":5' in dumped.stdout

@@ -1,0 +1,77 @@
+"""The share coordinator as the core's coordinator runtime sees it: an internal topic, its APIs, its shards."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from kio.schema.errors import ErrorCode
+
+from josef.coordinator.runtime import CoordinatorError, ShardContext
+from josef.protocol.api_keys import ApiKey
+from josef_coordinator_share import api_state
+from josef_coordinator_share.api_state import SHARE_KEY_TYPE
+from josef_coordinator_share.configs import ShareSettings
+from josef_coordinator_share.shard import ShareStateShard
+from josef_coordinator_share.state import ShareKey
+
+if TYPE_CHECKING:
+    from josef.server.dispatch import Handler
+    from josef.services import BrokerServices
+
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"
+
+
+class ShareCoordinator:
+    """Share-partition state, kept in ``__share_group_state`` (registered as ``share``)."""
+
+    key_type = SHARE_KEY_TYPE
+    internal_topic = SHARE_GROUP_STATE_TOPIC
+
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
+
+    def settings(self) -> ShareSettings:
+        return ShareSettings.from_config(self.services.config)
+
+    def append_linger_ms(self) -> int:
+        return self.settings().append_linger_ms
+
+    def topic_settings(self) -> tuple[int, int, Mapping[str, str]]:
+        """Partitions (the existing topic's count once it exists), RF, and the configs Kafka gives the topic.
+
+        Not compacted: the shards prune it themselves (see :mod:`josef_coordinator_share.shard`), and nothing
+        is deleted by time or size.
+        """
+        settings = self.settings()
+        topic = self.services.image.topics.get(SHARE_GROUP_STATE_TOPIC)
+        partitions = len(topic.partitions) if topic is not None and topic.partitions else settings.num_partitions
+        return partitions, settings.replication_factor, {
+            "cleanup.policy": "delete",
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+            "compression.type": "producer",
+            "min.insync.replicas": str(settings.min_isr),
+            "segment.bytes": str(settings.segment_bytes),
+            "unclean.leader.election.enable": "false",
+        }
+
+    def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
+        """The share-state APIs at the versions Kafka 4.2 advertises."""
+        return (
+            (ApiKey.INITIALIZE_SHARE_GROUP_STATE, api_state.initialize_share_group_state, 0, 0),
+            (ApiKey.READ_SHARE_GROUP_STATE, api_state.read_share_group_state, 0, 0),
+            (ApiKey.WRITE_SHARE_GROUP_STATE, api_state.write_share_group_state, 0, 1),
+            (ApiKey.DELETE_SHARE_GROUP_STATE, api_state.delete_share_group_state, 0, 0),
+            (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, api_state.read_share_group_state_summary, 0, 1),
+        )
+
+    def new_shard(self, context: ShardContext) -> ShareStateShard:
+        return ShareStateShard(context, self)
+
+    async def shard_for(self, key: ShareKey) -> ShareStateShard:
+        """The loaded shard keeping ``key``; CoordinatorError (NOT_COORDINATOR...) otherwise."""
+        context = await self.services.coordinators.shard_for(self, key.coordinator_key)
+        shard = context.shard
+        if not context.active or not isinstance(shard, ShareStateShard):
+            raise CoordinatorError(ErrorCode.not_coordinator, f"{key.coordinator_key!r} is not coordinated here")
+        return shard
