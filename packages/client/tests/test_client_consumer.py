@@ -518,7 +518,7 @@ async def consume_ignoring_unknown(c: AsyncConsumer, count: int) -> list[Consume
 @pytest.fixture
 def broker_without_groups(tmp_path):
     """A broker without coordinator plugins (the workspace installs them), for stand-ins and their absence."""
-    with BrokerThread(broker_overrides(tmp_path), pm=get_plugin_manager(block=["coordinator-group", "coordinator-txn"])) as broker:
+    with BrokerThread(broker_overrides(tmp_path), pm=get_plugin_manager(block=["coordinator-group", "coordinator-txn", "coordinator-share"])) as broker:
         yield broker
 
 

@@ -67,7 +67,7 @@ class ToyPlugin:
 
 @pytest.fixture
 def broker(tmp_path):
-    pm = get_plugin_manager(plugins=[ToyPlugin()], block=["coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[ToyPlugin()], block=["coordinator-group", "coordinator-txn", "coordinator-share"])
     thread = BrokerThread(broker_overrides(tmp_path), pm=pm)
     thread.start()
     yield thread
@@ -148,9 +148,11 @@ def test_timers_fire_once_and_can_be_cancelled(broker):
 
 def test_find_coordinator_answers_for_installed_key_types(broker):
     client = RawClient(broker.port)
-    answer = client.call(10, 4, {"key_type": TOY_KEY_TYPE, "coordinator_keys": ["k1", "k2"]})
+    # Key type 2 is the share coordinator's, whose keys are groupId:topicId:partition, asked from v6 on.
+    keys = ["k1:AAAAAAAAAAAAAAAAAAAAAA:0", "k2:AAAAAAAAAAAAAAAAAAAAAA:1"]
+    answer = client.call(10, 6, {"key_type": TOY_KEY_TYPE, "coordinator_keys": keys})
     assert [(c.key, c.node_id, c.port, c.error_code) for c in answer.coordinators] == [
-        ("k1", 1, broker.port, ErrorCode.none), ("k2", 1, broker.port, ErrorCode.none)]
+        (keys[0], 1, broker.port, ErrorCode.none), (keys[1], 1, broker.port, ErrorCode.none)]
     old = client.call(10, 1, {"key": "k1", "key_type": 1})  # no transaction coordinator installed
     assert old.error_code == ErrorCode.invalid_request
 
@@ -216,7 +218,7 @@ class TimelinePlugin:
 
 @pytest.fixture
 def timeline_broker(tmp_path):
-    pm = get_plugin_manager(plugins=[TimelinePlugin()], block=["coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[TimelinePlugin()], block=["coordinator-group", "coordinator-txn", "coordinator-share"])
     thread = BrokerThread(broker_overrides(tmp_path), pm=pm)
     thread.start()
     yield thread

@@ -109,7 +109,7 @@ class ArchivePlugin:
 
 @pytest.fixture
 def broker(tmp_path):
-    pm = get_plugin_manager(plugins=[ArchivePlugin()], block=["coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[ArchivePlugin()], block=["coordinator-group", "coordinator-txn", "coordinator-share"])
     thread = BrokerThread({**broker_overrides(tmp_path), "remote.fetch.max.wait.ms": "300"}, pm=pm)
     thread.start()
     yield thread

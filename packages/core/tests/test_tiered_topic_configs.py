@@ -21,7 +21,7 @@ class SystemKey:
 
 
 def start(tmp_path, enabled: bool) -> BrokerThread:
-    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn", "coordinator-share"])
     thread = BrokerThread({**broker_overrides(tmp_path), "remote.log.storage.system.enable": str(enabled).lower()},
                           pm=pm)
     return thread.start()
@@ -85,7 +85,7 @@ def test_remote_storage_is_turned_off_only_with_its_data_deleted(client):
 def test_the_brokers_default_tiers_the_topics_that_may_be_tiered(tmp_path):
     """log.remote.storage.enable (josef's broker default of remote.storage.enable): a topic that does not set it is
     tiered, so turning it off needs remote.log.delete.on.disable; compacted topics stay local instead of being refused."""
-    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn", "coordinator-share"])
     thread = BrokerThread({**broker_overrides(tmp_path), "remote.log.storage.system.enable": "true",
                            "log.remote.storage.enable": "true"}, pm=pm).start()
     client = RawClient(thread.port)
@@ -104,6 +104,6 @@ def test_the_brokers_default_tiers_the_topics_that_may_be_tiered(tmp_path):
 
 
 def test_the_brokers_default_needs_remote_storage_on(tmp_path):
-    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn"])
+    pm = get_plugin_manager(plugins=[SystemKey()], block=["storage-tiered", "coordinator-group", "coordinator-txn", "coordinator-share"])
     with pytest.raises(Exception, match="log.remote.storage.enable=true needs remote.log.storage.system.enable=true"):
         BrokerThread({**broker_overrides(tmp_path), "log.remote.storage.enable": "true"}, pm=pm).start()

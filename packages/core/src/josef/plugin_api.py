@@ -50,6 +50,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.security": ("ANONYMOUS", "AuthenticationContext", "KafkaPrincipal", "PrincipalBuilder", "Session"),
     # Contracts and their data types.
     "josef.log": "*",
+    "josef.led_partitions": "*",
     "josef.authorizer": "*",
     "josef.acls": "*",
     "josef.scram": "*",

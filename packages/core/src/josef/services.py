@@ -24,6 +24,7 @@ from josef.plugin_api import deprecated_property
 
 if TYPE_CHECKING:
     from josef.coordinator.runtime import CoordinatorRuntime
+    from josef.led_partitions import LedPartitions
     from josef.node.broker import Broker
     from josef.server.dispatch import Handler
 
@@ -69,6 +70,14 @@ class BrokerServices:
         """The broker's authorizer, ``authorize(context, actions)`` (plugin API 1.0's one-action call still works,
         with a deprecation warning)."""
         return CallerFacade(self._broker.authorizer)
+
+    @property
+    def partitions(self) -> LedPartitions:
+        """Reads of the partitions this broker leads, their long poll and their state changes (plugin API 1.5):
+        :class:`josef.led_partitions.LedPartitions`."""
+        from josef.led_partitions import LedPartitions
+
+        return LedPartitions(self._broker)
 
     @property
     def coordinators(self) -> CoordinatorRuntime:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import anyio
 import anyio.abc
@@ -111,6 +111,8 @@ class ReplicaManager:
         self.storage: LogStorage = broker.storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
+        #: Plugins' callbacks on partition state changes (josef.led_partitions.LedPartitions.watch).
+        self._watchers: list[Callable[[TopicPartition], None]] = []
         #: The high watermark each partition's waiters were last woken for.
         self._announced_high_watermarks: dict[TopicPartition, int] = {}
         window = (self.config["replication.quota.window.num"], self.config["replication.quota.window.size.seconds"])
@@ -411,10 +413,21 @@ class ReplicaManager:
             self.purgatory.notify(partition.tp)
 
     def _wake_all(self, tp: TopicPartition) -> None:
-        """Wake every fetch and acks=all produce waiting on ``tp``: its leadership or state changed."""
+        """Wake every fetch and acks=all produce waiting on ``tp``, and tell the watchers: its leadership or state
+        changed."""
         self._announced_high_watermarks.pop(tp, None)
         self.purgatory.notify(tp)
         self.purgatory.notify((LOG_END, tp))
+        for watcher in tuple(self._watchers):
+            try:
+                watcher(tp)
+            except Exception:
+                log.exception("a watcher of partition state changes failed on %s", tp)
+
+    def watch(self, watcher: Callable[[TopicPartition], None]) -> Callable[[], None]:
+        """Call ``watcher(tp)`` after every change of a hosted partition's state; returns the unwatch function."""
+        self._watchers.append(watcher)
+        return lambda: self._watchers.remove(watcher) if watcher in self._watchers else None
 
     # Leading: followers' fetches and the ISR -------------------------------------
 
