@@ -35,6 +35,22 @@ CONFIG_KEYS = (
     ConfigKey("share.coordinator.write.timeout.ms", I, 5000,
               "How long a state write may wait for __share_group_state's replicas before it is answered "
               "COORDINATOR_NOT_AVAILABLE (it may still commit).", at_least(1)),
+    ConfigKey("group.share.record.lock.duration.ms", I, 30000,
+              "How long a share group's member holds the records it was given before they go to another member "
+              "(the acquisition lock), unless the group sets share.record.lock.duration.ms.", at_least(1000)),
+    ConfigKey("group.share.min.record.lock.duration.ms", I, 15000,
+              "The shortest acquisition lock a share group may configure.", at_least(1000)),
+    ConfigKey("group.share.max.record.lock.duration.ms", I, 60000,
+              "The longest acquisition lock a share group may configure.", at_least(1000)),
+    ConfigKey("group.share.delivery.count.limit", I, 5,
+              "How many times a record is delivered to a share group before it is archived (a poison record "
+              "stops coming back).", at_least(2)),
+    ConfigKey("group.share.partition.max.record.locks", I, 2000,
+              "How many records of one partition a share group may have in flight (delivered, not yet "
+              "acknowledged) at once.", at_least(100)),
+    ConfigKey("group.share.max.share.sessions", I, 2000,
+              "How many share sessions (one per member and broker) a broker keeps; more are refused with "
+              "SHARE_SESSION_LIMIT_REACHED.", at_least(1)),
     ConfigKey("share.coordinator.state.topic.prune.interval.ms", L, 300000,
               "How often each partition of __share_group_state is pruned (DeleteRecords) below the oldest record "
               "its share partitions still need: the topic is not compacted.", at_least(1)),
@@ -53,6 +69,10 @@ class ShareSettings:
     append_linger_ms: int = -1
     write_timeout_ms: int = 5000
     prune_interval_ms: int = 300000
+    record_lock_duration_ms: int = 30000
+    delivery_count_limit: int = 5
+    max_record_locks: int = 2000
+    max_share_sessions: int = 2000
 
     @classmethod
     def from_config(cls, config: Any) -> ShareSettings:
@@ -66,4 +86,10 @@ class ShareSettings:
             append_linger_ms=config["share.coordinator.append.linger.ms"],
             write_timeout_ms=config["share.coordinator.write.timeout.ms"],
             prune_interval_ms=config["share.coordinator.state.topic.prune.interval.ms"],
+            record_lock_duration_ms=min(max(config["group.share.record.lock.duration.ms"],
+                                            config["group.share.min.record.lock.duration.ms"]),
+                                        config["group.share.max.record.lock.duration.ms"]),
+            delivery_count_limit=config["group.share.delivery.count.limit"],
+            max_record_locks=config["group.share.partition.max.record.locks"],
+            max_share_sessions=config["group.share.max.share.sessions"],
         )

@@ -8,9 +8,10 @@ from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError, ShardContext
 from josef.protocol.api_keys import ApiKey
-from josef_coordinator_share import api_state
+from josef_coordinator_share import api_share, api_state
 from josef_coordinator_share.api_state import SHARE_KEY_TYPE
 from josef_coordinator_share.configs import ShareSettings
+from josef_coordinator_share.partitions import SharePartitionManager
 from josef_coordinator_share.shard import ShareStateShard
 from josef_coordinator_share.state import ShareKey
 
@@ -29,6 +30,8 @@ class ShareCoordinator:
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
+        #: The share partitions this broker leads, and its share sessions.
+        self.partitions = SharePartitionManager(services, self)
 
     def settings(self) -> ShareSettings:
         return ShareSettings.from_config(self.services.config)
@@ -56,8 +59,11 @@ class ShareCoordinator:
         }
 
     def apis(self) -> Sequence[tuple[int, Handler, int, int]]:
-        """The share-state APIs at the versions Kafka 4.2 advertises."""
+        """The share-state APIs and share consumers' ShareFetch and ShareAcknowledge, at Kafka 4.2's versions
+        (v0 of those two was KIP-932's early access, which Kafka 4.1 dropped)."""
         return (
+            (ApiKey.SHARE_FETCH, api_share.share_fetch, 1, 2),
+            (ApiKey.SHARE_ACKNOWLEDGE, api_share.share_acknowledge, 1, 2),
             (ApiKey.INITIALIZE_SHARE_GROUP_STATE, api_state.initialize_share_group_state, 0, 0),
             (ApiKey.READ_SHARE_GROUP_STATE, api_state.read_share_group_state, 0, 0),
             (ApiKey.WRITE_SHARE_GROUP_STATE, api_state.write_share_group_state, 0, 1),
