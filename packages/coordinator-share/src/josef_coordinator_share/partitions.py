@@ -10,12 +10,12 @@ says (latest by default). When the partition's state changes on this broker
 its locks: the next leader reads what was persisted and delivers again what
 was acquired and not acknowledged.
 
-Changes that must survive a leader (acknowledgements, releases, lock expiry,
-a new start offset) are written to the share coordinator before they are
-answered; a failed write rolls the window back. Acquisitions are not written
-(as in Kafka): an acquisition lost with its leader is simply delivered again.
-Each window has a lock held across a change and its write, so its writes
-reach the coordinator in order.
+Every change is written to the share coordinator before it is answered,
+acquisitions included (as AVAILABLE with their delivery count: a lock does
+not outlive its leader, a delivery count does, so a record that crashes its
+consumers is archived after the limit even across leader changes); a failed
+write rolls the window back. Each window has a lock held across a change and
+its write, so its writes reach the coordinator in order.
 """
 
 from __future__ import annotations
@@ -204,8 +204,17 @@ class SharePartitionManager:
             batches = [BatchInfo(h.base_offset, h.last_offset, h.producer_id, bool(h.attributes & TRANSACTIONAL_BIT),
                                  bool(h.attributes & CONTROL_BIT)) for _, h in headers]
             deadline = now_ms() + self.coordinator.settings().record_lock_duration_ms
+            saved = partition.snapshot()
             acquired = partition.acquire(member_id, batches, [(a.producer_id, a.first_offset) for a in read.aborted],
                                          max_records, deadline, strict=strict)
+            if not acquired and partition.start == saved.start:
+                return FetchedPartition()
+            try:  # the delivery counts, so that a new leader counts on from them (and archived aborted records)
+                await self._write(window, [s for s in partition.spans if s.first <= acquired[-1].last]
+                                  if acquired else [])
+            except ShareError as exc:
+                partition.restore(saved)
+                return FetchedPartition(error=exc.code, message=exc.message)
             self._expiry.set()
             if not acquired:
                 return FetchedPartition()

@@ -1,5 +1,7 @@
-"""The share coordinator on three broker processes: share-partition state written through one coordinator is read back
-from its successor after a SIGKILL, with the fencing epochs kept, and dump-log decodes __share_group_state."""
+"""Share groups on three broker processes: share-partition state written through one share coordinator is read back
+from its successor after a SIGKILL, with the fencing epochs kept (and dump-log decodes __share_group_state); a share
+partition's leader killed mid-delivery leaves its successor to deliver again what was not acknowledged, with the
+delivery counts kept."""
 
 from __future__ import annotations
 
@@ -91,3 +93,62 @@ def test_share_state_survives_its_coordinator_being_killed(josef_cluster):
     assert dumped.returncode == 0 and "Traceback" not in dumped.stderr, dumped.stderr
     assert dumped.stdout.count('"type":"0"') >= 2 and '"type":"1"' in dumped.stdout, dumped.stdout[-2000:]
     assert '"groupId":"queue"' in dumped.stdout and '"leaderEpoch":5' in dumped.stdout
+
+
+def leader_of(cluster, via: int, topic: str) -> int:
+    answer = call(cluster, via, ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                      "allow_auto_topic_creation": False,
+                                                      "include_topic_authorized_operations": False})
+    return answer.topics[0].partitions[0].leader_id
+
+
+def share_fetch(cluster, node_id: int, topic_id: str, member: str, epoch: int, acks=(), max_wait_ms: int = 0):
+    answer = call(cluster, node_id, ApiKey.SHARE_FETCH, 2, {
+        "group_id": "workers", "member_id": member, "share_session_epoch": epoch, "max_wait": max_wait_ms,
+        "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500, "share_acquire_mode": 0,
+        "is_renew_ack": False, "forgotten_topics_data": [],
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": f, "last_offset": la, "acknowledge_types": t} for f, la, t in acks]}]}]})
+    assert answer.error_code == ErrorCode.none, answer
+    parts = [p for t in answer.responses for p in t.partitions]
+    return parts[0] if parts else None
+
+
+def test_a_killed_leaders_unacknowledged_records_are_delivered_again_by_its_successor(josef_cluster):
+    from confluent_kafka import Producer
+
+    from josef.metadata.records import uuid_to_text
+
+    cluster = josef_cluster(combined=3, **STATE, **{"min.insync.replicas": "2"})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("work", 1, 3)])["work"].result(30)
+    first = cluster.brokers[0].node_id
+    topic_id = uuid_to_text(eventually(lambda: call(cluster, first, ApiKey.METADATA, 12, {
+        "topics": [{"name": "work", "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}).topics[0].topic_id, 30, what="the topic id"))
+    leader = eventually(lambda: (n := leader_of(cluster, first, "work")) >= 0 and n, 30, what="a leader")
+    # The share partition starts at the end (latest): open it before producing.
+    eventually(lambda: share_fetch(cluster, leader, topic_id, "a", 0) is not None, 60, what="the share partition")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 50})
+    for i in range(20):
+        producer.produce("work", b"job-%d" % i)
+    assert producer.flush(30) == 0
+    got = share_fetch(cluster, leader, topic_id, "a", 1, max_wait_ms=5000)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got.acquired_records] == [(0, 19, 1)]
+    done = share_fetch(cluster, leader, topic_id, "a", 2, acks=[(0, 9, [1])])  # ACCEPT half
+    assert done.acknowledge_error_code == ErrorCode.none
+
+    cluster.node(leader).kill()
+    survivor = next(n.node_id for n in cluster.brokers if n.node_id != leader)
+    successor = eventually(lambda: (n := leader_of(cluster, survivor, "work")) not in (-1, leader) and n, 60,
+                           what="a new leader")
+
+    epochs = iter(range(1 << 30))  # b's share session: opened at 0, then one epoch per request
+
+    def redelivered():
+        part = share_fetch(cluster, successor, topic_id, "b", next(epochs))
+        return part if part is not None and part.acquired_records else None
+
+    part = eventually(redelivered, 60, what="the unacknowledged records at the new leader")
+    # The accepted half never comes back; the other half comes back with one more delivery.
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records] == [(10, 19, 2)]
