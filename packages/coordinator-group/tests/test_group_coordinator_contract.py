@@ -71,6 +71,17 @@ class GroupHarness:
         gone = await services.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["doomed"]})
         assert [r.error_code for r in gone.results] == [ErrorCode.none]
 
+        # Share groups (KIP-932): two members join, one leaves; another group is joined, left and deleted.
+        services.set_feature("share.version", 1)
+        for group, member, epoch in (("queue", "q1", 0), ("queue", "q2", 0), ("queue", "q2", -1),
+                                     ("gone", "g1", 0), ("gone", "g1", -1)):
+            answer = await services.call(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": member, "member_epoch": epoch, "rack_id": None,
+                "subscribed_topic_names": ["orders"] if epoch == 0 else None})
+            assert answer.error_code == ErrorCode.none, answer
+        gone = await services.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["gone"]})
+        assert [r.error_code for r in gone.results] == [ErrorCode.none]
+
     def state(self, shard: GroupShard) -> Any:
         groups = {
             group_id: (group.state.name, group.generation_id, group.protocol_type, group.protocol_name, group.leader_id,
@@ -82,12 +93,18 @@ class GroupHarness:
         consumer_groups = {group_id: (group.group_epoch, group.assignment_epoch, sorted(group.members),
                                       dict(group.target))
                            for group_id, group in shard.consumer_groups.items()}
-        return groups, offsets, consumer_groups
+        share_groups = {group_id: (group.group_epoch, group.assignment_epoch, dict(group.target),
+                                   sorted((m.member_id, m.member_epoch, m.previous_member_epoch, m.client_id,
+                                           m.subscribed_topic_names, tuple(sorted(m.assigned.items())))
+                                          for m in group.members.values()))
+                        for group_id, group in shard.share_groups.items()}
+        return groups, offsets, consumer_groups, share_groups
 
     def read(self, shard: GroupShard, at: int) -> Any:
         """What OffsetFetch, ListGroups and the Describe APIs answer from: the state at the committed offset."""
         offsets = {group_id: shard.offsets.of_group(group_id, at) for group_id in shard.offsets.groups(at)}
-        return sorted(shard.groups.keys(at)), offsets, sorted(shard.consumer_groups.keys(at))
+        return (sorted(shard.groups.keys(at)), offsets, sorted(shard.consumer_groups.keys(at)),
+                sorted(shard.share_groups.keys(at)))
 
     def request(self, api_key: int, version: int) -> Mapping[str, Any] | None:
         return None

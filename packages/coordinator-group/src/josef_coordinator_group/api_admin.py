@@ -32,8 +32,10 @@ if TYPE_CHECKING:
     from josef_coordinator_group.coordinator import GroupCoordinator
     from josef_coordinator_group.shard import GroupShard
 
-#: The group types ListGroups v5 reports: classic groups, and KIP-848 consumer groups.
-CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE = "classic", "consumer"
+#: The group types ListGroups v5 reports: classic groups, KIP-848 consumer groups, KIP-932 share groups.
+CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE, SHARE_GROUP_TYPE = "classic", "consumer", "share"
+#: The protocol type ListGroups gives share groups, as Kafka does.
+SHARE_PROTOCOL_TYPE = "share"
 
 
 #: The first DescribeGroups version that reports a missing group as GROUP_ID_NOT_FOUND (KIP-1043).
@@ -46,7 +48,8 @@ def _not_found(shard: GroupShard, group_id: str, version: int) -> dict[str, Any]
               "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "", "members": []}
     if version >= DESCRIBE_NOT_FOUND_VERSION:
         message = f"Group {group_id} is not a classic group." \
-            if shard.consumer_groups.contains(group_id, shard.committed) else f"Group {group_id} not found."
+            if shard.consumer_groups.contains(group_id, shard.committed) \
+            or shard.share_groups.contains(group_id, shard.committed) else f"Group {group_id} not found."
         answer.update(error_code=ErrorCode.group_id_not_found, error_message=message)
     return answer
 
@@ -93,6 +96,13 @@ class GroupAdminApis:
                         continue
                     groups.append({"group_id": consumer_group.group_id, "protocol_type": PROTOCOL_TYPE,
                                    "group_state": consumer_group.state, "group_type": CONSUMER_GROUP_TYPE})
+        if not types or SHARE_GROUP_TYPE in types:
+            for shard in self.coordinator.shards():
+                for share_group in shard.share_groups.values(shard.committed):
+                    if states and share_group.state.lower() not in states:
+                        continue
+                    groups.append({"group_id": share_group.group_id, "protocol_type": SHARE_PROTOCOL_TYPE,
+                                   "group_state": share_group.state, "group_type": SHARE_GROUP_TYPE})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": sorted(groups, key=lambda g: g["group_id"])}
 
     async def describe_groups(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -119,6 +129,9 @@ class GroupAdminApis:
             if consumer_group is not None:
                 await delete_consumer_group(shard, group_id)
                 return
+            if shard.share_groups.get(group_id) is not None:
+                await delete_share_group(shard, group_id)
+                return
             group = shard.groups.get(group_id)
             if group is None:
                 raise GroupError(ErrorCode.group_id_not_found, f"group {group_id} does not exist")
@@ -143,16 +156,31 @@ class GroupAdminApis:
 
 async def delete_consumer_group(shard: GroupShard, group_id: str) -> None:
     """An empty KIP-848 consumer group and its offsets: tombstones for each of their records."""
-    from josef_coordinator_group.consumer_group import group_tombstones, member_tombstones
+    from josef_coordinator_group import consumer_group
 
-    group = shard.consumer_groups[group_id]
+    await _delete_empty(shard, shard.consumer_groups, group_id, consumer_group.member_tombstones,
+                        consumer_group.group_tombstones, offsets=True)
+
+
+async def delete_share_group(shard: GroupShard, group_id: str) -> None:
+    """An empty KIP-932 share group: tombstones for each of its records (its share-partition state stays in
+    ``__share_group_state``, where the share coordinator keeps it)."""
+    from josef_coordinator_group import share_group
+
+    await _delete_empty(shard, shard.share_groups, group_id, share_group.member_tombstones,
+                        share_group.group_tombstones, offsets=False)
+
+
+async def _delete_empty(shard: GroupShard, groups: Any, group_id: str, member_tombstones: Any,
+                        group_tombstones: Any, *, offsets: bool) -> None:
+    group = groups[group_id]
     if group.members:
         raise GroupError(ErrorCode.non_empty_group, f"group {group_id} has members")
     records: list[tuple[bytes, bytes | None]] = [
         (encode_key(OffsetKey(group_id, topic, partition)), None)
-        for topic, partition in shard.offsets.all_partitions(group_id)]
+        for topic, partition in shard.offsets.all_partitions(group_id)] if offsets else []
     for member_id in list(group.target):
         records += member_tombstones(group, member_id)
     records += group_tombstones(group_id)
-    shard.consumer_groups.pop(group_id)  # with the records: a failed append puts it back
+    groups.pop(group_id)  # with the records: a failed append puts it back
     await shard.write(records)

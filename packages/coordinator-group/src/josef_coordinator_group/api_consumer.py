@@ -32,8 +32,13 @@ def _topic_id(text: str) -> str:
         return str(uuid.UUID(text))
 
 
-def _partitions_out(value: Partitions) -> list[dict[str, Any]]:
+def partitions_out(value: Partitions) -> list[dict[str, Any]]:
     return [{"topic_id": uuid.UUID(t), "partitions": sorted(ps)} for t, ps in sorted(value.items())]
+
+
+def topic_names(image: Any) -> dict[str, str]:
+    """{topic id as a UUID string: name} of every topic in the metadata image."""
+    return {_topic_id(topic.topic_id): name for name, topic in image.topics.items()}
 
 
 class ConsumerGroupApis:
@@ -84,12 +89,11 @@ class ConsumerGroupApis:
             "member_epoch": result.member_epoch,
             "heartbeat_interval": result.heartbeat_interval_ms,
             "assignment": None if result.assignment is None or result.error != ErrorCode.none
-            else {"topic_partitions": _partitions_out(result.assignment)},
+            else {"topic_partitions": partitions_out(result.assignment)},
         }
 
     async def describe(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        image = ctx.services.image
-        names = {_topic_id(topic.topic_id): name for name, topic in image.topics.items()}
+        names = topic_names(ctx.services.image)
 
         def assignment(value: Partitions) -> dict[str, Any]:
             return {"topic_partitions": [

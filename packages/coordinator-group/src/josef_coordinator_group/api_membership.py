@@ -69,10 +69,10 @@ class MembershipApis:
             return _join_response(JoinResult.failed(ErrorCode.invalid_group_id, join.member_id), version)
 
         async def operation(shard: GroupShard) -> Waiter[JoinResult]:
-            if join.group_id in shard.consumer_groups:
-                # A KIP-848 consumer group: classic members can't join it.
+            if join.group_id in shard.consumer_groups or join.group_id in shard.share_groups:
+                # A KIP-848 consumer group or a share group: classic members can't join it.
                 raise CoordinatorError(ErrorCode.inconsistent_group_protocol,
-                                       f"group {join.group_id} is a consumer group")
+                                       f"group {join.group_id} is not a classic group")
             return await shard.membership.join(join)
 
         try:

@@ -54,6 +54,12 @@ CONFIG_KEYS = (
     ConfigKey("group.consumer.session.timeout.ms", I, 45000,
               "How long a consumer-group member may go without heartbeating before it is removed.", at_least(1)),
     ConfigKey("group.consumer.max.size", I, INT32_MAX, "The most members a consumer group may have.", at_least(1)),
+    ConfigKey("group.share.heartbeat.interval.ms", I, 5000, "How often share-group members heartbeat.", at_least(1)),
+    ConfigKey("group.share.session.timeout.ms", I, 45000,
+              "How long a share-group member may go without heartbeating before it is removed.", at_least(1)),
+    ConfigKey("group.share.max.size", I, 200, "The most members a share group may have.", at_least(1)),
+    ConfigKey("group.share.assignors", ConfigType.LIST, ["simple"],
+              "Server-side assignors of share groups; the first is the one used."),
 )
 
 #: Kafka's internal constant: a new member's JoinGroup is dropped after this long (it is expected to retry).
@@ -81,6 +87,10 @@ class GroupSettings:
     consumer_heartbeat_interval_ms: int = 5000
     consumer_session_timeout_ms: int = 45000
     consumer_max_size: int = INT32_MAX
+    share_heartbeat_interval_ms: int = 5000
+    share_session_timeout_ms: int = 45000
+    share_max_size: int = 200
+    share_assignors: tuple[str, ...] = ("simple",)
 
     @classmethod
     def from_config(cls, config: Any) -> GroupSettings:
@@ -102,6 +112,10 @@ class GroupSettings:
             consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
             consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
             consumer_max_size=config["group.consumer.max.size"],
+            share_heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
+            share_session_timeout_ms=config["group.share.session.timeout.ms"],
+            share_max_size=config["group.share.max.size"],
+            share_assignors=_names(config["group.share.assignors"]),
         )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -245,16 +245,19 @@ def member_record(group: ConsumerGroup, member: ConsumerMember) -> Record:
             encode_consumer_member(member.metadata_value()))
 
 
-def target_records(group: ConsumerGroup, previous: Mapping[str, Partitions]) -> list[Record]:
+def target_records(group: ConsumerGroup | Any, previous: Mapping[str, Partitions], *,
+                   member_key: int = CONSUMER_TARGET_MEMBER, epoch_key: int = CONSUMER_TARGET_METADATA
+                   ) -> list[Record]:
+    """The target assignment's records: members whose target changed (tombstones for those gone), then the
+    assignment epoch. The key versions are the consumer group's, or the share group's."""
     records: list[Record] = []
     for member_id, parts in sorted(group.target.items()):
         if previous.get(member_id) != parts:
-            records.append((encode_key(ConsumerKey(CONSUMER_TARGET_MEMBER, group.group_id, member_id)),
+            records.append((encode_key(ConsumerKey(member_key, group.group_id, member_id)),
                             encode_target_member(parts)))
     for member_id in sorted(set(previous) - set(group.target)):
-        records.append((encode_key(ConsumerKey(CONSUMER_TARGET_MEMBER, group.group_id, member_id)), None))
-    records.append((encode_key(ConsumerKey(CONSUMER_TARGET_METADATA, group.group_id)),
-                    encode_epoch(group.assignment_epoch)))
+        records.append((encode_key(ConsumerKey(member_key, group.group_id, member_id)), None))
+    records.append((encode_key(ConsumerKey(epoch_key, group.group_id)), encode_epoch(group.assignment_epoch)))
     return records
 
 
@@ -263,14 +266,15 @@ def current_record(group: ConsumerGroup, member: ConsumerMember) -> Record:
             encode_current_assignment(member.assignment_value()))
 
 
-def member_tombstones(group: ConsumerGroup, member_id: str) -> list[Record]:
-    return [(encode_key(ConsumerKey(v, group.group_id, member_id)), None)
-            for v in (CONSUMER_CURRENT_ASSIGNMENT, CONSUMER_TARGET_MEMBER, CONSUMER_MEMBER_METADATA)]
+def member_tombstones(group: ConsumerGroup | Any, member_id: str,
+                      versions: tuple[int, ...] = (CONSUMER_CURRENT_ASSIGNMENT, CONSUMER_TARGET_MEMBER,
+                                                   CONSUMER_MEMBER_METADATA)) -> list[Record]:
+    return [(encode_key(ConsumerKey(v, group.group_id, member_id)), None) for v in versions]
 
 
-def group_tombstones(group_id: str) -> list[Record]:
-    return [(encode_key(ConsumerKey(CONSUMER_TARGET_METADATA, group_id)), None),
-            (encode_key(ConsumerKey(CONSUMER_GROUP_METADATA, group_id)), None)]
+def group_tombstones(group_id: str, versions: tuple[int, ...] = (CONSUMER_TARGET_METADATA, CONSUMER_GROUP_METADATA)
+                     ) -> list[Record]:
+    return [(encode_key(ConsumerKey(v, group_id)), None) for v in versions]
 
 
 def new_member_id() -> str:

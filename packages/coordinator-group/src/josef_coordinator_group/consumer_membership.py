@@ -164,7 +164,8 @@ class ConsumerMembership:
         if group is not None:
             return group
         classic = shard.groups.get(group_id)
-        if classic is not None and not (classic.is_empty and not classic.pending_members):
+        if shard.share_groups.get(group_id) is not None or (
+                classic is not None and not (classic.is_empty and not classic.pending_members)):
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
         if not create:
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} not found")

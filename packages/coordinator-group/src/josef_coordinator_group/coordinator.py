@@ -11,6 +11,7 @@ from josef.plugins import collect
 from josef.protocol.api_keys import ApiKey
 from josef_coordinator_group.api_admin import GroupAdminApis
 from josef_coordinator_group.api_consumer import ConsumerGroupApis
+from josef_coordinator_group.api_share_groups import ShareGroupApis
 from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
 from josef_coordinator_group.api_txn_offsets import TxnOffsetApis
@@ -40,6 +41,7 @@ class GroupCoordinator:
         self._txn_offsets = TxnOffsetApis(self)
         self._admin = GroupAdminApis(self)
         self._consumer = ConsumerGroupApis(self)
+        self._share = ShareGroupApis(self)
         self._assignors: dict[str, object] | None = None
 
     def settings(self) -> GroupSettings:
@@ -79,6 +81,8 @@ class GroupCoordinator:
             (ApiKey.DELETE_GROUPS, a.delete_groups, 0, 2),
             (ApiKey.CONSUMER_GROUP_HEARTBEAT, self._consumer.heartbeat, 0, 1),
             (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),
+            (ApiKey.SHARE_GROUP_HEARTBEAT, self._share.heartbeat, 1, 1),
+            (ApiKey.SHARE_GROUP_DESCRIBE, self._share.describe, 1, 1),
         )
 
     def append_linger_ms(self) -> int:

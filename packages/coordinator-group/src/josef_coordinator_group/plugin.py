@@ -38,10 +38,14 @@ def register_assignors(register: Register) -> None:
 
 @josef.hookimpl
 def register_features(register: Register) -> None:
-    """``group.version`` 1: the consumer group protocol of KIP-848 is on; josef cannot turn it off."""
-    from josef.metadata.features import SupportedFeature
+    """``group.version`` 1: the consumer group protocol of KIP-848 is on; josef cannot turn it off.
+    ``share.version`` 1: share groups (KIP-932) are on; finalizing 0 turns them off."""
+    from josef.metadata.features import METADATA_VERSIONS, SupportedFeature
 
     register("group.version", SupportedFeature(1, 1, 1))
+    # KIP-932: share groups, on (1) for a new cluster of the latest release, as in Kafka 4.2 (off when formatted
+    # with --release-version 4.0, as Kafka 4.0 had them); 0 turns ShareGroupHeartbeat off.
+    register("share.version", SupportedFeature(0, 1, 1, since={1: METADATA_VERSIONS["4.1-IV0"]}))
 
 
 @josef.hookimpl

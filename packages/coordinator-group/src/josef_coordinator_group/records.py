@@ -15,13 +15,17 @@ classic group          v2: group                                   v3; v0-v4 are
 KIP-848 consumer group v3 group epoch, v5 member, v6 target        v0 (flexible)
                        epoch, v7 member target, v8 member current
                        assignment: group (and member)
+KIP-932 share group    v10 member, v11 group epoch, v12 target     v0 (flexible)
+                       epoch, v13 member target, v14 member
+                       current assignment: group (and member)
 =====================  ==========================================  ===============================
 
 The key identifies the entity, so compaction keeps the latest record per
 offset and per group; a record with a null value (tombstone) deletes it.
-Keys of versions josef does not know (4, the partition metadata Kafka no
-longer writes, and 9+, the records of share and streams groups) are skipped
-by :func:`decode_key`, so a log written by a newer Kafka still loads.
+Keys of versions josef does not know (4 and 9, the partition metadata Kafka
+no longer writes, 15, the share groups' state-initialization record, and
+16+, the records of streams groups) are skipped by :func:`decode_key`, so a
+log written by a newer Kafka still loads.
 
 Encoding: big-endian integers; strings as int16 length + UTF-8 (-1 for
 null); bytes as int32 length. Flexible versions (v4 values) use compact
@@ -70,8 +74,10 @@ class GroupKey:
 @attrs.frozen
 class ConsumerKey:
     """A KIP-848 consumer-group record's key: ``version`` 3 (group epoch), 5 (member metadata),
-    6 (target assignment epoch), 7 (a member's target assignment), 8 (a member's current assignment).
-    ``member`` is None for the group-level keys (3 and 6)."""
+    6 (target assignment epoch), 7 (a member's target assignment), 8 (a member's current assignment); or a
+    KIP-932 share group's: 10 (member metadata), 11 (group epoch), 12 (target assignment epoch), 13 (a
+    member's target assignment), 14 (a member's current assignment). ``member`` is None for the group-level
+    keys (3, 6, 11, 12)."""
 
     version: int
     group: str
@@ -239,9 +245,9 @@ def decode_key(data: bytes) -> Key | None:
         return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
     if version == 2:
         return GroupKey(reader.string() or "")
-    if version in (3, 6):
+    if version in (3, 6, SHARE_GROUP_METADATA, SHARE_TARGET_METADATA):
         return ConsumerKey(version, reader.string() or "")
-    if version in (5, 7, 8):
+    if version in (5, 7, 8, SHARE_MEMBER_METADATA, SHARE_TARGET_MEMBER, SHARE_CURRENT_ASSIGNMENT):
         return ConsumerKey(version, reader.string() or "", reader.string() or "")
     return None
 
@@ -446,3 +452,58 @@ def decode_current_assignment(data: bytes) -> ConsumerAssignmentValue:
     pending = _read_topic_partitions(r)
     r.tagged_fields()
     return ConsumerAssignmentValue(epoch, previous, state, assigned, pending)
+
+
+# KIP-932 share-group values (flexible version 0) ----------------------------------------------------------
+
+SHARE_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_TARGET_METADATA = 12
+SHARE_TARGET_MEMBER = 13
+SHARE_CURRENT_ASSIGNMENT = 14
+
+
+@attrs.frozen
+class ShareMemberValue:
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+
+
+@attrs.frozen
+class ShareAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: TopicPartitions
+
+
+def encode_share_member(value: ShareMemberValue) -> bytes:
+    w = (_FlexWriter().string(value.rack_id).string(value.client_id).string(value.client_host)
+         .uvarint(len(value.subscribed_topic_names) + 1))
+    for name in value.subscribed_topic_names:
+        w.string(name)
+    return w.done()
+
+
+def decode_share_member(data: bytes) -> ShareMemberValue:
+    r = _flex_reader(data, "share group member metadata")
+    rack_id, client_id, client_host = r.string(), r.string() or "", r.string() or ""
+    names = tuple(r.string() or "" for _ in range(r.array_length()))
+    r.tagged_fields()
+    return ShareMemberValue(rack_id, client_id, client_host, names)
+
+
+def encode_share_assignment(value: ShareAssignmentValue) -> bytes:
+    return (_FlexWriter().i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
+            .topic_partitions(value.assigned).done())
+
+
+def decode_share_assignment(data: bytes) -> ShareAssignmentValue:
+    r = _flex_reader(data, "share group current member assignment")
+    epoch, previous = r.i32(), r.i32()
+    state = struct.unpack(">b", r._take(1))[0]
+    assigned = _read_topic_partitions(r)
+    r.tagged_fields()
+    return ShareAssignmentValue(epoch, previous, state, assigned)

@@ -44,6 +44,8 @@ from josef.coordinator.timeline import TimelineDict
 from josef_coordinator_group.configs import GroupSettings
 from josef_coordinator_group.consumer_group import ConsumerGroup, ConsumerMember
 from josef_coordinator_group.consumer_membership import ConsumerMembership
+from josef_coordinator_group.share_group import ShareGroup, ShareMember
+from josef_coordinator_group.share_membership import ShareMembership
 from josef_coordinator_group.group import ClassicGroup, JoinResult, SyncResult
 from josef_coordinator_group.membership import Membership
 from josef_coordinator_group.offsets import OffsetStore, expired_offsets
@@ -53,6 +55,11 @@ from josef_coordinator_group.records import (
     CONSUMER_MEMBER_METADATA,
     CONSUMER_TARGET_MEMBER,
     CONSUMER_TARGET_METADATA,
+    SHARE_CURRENT_ASSIGNMENT,
+    SHARE_GROUP_METADATA,
+    SHARE_MEMBER_METADATA,
+    SHARE_TARGET_MEMBER,
+    SHARE_TARGET_METADATA,
     ConsumerKey,
     GroupKey,
     OffsetKey,
@@ -63,12 +70,16 @@ from josef_coordinator_group.records import (
     decode_group,
     decode_key,
     decode_offset,
+    decode_share_assignment,
+    decode_share_member,
     decode_target_member,
     encode_key,
 )
 
 log = logging.getLogger(__name__)
 
+SHARE_KEY_VERSIONS = frozenset((SHARE_MEMBER_METADATA, SHARE_GROUP_METADATA, SHARE_TARGET_METADATA,
+                                SHARE_TARGET_MEMBER, SHARE_CURRENT_ASSIGNMENT))
 EXPIRE_OFFSETS_TIMER = "expire-offsets"
 #: Whether the current request is answered by its own outcome: it appended records (its write answers it) or
 #: was refused (Kafka's operation throws); otherwise its answer waits for what it read to be committed.
@@ -94,6 +105,9 @@ class GroupShard:
         #: KIP-848 consumer groups (a group id is either here or in ``groups``).
         self.consumer_groups: TimelineDict[str, ConsumerGroup] = TimelineDict(registry)
         self.consumer_membership = ConsumerMembership(self)
+        #: KIP-932 share groups (a group id is in one of the three maps).
+        self.share_groups: TimelineDict[str, ShareGroup] = TimelineDict(registry)
+        self.share_membership = ShareMembership(self)
         #: The server-side assignors by name (the coordinator sets them from the ``register_assignors`` hook).
         self.server_assignors: Callable[[], dict[str, Any]] = _builtin_assignors
 
@@ -121,7 +135,10 @@ class GroupShard:
                     self._ensure_group(decoded.group)
             elif isinstance(decoded, ConsumerKey):
                 if self.loading:
-                    self._replay_consumer(decoded, value)
+                    if decoded.version in SHARE_KEY_VERSIONS:
+                        self._replay_share(decoded, value)
+                    else:
+                        self._replay_consumer(decoded, value)
             elif isinstance(decoded, GroupKey):
                 if value is None:
                     self.groups.pop(decoded.group, None)
@@ -153,7 +170,7 @@ class GroupShard:
 
     def _ensure_group(self, group_id: str) -> None:
         """Offsets without group metadata belong to a "simple" group (manual commits)."""
-        if group_id not in self.groups and group_id not in self.consumer_groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups and group_id not in self.share_groups:
             self.groups[group_id] = ClassicGroup(group_id, clock.now_ms())
 
     def _replay_consumer(self, key: ConsumerKey, value: bytes | None) -> None:
@@ -188,6 +205,38 @@ class GroupShard:
         elif key.version == CONSUMER_CURRENT_ASSIGNMENT and member is not None:
             member.apply_assignment(decode_current_assignment(value))
 
+    def _replay_share(self, key: ConsumerKey, value: bytes | None) -> None:
+        """Rebuild a share group from its records (applied while loading; afterwards memory leads)."""
+        group = self.share_groups.get(key.group)
+        if value is None:
+            if group is None:
+                return
+            if key.version == SHARE_GROUP_METADATA:
+                del self.share_groups[key.group]
+            elif key.version == SHARE_MEMBER_METADATA and key.member is not None:
+                group.members.pop(key.member, None)
+            elif key.version == SHARE_TARGET_MEMBER and key.member is not None:
+                group.target.pop(key.member, None)
+            return
+        if group is None:
+            group = self.share_groups[key.group] = ShareGroup(key.group)
+            self.groups.pop(key.group, None)
+        member = None
+        if key.member is not None and key.version in (SHARE_MEMBER_METADATA, SHARE_CURRENT_ASSIGNMENT):
+            member = group.members.get(key.member)
+            if member is None:
+                member = group.members[key.member] = ShareMember(key.member)
+        if key.version == SHARE_GROUP_METADATA:
+            group.group_epoch = decode_epoch(value)
+        elif key.version == SHARE_TARGET_METADATA:
+            group.assignment_epoch = decode_epoch(value)
+        elif key.version == SHARE_TARGET_MEMBER and key.member is not None:
+            group.target[key.member] = decode_target_member(value)
+        elif key.version == SHARE_MEMBER_METADATA and member is not None:
+            member.apply_metadata(decode_share_member(value))
+        elif key.version == SHARE_CURRENT_ASSIGNMENT and member is not None:
+            member.apply_assignment(decode_share_assignment(value))
+
     def loaded(self) -> None:
         """Resume what the loaded groups need: session timers of their members, the size limit, offset expiry."""
         self.loading = False
@@ -201,6 +250,9 @@ class GroupShard:
         for consumer_group in self.consumer_groups.values():
             for member_id in consumer_group.members:
                 self.consumer_membership.schedule_session(consumer_group, member_id)
+        for share_group in self.share_groups.values():
+            for member_id in share_group.members:
+                self.share_membership.schedule_session(share_group, member_id)
         self.schedule_offset_expiry(settings.retention_check_interval_ms)
 
     def unloaded(self) -> None:

@@ -1,0 +1,169 @@
+"""confluent-kafka's ShareConsumer (librdkafka) against josef: share groups end to end (KIP-932).
+
+Five consumers share one partition and together accept every record once;
+explicit acknowledgement releases records to the others, rejects them for
+good, and a record never accepted is archived at the delivery-count limit;
+an acquisition lock that runs out gives the records to another member.
+"""
+
+from __future__ import annotations
+
+import time
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from josef.protocol.api_keys import ApiKey
+from josef.testing import RawClient, eventually
+
+SHORT_LOCKS = {"group.share.record.lock.duration.ms": "2000", "group.share.min.record.lock.duration.ms": "1000",
+               "group.share.delivery.count.limit": "3", "group.share.heartbeat.interval.ms": "500"}
+
+
+def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, count: int, per_batch: int = 1) -> list[bytes]:
+    values = [b"job-%04d" % i for i in range(count)]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    for i, value in enumerate(values):
+        producer.produce(topic, value)
+        if (i + 1) % per_batch == 0:
+            producer.flush(10)  # small batches, so that the consumers take turns
+    assert producer.flush(30) == 0
+    return values
+
+
+def share_consumer(bootstrap: str, group: str, **extra: str) -> ShareConsumer:
+    return ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **extra})
+
+
+def joined(broker, consumers: list[ShareConsumer], topic: str, group: str) -> None:
+    """Each consumer subscribed and polling until the group has them all, each with its assignment (ShareGroupDescribe).
+
+    The share partition starts at the end (share.auto.offset.reset latest): records produced after this are
+    theirs."""
+    for consumer in consumers:
+        consumer.subscribe([topic])
+
+    def settled() -> bool:
+        for consumer in consumers:
+            assert len(consumer.poll(0.1)) == 0
+        client = RawClient(broker.port)
+        try:
+            [described] = client.call(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                                      "include_authorized_operations": False}).groups
+        finally:
+            client.close()
+        return (described.error_code == ErrorCode.none and len(described.members) == len(consumers)
+                and all(m.member_epoch == described.assignment_epoch and m.assignment.topic_partitions
+                        for m in described.members))
+
+    eventually(settled, 60, what=f"{len(consumers)} members in share group {group}")
+    for consumer in consumers:  # a fetch by each, so each share session is open before records arrive
+        assert len(consumer.poll(0.2)) == 0
+
+
+def drain(consumers: list[ShareConsumer], want: int, timeout: float = 60) -> dict[int, list]:
+    """Poll the consumers in turn until ``want`` records arrived in all (or the timeout); the messages by consumer."""
+    got: dict[int, list] = {i: [] for i in range(len(consumers))}
+    deadline = time.monotonic() + timeout
+    while sum(map(len, got.values())) < want and time.monotonic() < deadline:
+        for i, consumer in enumerate(consumers):
+            for message in consumer.poll(0.1):
+                assert message.error() is None, message.error()
+                got[i].append(message)
+    return got
+
+
+def test_five_consumers_share_a_partition_and_accept_every_record_once(broker):
+    create(broker.bootstrap_servers, "jobs")
+    consumers = [share_consumer(broker.bootstrap_servers, "workers") for _ in range(5)]
+    try:
+        joined(broker, consumers, "jobs", "workers")
+        values = produce(broker.bootstrap_servers, "jobs", 300, per_batch=3)
+        got = drain(consumers, len(values))
+        received = [m.value() for ms in got.values() for m in ms]
+        assert sorted(received) == values, "every record once, across the five"
+        assert all(got.values()), f"a consumer got nothing: {[len(ms) for ms in got.values()]}"
+        assert {m.delivery_count() for ms in got.values() for m in ms} == {1}
+        for consumer in consumers:  # implicit mode: the next poll accepted the last batch; nothing comes back
+            assert len(consumer.poll(0.5)) == 0
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    # A consumer joining later gets nothing: everything was accepted.
+    late = share_consumer(broker.bootstrap_servers, "workers")
+    try:
+        late.subscribe(["jobs"])
+        assert sum(len(late.poll(0.5)) for _ in range(8)) == 0
+    finally:
+        late.close()
+
+
+def test_release_redelivers_to_another_member_and_reject_archives(broker_factory):
+    broker = broker_factory(**SHORT_LOCKS)
+    create(broker.bootstrap_servers, "tasks")
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    a = share_consumer(broker.bootstrap_servers, "crew", **explicit)
+    b = share_consumer(broker.bootstrap_servers, "crew", **explicit)
+    try:
+        joined(broker, [a, b], "tasks", "crew")
+        values = produce(broker.bootstrap_servers, "tasks", 10, per_batch=10)
+        first = drain([a], 10)[0]
+        assert sorted(m.value() for m in first) == values
+        for m in first:  # a gives the even ones back and rejects the odd ones
+            a.acknowledge(m, AcknowledgeType.RELEASE if m.offset() % 2 == 0 else AcknowledgeType.REJECT)
+        a.commit_sync()
+        again = drain([b], 5)[0]
+        assert sorted(m.offset() for m in again) == [0, 2, 4, 6, 8]
+        assert {m.delivery_count() for m in again} == {2}
+        for m in again:
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+        b.commit_sync()
+        assert sum(len(c.poll(0.3)) for _ in range(6) for c in (a, b)) == 0, "a rejected record came back"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_record_never_accepted_is_archived_at_the_delivery_count_limit(broker_factory):
+    broker = broker_factory(**SHORT_LOCKS)  # group.share.delivery.count.limit=3
+    create(broker.bootstrap_servers, "poison")
+    consumer = share_consumer(broker.bootstrap_servers, "careful", **{"share.acknowledgement.mode": "explicit"})
+    try:
+        joined(broker, [consumer], "poison", "careful")
+        produce(broker.bootstrap_servers, "poison", 1)
+        counts = []
+        for _ in range(3):
+            [message] = drain([consumer], 1)[0]
+            counts.append(message.delivery_count())
+            consumer.acknowledge(message, AcknowledgeType.RELEASE)
+            consumer.commit_sync()
+        assert counts == [1, 2, 3]
+        assert sum(len(consumer.poll(0.3)) for _ in range(8)) == 0, "delivered beyond the limit"
+    finally:
+        consumer.close()
+
+
+def test_an_expired_lock_gives_the_records_to_another_member(broker_factory):
+    broker = broker_factory(**SHORT_LOCKS)  # 2 s locks
+    create(broker.bootstrap_servers, "slow")
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    stuck = share_consumer(broker.bootstrap_servers, "pool", **explicit)
+    other = share_consumer(broker.bootstrap_servers, "pool", **explicit)
+    try:
+        joined(broker, [stuck, other], "slow", "pool")
+        values = produce(broker.bootstrap_servers, "slow", 4, per_batch=4)
+        held = drain([stuck], 4)[0]  # and never acknowledged
+        assert sorted(m.value() for m in held) == values
+        started = time.monotonic()
+        redelivered = drain([other], 4, timeout=30)[0]
+        assert sorted(m.value() for m in redelivered) == values
+        assert {m.delivery_count() for m in redelivered} == {2}
+        assert time.monotonic() - started >= 1.0, "redelivered before the lock could have expired"
+    finally:
+        stuck.close()
+        other.close()
