@@ -73,6 +73,22 @@ def test_consumer_group_records(decode):
     assert value["data"] == {"topicPartitions": [{"topicId": uuid_to_text(topic), "partitions": [0, 2]}]}
 
 
+def test_share_group_records(decode):
+    topic = uuid.uuid4()
+    key, value = decode(records.encode_key(ConsumerKey(records.SHARE_GROUP_METADATA, "q")), records.encode_epoch(4))
+    assert key == {"type": "11", "data": {"groupId": "q"}} and value["data"] == {"epoch": 4}
+    key, value = decode(records.encode_key(ConsumerKey(records.SHARE_MEMBER_METADATA, "q", "m")),
+                        records.encode_share_member(records.ShareMemberValue(None, "c", "/h", ("jobs",))))
+    assert key == {"type": "10", "data": {"groupId": "q", "memberId": "m"}}
+    assert value["data"] == {"rackId": None, "clientId": "c", "clientHost": "/h", "subscribedTopicNames": ["jobs"]}
+    _, value = decode(records.encode_key(ConsumerKey(records.SHARE_CURRENT_ASSIGNMENT, "q", "m")),
+                      records.encode_share_assignment(records.ShareAssignmentValue(4, 3, 0, {str(topic): frozenset({1})})))
+    assert value["data"] == {"memberEpoch": 4, "previousMemberEpoch": 3, "state": 0,
+                             "assignedPartitions": [{"topicId": uuid_to_text(topic), "partitions": [1]}]}
+    _, value = decode(records.encode_key(ConsumerKey(records.SHARE_TARGET_METADATA, "q")), records.encode_epoch(4))
+    assert value["data"] == {"assignmentEpoch": 4}
+
+
 def test_unknown_types_and_bad_bytes(decode):
     with pytest.raises(LookupError) as info:
         decode(struct.pack(">h", 9) + b"\x00\x01g", None)

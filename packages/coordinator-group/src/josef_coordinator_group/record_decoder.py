@@ -54,17 +54,26 @@ def _value(record_type: int, value: bytes) -> Json:
             data["expireTimestamp"] = offset.expire_timestamp
     elif record_type == 2:
         data = _group(records.decode_group(value), version)
-    elif record_type == records.CONSUMER_GROUP_METADATA:
+    elif record_type in (records.CONSUMER_GROUP_METADATA, records.SHARE_GROUP_METADATA):
         data = {"epoch": records.decode_epoch(value)}
-    elif record_type == records.CONSUMER_TARGET_METADATA:
+    elif record_type in (records.CONSUMER_TARGET_METADATA, records.SHARE_TARGET_METADATA):
         data = {"assignmentEpoch": records.decode_epoch(value)}
+    elif record_type == records.SHARE_MEMBER_METADATA:
+        share_member = records.decode_share_member(value)
+        data = {"rackId": share_member.rack_id, "clientId": share_member.client_id,
+                "clientHost": share_member.client_host,
+                "subscribedTopicNames": list(share_member.subscribed_topic_names)}
+    elif record_type == records.SHARE_CURRENT_ASSIGNMENT:
+        share_current = records.decode_share_assignment(value)
+        data = {"memberEpoch": share_current.member_epoch, "previousMemberEpoch": share_current.previous_member_epoch,
+                "state": share_current.state, "assignedPartitions": _topic_partitions(share_current.assigned)}
     elif record_type == records.CONSUMER_MEMBER_METADATA:
         member = records.decode_consumer_member(value)
         data = {"instanceId": member.instance_id, "rackId": member.rack_id, "clientId": member.client_id,
                 "clientHost": member.client_host, "subscribedTopicNames": list(member.subscribed_topic_names),
                 "subscribedTopicRegex": member.subscribed_topic_regex,
                 "rebalanceTimeoutMs": member.rebalance_timeout_ms, "serverAssignor": member.server_assignor}
-    elif record_type == records.CONSUMER_TARGET_MEMBER:
+    elif record_type in (records.CONSUMER_TARGET_MEMBER, records.SHARE_TARGET_MEMBER):
         data = {"topicPartitions": _topic_partitions(records.decode_target_member(value))}
     else:
         current = records.decode_current_assignment(value)
