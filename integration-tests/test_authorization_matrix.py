@@ -237,6 +237,41 @@ ROWS: list[Row] = [
         ((R.GROUP, "mg848", Op.READ),), E.group_authorization_failed),
     Row(K.CONSUMER_GROUP_DESCRIBE, 0, lambda s: {"group_ids": [GROUP], "include_authorized_operations": True},
         (group(Op.DESCRIBE),), E.group_authorization_failed),
+    Row(K.SHARE_GROUP_HEARTBEAT, 1, lambda s: {
+        "group_id": "mgshare", "member_id": str(uuid.uuid4()), "member_epoch": 0, "rack_id": None,
+        "subscribed_topic_names": [TOPIC]},
+        ((R.GROUP, "mgshare", Op.READ),), E.group_authorization_failed),
+    Row(K.SHARE_GROUP_DESCRIBE, 1, lambda s: {"group_ids": [GROUP], "include_authorized_operations": True},
+        (group(Op.DESCRIBE),), E.group_authorization_failed),
+    Row(K.SHARE_FETCH, 1, lambda s: {
+        "group_id": GROUP, "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
+        "max_bytes": 1024, "max_records": 500, "batch_size": 500, "forgotten_topics_data": [], "topics": [{"topic_id": s["topic_id"], "partitions": [
+            {"partition_index": 0, "partition_max_bytes": 1024, "acknowledgement_batches": []}]}]},
+        (group(Op.READ), topic(Op.READ)), E.group_authorization_failed),
+    Row(K.SHARE_ACKNOWLEDGE, 1, lambda s: {
+        "group_id": GROUP, "member_id": "m", "share_session_epoch": 3, "topics": [
+            {"topic_id": s["topic_id"], "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]},
+        (group(Op.READ), topic(Op.READ)), E.group_authorization_failed),
+    *(Row(key, 0, body, (cluster(Op.CLUSTER_ACTION),), E.cluster_authorization_failed, "sent by brokers")
+      for key, body in (
+          (K.INITIALIZE_SHARE_GROUP_STATE, lambda s: {"group_id": "sg", "topics": [
+              {"topic_id": s["topic_id"], "partitions": [{"partition": 0, "state_epoch": 0, "start_offset": 0}]}]}),
+          (K.READ_SHARE_GROUP_STATE, lambda s: {"group_id": "sg", "topics": [
+              {"topic_id": s["topic_id"], "partitions": [{"partition": 0, "leader_epoch": 0}]}]}),
+          (K.WRITE_SHARE_GROUP_STATE, lambda s: {"group_id": "sg", "topics": [
+              {"topic_id": s["topic_id"], "partitions": [{"partition": 0, "state_epoch": 0, "leader_epoch": 0,
+                                                          "start_offset": 0, "state_batches": []}]}]}),
+          (K.DELETE_SHARE_GROUP_STATE, lambda s: {"group_id": "sg", "topics": [
+              {"topic_id": s["topic_id"], "partitions": [{"partition": 0}]}]}),
+          (K.READ_SHARE_GROUP_STATE_SUMMARY, lambda s: {"group_id": "sg", "topics": [
+              {"topic_id": s["topic_id"], "partitions": [{"partition": 0, "leader_epoch": 0}]}]}))),
+    Row(K.DESCRIBE_SHARE_GROUP_OFFSETS, 1, lambda s: {"groups": [{"group_id": GROUP, "topics": None}]},
+        (group(Op.DESCRIBE),), E.group_authorization_failed),
+    Row(K.ALTER_SHARE_GROUP_OFFSETS, 0, lambda s: {"group_id": GROUP, "topics": [
+        {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        (group(Op.READ), topic(Op.READ)), E.group_authorization_failed),
+    Row(K.DELETE_SHARE_GROUP_OFFSETS, 0, lambda s: {"group_id": GROUP, "topics": [{"topic_name": TOPIC}]},
+        (group(Op.DELETE), topic(Op.READ)), E.group_authorization_failed),
     Row(K.DESCRIBE_TOPIC_PARTITIONS, 0, lambda s: {"topics": [{"name": TOPIC}], "response_partition_limit": 10,
                                                    "cursor": None},
         (topic(Op.DESCRIBE),), E.topic_authorization_failed),
@@ -283,6 +318,9 @@ def secured(tmp_path_factory):
         admin = RawClient(broker.port)
         _setup(admin)
         broker.admin = admin
+        broker.topic_id = admin.call(K.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": None}],
+                                                      "allow_auto_topic_creation": False,
+                                                      "include_topic_authorized_operations": False}).topics[0].topic_id
         yield broker
         admin.close()
     finally:
@@ -334,7 +372,7 @@ def test_every_advertised_api_has_a_row(secured):
                               for r in ROWS])
 def test_refused_without_the_acl_and_served_with_it(secured, index):
     row = ROWS[index]
-    state = {"records": build_batch([(b"k", b"v", 1000)]), "metadata_version": 25}
+    state = {"records": build_batch([(b"k", b"v", 1000)]), "metadata_version": 25, "topic_id": secured.topic_id}
     bob = user_client(secured, "bob")
     try:
         refused = set(error_codes(bob.call(row.key, row.version, row.body(state))))
@@ -429,3 +467,20 @@ def test_delegation_token_apis_need_an_authenticated_connection_not_an_acl(secur
             assert secured.admin.call(key, version, body).error_code == E.delegation_token_request_not_allowed
     finally:
         bob.close()
+
+
+def test_a_share_consumer_needs_read_on_the_topic_as_well_as_the_group(secured):
+    acl = {"resource_type": R.GROUP, "resource_name": "mg-carol", "resource_pattern_type": 3,
+           "principal": "User:carol", "host": "*", "operation": Op.READ, "permission_type": 3}
+    assert {r.error_code for r in secured.admin.call(K.CREATE_ACLS, 3, {"creations": [acl]}).results} == {E.none}
+    carol = user_client(secured, "carol")
+    try:
+        answer = carol.call(K.SHARE_FETCH, 1, {
+            "group_id": "mg-carol", "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
+            "max_bytes": 1024, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+            "topics": [{"topic_id": secured.topic_id, "partitions": [
+                {"partition_index": 0, "partition_max_bytes": 1024, "acknowledgement_batches": []}]}]})
+    finally:
+        carol.close()
+    assert answer.error_code == E.none
+    assert [p.error_code for t in answer.responses for p in t.partitions] == [E.topic_authorization_failed]

@@ -12,6 +12,7 @@ from josef.protocol.api_keys import ApiKey
 from josef_coordinator_group.api_admin import GroupAdminApis
 from josef_coordinator_group.api_consumer import ConsumerGroupApis
 from josef_coordinator_group.api_share_groups import ShareGroupApis
+from josef_coordinator_group.share_offsets import ShareOffsetApis
 from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
 from josef_coordinator_group.api_txn_offsets import TxnOffsetApis
@@ -42,6 +43,7 @@ class GroupCoordinator:
         self._admin = GroupAdminApis(self)
         self._consumer = ConsumerGroupApis(self)
         self._share = ShareGroupApis(self)
+        self._share_offsets = ShareOffsetApis(self)
         self._assignors: dict[str, object] | None = None
 
     def settings(self) -> GroupSettings:
@@ -83,6 +85,9 @@ class GroupCoordinator:
             (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),
             (ApiKey.SHARE_GROUP_HEARTBEAT, self._share.heartbeat, 1, 1),
             (ApiKey.SHARE_GROUP_DESCRIBE, self._share.describe, 1, 1),
+            (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, self._share_offsets.describe, 0, 1),
+            (ApiKey.ALTER_SHARE_GROUP_OFFSETS, self._share_offsets.alter, 0, 0),
+            (ApiKey.DELETE_SHARE_GROUP_OFFSETS, self._share_offsets.delete, 0, 0),
         )
 
     def append_linger_ms(self) -> int:

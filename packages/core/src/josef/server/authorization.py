@@ -211,7 +211,10 @@ def _edit(ctx: RequestContext, change: Callable[[dict[str, Any]], None]) -> Call
 
 
 def _name(entry: Any) -> str:
-    return entry if isinstance(entry, str) else (getattr(entry, "name", None) or getattr(entry, "topic", None) or "")
+    if isinstance(entry, str):
+        return entry
+    return (getattr(entry, "name", None) or getattr(entry, "topic", None) or getattr(entry, "topic_name", None)
+            or getattr(entry, "group_id", None) or "")
 
 
 def _topic_names(ctx: RequestContext, entries: Iterable[Any]) -> list[str]:
@@ -613,6 +616,20 @@ RULES: dict[int, Rule] = {
     ApiKey.SYNC_GROUP: _GROUP_READ,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: _GROUP_READ,
     ApiKey.SHARE_GROUP_HEARTBEAT: _GROUP_READ,
+    ApiKey.SHARE_GROUP_DESCRIBE: _operations_rule(
+        "groups", GROUP, "group_id", "authorized_operations",
+        inner=_resource_rule("DESCRIBE", GROUP, "group_ids", "groups", E.group_authorization_failed)),
+    # Share consumers read their group's topics: READ on both (Kafka's KafkaApis.handleShareFetchRequest).
+    ApiKey.SHARE_FETCH: _one("READ", GROUP, _group_id, E.group_authorization_failed,
+                             _topic_rule("READ", "topics", "responses")),
+    ApiKey.SHARE_ACKNOWLEDGE: _one("READ", GROUP, _group_id, E.group_authorization_failed,
+                                   _topic_rule("READ", "topics", "responses")),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: _resource_rule("DESCRIBE", GROUP, "groups", "groups",
+                                                        E.group_authorization_failed),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: _one("READ", GROUP, _group_id, E.group_authorization_failed,
+                                           _topic_rule("READ", "topics", "responses")),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: _one("DELETE", GROUP, _group_id, E.group_authorization_failed,
+                                            _topic_rule("READ", "topics", "responses")),
     ApiKey.DESCRIBE_GROUPS: _operations_rule(
         "groups", GROUP, "group_id", "authorized_operations",
         inner=_resource_rule("DESCRIBE", GROUP, "groups", "groups", E.group_authorization_failed)),
@@ -664,6 +681,7 @@ OPERATIONS_RULES: dict[int, Rule] = {
     ApiKey.METADATA: _metadata_operations_only,
     ApiKey.DESCRIBE_GROUPS: _operations_rule("groups", GROUP, "group_id", "authorized_operations"),
     ApiKey.CONSUMER_GROUP_DESCRIBE: _operations_rule("groups", GROUP, "group_id", "authorized_operations"),
+    ApiKey.SHARE_GROUP_DESCRIBE: _operations_rule("groups", GROUP, "group_id", "authorized_operations"),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: _operations_rule("topics", TOPIC, "name", "topic_authorized_operations",
                                                        flag=None),
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
