@@ -167,3 +167,63 @@ def test_an_expired_lock_gives_the_records_to_another_member(broker_factory):
     finally:
         stuck.close()
         other.close()
+
+
+def set_group_config(broker, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource (type 32), as kafka-configs.sh --entity-type groups."""
+    client = RawClient(broker.port)
+    try:
+        answer = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": group, "configs": [
+                {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}]})
+    finally:
+        client.close()
+    assert answer.responses[0].error_code == ErrorCode.none, answer
+
+
+def read_values(consumer: ShareConsumer, want: int, timeout: float = 30) -> list[bytes]:
+    return sorted(m.value() for m in drain([consumer], want, timeout)[0])
+
+
+def test_share_auto_offset_reset_earliest_latest_and_by_duration(broker):
+    create(broker.bootstrap_servers, "history")
+    now = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i, age_ms in enumerate((3 * 3_600_000, 2 * 3_600_000, 60_000, 1_000)):  # 3 h, 2 h, 1 min, 1 s ago
+        producer.produce("history", b"old-%d" % i, timestamp=now - age_ms)
+    assert producer.flush(10) == 0
+    expected = {"earliest": 4, "by_duration:PT2H30M": 3, "by_duration:PT5M": 2, "latest": 0}
+    for reset, count in expected.items():
+        group = "reset-" + reset.replace(":", "-")
+        set_group_config(broker, group, {"share.auto.offset.reset": reset})
+        consumer = share_consumer(broker.bootstrap_servers, group)
+        try:
+            consumer.subscribe(["history"])
+            got = drain([consumer], count, timeout=15 if count else 3)[0]
+            assert len(got) == count, (reset, [m.value() for m in got])
+        finally:
+            consumer.close()
+
+
+def test_read_committed_share_groups_never_get_aborted_records(broker):
+    create(broker.bootstrap_servers, "payments")
+    set_group_config(broker, "auditors", {"share.isolation.level": "read_committed",
+                                          "share.auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "payer"})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce("payments", b"%s-%d" % (outcome.encode(), i))
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    consumer = share_consumer(broker.bootstrap_servers, "auditors")
+    try:
+        consumer.subscribe(["payments"])
+        got = read_values(consumer, 6)
+        assert got == sorted([b"commit-0", b"commit-1", b"commit-2"] * 2)
+        assert sum(len(consumer.poll(0.3)) for _ in range(6)) == 0, "an aborted record was delivered"
+    finally:
+        consumer.close()

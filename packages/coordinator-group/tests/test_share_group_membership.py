@@ -155,3 +155,14 @@ def test_share_version_turns_share_groups_on_and_off(josef_broker, client):
     refused = heartbeat(client, "m", 0, ["jobs"])
     assert refused.error_code == E.unsupported_version
     assert describe(client).error_code == E.unsupported_version
+
+
+def test_a_groups_own_heartbeat_interval_is_what_its_members_are_told(client):
+    altered = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": 32, "resource_name": "tuned", "configs": [
+            {"name": "share.heartbeat.interval.ms", "config_operation": 0, "value": "1234"}]}]})
+    assert altered.responses[0].error_code == E.none
+    tuned = eventually(lambda: (a := heartbeat(client, "m", 0, ["jobs"], group="tuned")).heartbeat_interval
+                       .total_seconds() * 1000 == 1234 and a, 10, what="the group's interval")
+    assert tuned.error_code == E.none
+    assert heartbeat(client, "m", 0, ["jobs"]).heartbeat_interval.total_seconds() * 1000 == 5000  # the broker's

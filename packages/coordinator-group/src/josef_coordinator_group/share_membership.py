@@ -19,6 +19,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError
+from josef.metadata.records import GROUP_RESOURCE
 from josef_coordinator_group.consumer_group import Partitions
 from josef_coordinator_group.consumer_membership import Topics
 from josef_coordinator_group.group import GroupError
@@ -193,7 +194,8 @@ class ShareMembership:
             records.append(current_record(group, member))
         return ShareHeartbeatResult(
             member_id=member.member_id, member_epoch=member.member_epoch,
-            heartbeat_interval_ms=settings.share_heartbeat_interval_ms,
+            heartbeat_interval_ms=self.group_setting(group.group_id, "share.heartbeat.interval.ms",
+                                                     settings.share_heartbeat_interval_ms),
             assignment=dict(member.assigned) if moved or request.member_epoch == 0 else None), records
 
     def compute_target(self, group: ShareGroup, topics: Topics) -> None:
@@ -231,7 +233,14 @@ class ShareMembership:
         async def expire() -> None:
             await self.expire_session(group_id, member_id)
 
-        self.shard.schedule(session_key(group_id, member_id), self.shard.settings().share_session_timeout_ms, expire)
+        timeout = self.group_setting(group_id, "share.session.timeout.ms", self.shard.settings().share_session_timeout_ms)
+        self.shard.schedule(session_key(group_id, member_id), timeout, expire)
+
+    def group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A group config (GROUP config resource, KIP-932's share.* keys) of ``group_id``, else the broker's."""
+        services = self.shard.context.services
+        raw = services.image.config(GROUP_RESOURCE, group_id).get(name) if services is not None else None
+        return int(raw) if raw is not None else default
 
     async def expire_session(self, group_id: str, member_id: str) -> None:
         current = self.shard.share_groups.get(group_id)

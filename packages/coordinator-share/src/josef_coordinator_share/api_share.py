@@ -75,6 +75,8 @@ async def share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
                               "acquisition_lock_timeout": settings.record_lock_duration_ms, "responses": [],
                               "node_endpoints": []}
     group, member, epoch = request.group_id, request.member_id, request.share_session_epoch
+    if group:
+        answer["acquisition_lock_timeout"] = manager.lock_duration_ms(group)
     # Partitions named by the request: (topic id, index) -> tp, or None for a topic id this broker does not know.
     named: dict[tuple[Any, int], TopicPartition | None] = {}
     acknowledgements: dict[tuple[Any, int], list[tuple[int, int, list[int]]]] = {}
@@ -167,6 +169,7 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> dict[str, Any]
     group, member, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group or not member:
         return {**answer, "error_code": ErrorCode.invalid_request, "error_message": "a group id and member id are needed"}
+    answer["acquisition_lock_timeout"] = manager.lock_duration_ms(group)
     try:
         if epoch == INITIAL_EPOCH:
             raise ShareError(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session")

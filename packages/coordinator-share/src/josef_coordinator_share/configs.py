@@ -6,13 +6,34 @@ the broker's current configuration, as the other coordinators do.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
 
-from josef.config import ConfigKey, ConfigType, at_least
+from josef.config import ConfigError, ConfigKey, ConfigType, at_least, one_of
 
-I, L, S = ConfigType.INT, ConfigType.LONG, ConfigType.SHORT
+I, L, S, STR = ConfigType.INT, ConfigType.LONG, ConfigType.SHORT, ConfigType.STRING
+#: ``by_duration:`` takes an ISO-8601 duration as Java's ``Duration.parse`` reads it (``PT1H``, ``P1DT12H``).
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
+
+
+def reset_duration_ms(value: str) -> int | None:
+    """``share.auto.offset.reset``'s duration in ms for ``by_duration:...``; None for latest and earliest."""
+    if not value.lower().startswith("by_duration:"):
+        return None
+    text = value.split(":", 1)[1].strip()
+    match = _DURATION.match(text)
+    if not match or text.upper() in ("P", "PT") or text.upper().endswith("T"):
+        raise ConfigError(f"{text!r} is not an ISO-8601 duration (PnDTnHnMn.nS)")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
+def _offset_reset(value: Any) -> None:
+    if not isinstance(value, str) or (value.lower() not in ("latest", "earliest")
+                                      and reset_duration_ms(value) is None):
+        raise ConfigError("must be latest, earliest or by_duration:<ISO-8601 duration>")
 
 CONFIG_KEYS = (
     ConfigKey("share.coordinator.state.topic.num.partitions", I, 50,
@@ -37,7 +58,17 @@ CONFIG_KEYS = (
               "COORDINATOR_NOT_AVAILABLE (it may still commit).", at_least(1)),
     ConfigKey("group.share.record.lock.duration.ms", I, 30000,
               "How long a share group's member holds the records it was given before they go to another member "
-              "(the acquisition lock), unless the group sets share.record.lock.duration.ms.", at_least(1000)),
+              "(the acquisition lock), unless the group sets share.record.lock.duration.ms.", at_least(1000),
+              group_name="share.record.lock.duration.ms"),
+    ConfigKey("share.auto.offset.reset", STR, "latest",
+              "Where a share group starts reading a partition it has no state for: latest (records produced from "
+              "now on), earliest (the log start), or by_duration:<ISO-8601 duration> (the first record of that long "
+              "ago). A group config (IncrementalAlterConfigs on the GROUP resource).", _offset_reset,
+              group_name="share.auto.offset.reset", group_only=True),
+    ConfigKey("share.isolation.level", STR, "read_uncommitted",
+              "read_committed: a share group is given only records of committed transactions (up to the last "
+              "stable offset; aborted ones are archived). A group config.",
+              one_of("read_uncommitted", "read_committed"), group_name="share.isolation.level", group_only=True),
     ConfigKey("group.share.min.record.lock.duration.ms", I, 15000,
               "The shortest acquisition lock a share group may configure.", at_least(1000)),
     ConfigKey("group.share.max.record.lock.duration.ms", I, 60000,

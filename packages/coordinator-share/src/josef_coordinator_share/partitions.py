@@ -23,16 +23,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 from kio.schema.errors import ErrorCode
 
 from josef.led_partitions import PartitionUnavailable
-from josef.metadata.records import uuid_from_text
+from josef.metadata.records import GROUP_RESOURCE, uuid_from_text
 from josef.protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, iter_batches
 from josef.protocol.topic_partition import TopicPartition
+from josef_coordinator_share.configs import reset_duration_ms
 from josef_coordinator_share.persister import Persister, PersisterError
 from josef_coordinator_share.sessions import ShareSessionCache
 from josef_coordinator_share.share_partition import Acquired, BatchInfo, SharePartition, ShareError, Span
@@ -155,12 +156,34 @@ class SharePartitionManager:
                  partition.start, persisted.state_epoch)
         return window
 
+    def group_config(self, group: str) -> dict[str, Any]:
+        """The group's configs (GROUP config resource over the brokers' defaults), by group-level name."""
+        return self.services.config.group_config(self.services.image.config(GROUP_RESOURCE, group))
+
     def _read_committed(self, group: str) -> bool:
-        return False  # share.isolation.level comes with the group configs of share groups
+        return self.group_config(group)["share.isolation.level"] == "read_committed"
+
+    def lock_duration_ms(self, group: str) -> int:
+        """``share.record.lock.duration.ms`` of the group, within the brokers' min and max."""
+        config = self.services.config
+        return min(max(self.group_config(group)["share.record.lock.duration.ms"],
+                       config["group.share.min.record.lock.duration.ms"]),
+                   config["group.share.max.record.lock.duration.ms"])
 
     async def _reset_offset(self, group: str, tp: TopicPartition) -> int:
-        """``share.auto.offset.reset`` latest (the default): the high watermark."""
-        return self._led(tp).high_watermark
+        """Where ``share.auto.offset.reset`` starts a share partition without state: latest (the high
+        watermark), earliest (the log start), or the first record of ``by_duration`` ago."""
+        reset = self.group_config(group)["share.auto.offset.reset"]
+        state = self._led(tp)
+        if reset.lower() == "earliest":
+            return state.log_start_offset
+        duration = reset_duration_ms(reset)
+        if duration is None:
+            return state.high_watermark
+        try:
+            return await self.services.partitions.offset_for_timestamp(tp, int(time.time() * 1000) - duration)
+        except PartitionUnavailable as exc:
+            raise ShareError(exc.code, exc.message) from exc
 
     # Fetching ---------------------------------------------------------------------------------------------
 
@@ -203,7 +226,8 @@ class SharePartitionManager:
             headers = [(pos, header) for pos, header in iter_batches(read.records)]
             batches = [BatchInfo(h.base_offset, h.last_offset, h.producer_id, bool(h.attributes & TRANSACTIONAL_BIT),
                                  bool(h.attributes & CONTROL_BIT)) for _, h in headers]
-            deadline = now_ms() + self.coordinator.settings().record_lock_duration_ms
+            deadline = now_ms() + self.lock_duration_ms(group)
+            partition.read_committed = self._read_committed(group)
             saved = partition.snapshot()
             acquired = partition.acquire(member_id, batches, [(a.producer_id, a.first_offset) for a in read.aborted],
                                          max_records, deadline, strict=strict)
@@ -237,8 +261,7 @@ class SharePartitionManager:
                 return ErrorCode.not_leader_or_follower, f"{tp} moved"
             saved = window.partition.snapshot()
             try:
-                changed = window.partition.acknowledge(
-                    member_id, batches, now_ms() + self.coordinator.settings().record_lock_duration_ms)
+                changed = window.partition.acknowledge(member_id, batches, now_ms() + self.lock_duration_ms(group))
                 await self._write(window, changed)
             except ShareError as exc:
                 window.partition.restore(saved)

@@ -51,6 +51,7 @@ class ConfigSource(enum.IntEnum):
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
     CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
     @classmethod
     def of(cls, value: int) -> ConfigSource:
@@ -122,6 +123,13 @@ class ConfigKey:
     key's value is the prefix of settings its plugin reads itself (Kafka's
     ``remote.log.storage.manager.impl.prefix``, ``rsm.config.``): the broker
     does not warn about keys under it.
+
+    ``group_name`` is set, likewise, for keys a group can override through a
+    GROUP config resource (plugin API 1.5, Kafka's GroupConfig):
+    ``group.share.record.lock.duration.ms`` is the broker's default of a share
+    group's ``share.record.lock.duration.ms``. A ``group_only`` key
+    (``share.auto.offset.reset``) has no broker level: ``name`` and
+    ``group_name`` are the same and its default is the declared one.
     """
 
     name: str
@@ -135,6 +143,8 @@ class ConfigKey:
     topic_only: bool = False
     per_listener: bool = False
     prefix: bool = False
+    group_name: str | None = None
+    group_only: bool = False
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, validated."""
@@ -203,6 +213,7 @@ class ConfigDef:
     def __init__(self, keys: Iterable[ConfigKey] = ()) -> None:
         self._keys: dict[str, ConfigKey] = {}
         self._topic_keys: dict[str, ConfigKey] = {}
+        self._group_keys: dict[str, ConfigKey] = {}
         for key in keys:
             self.add(key)
 
@@ -215,14 +226,19 @@ class ConfigDef:
         return definition
 
     def add(self, key: ConfigKey, owner: str = "?") -> None:
-        if key.name in self._keys or (key.topic_name and key.topic_name in self._topic_keys):
+        if key.name in self._keys or (key.topic_name and key.topic_name in self._topic_keys) or (
+                key.group_name and key.group_name in self._group_keys):
             raise ConfigError(f"configuration key {key.name} is declared twice (again by {owner})")
         if key.topic_only and key.topic_name != key.name:
             raise ConfigError(f"topic-only configuration key {key.name} must have the same topic_name")
-        if not key.topic_only:
+        if key.group_only and key.group_name != key.name:
+            raise ConfigError(f"group-only configuration key {key.name} must have the same group_name")
+        if not key.topic_only and not key.group_only:
             self._keys[key.name] = key
         if key.topic_name:
             self._topic_keys[key.topic_name] = key
+        if key.group_name:
+            self._group_keys[key.group_name] = key
 
     def __getitem__(self, name: str) -> ConfigKey:
         try:
@@ -258,6 +274,16 @@ class ConfigDef:
 
     def topic_keys(self) -> list[ConfigKey]:
         return list(self._topic_keys.values())
+
+    def group_key(self, group_name: str) -> ConfigKey:
+        """The key behind a group-level name; :class:`ConfigError` when there is none."""
+        try:
+            return self._group_keys[group_name]
+        except KeyError:
+            raise ConfigError(f"unknown group configuration {group_name}") from None
+
+    def group_keys(self) -> list[ConfigKey]:
+        return list(self._group_keys.values())
 
     def parse_topic_configs(self, raw: Mapping[str, str | None]) -> dict[str, Any]:
         """Validate topic-level overrides, keyed by topic-level name."""
@@ -330,6 +356,19 @@ class Config:
             value = self[synonym]
             return value * scale if scale != 1 and value >= 0 else value
         return None
+
+    def group_default(self, key: ConfigKey) -> Any:
+        """The broker-wide default of a group-level key (its broker key's value; a group-only key's default)."""
+        return key.default if key.group_only else self[key.name]
+
+    def group_config(self, overrides: Mapping[str, str]) -> dict[str, Any]:
+        """Every group-level key's effective value for a group with these overrides (``DescribeConfigs`` of a
+        GROUP resource; what share and consumer groups run with), keyed by group-level name."""
+        values = {}
+        for key in self.definition.group_keys():
+            name = key.group_name or key.name
+            values[name] = key.parse(overrides[name]) if name in overrides else self.group_default(key)
+        return values
 
     def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Every topic-level key's effective value for a topic with these overrides."""

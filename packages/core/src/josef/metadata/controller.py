@@ -47,6 +47,7 @@ from josef.metadata.features import (
 from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
+    GROUP_RESOURCE,
     TOPIC_RESOURCE,
     ClearElrRecord,
     ClientQuotaRecord,
@@ -1191,6 +1192,10 @@ class Controller:
                 if resource_name and (not resource_name.isdigit() or int(resource_name) not in image.brokers):
                     raise ControllerError(ErrorCode.invalid_request, f"no broker {resource_name!r}")
                 lookup = self._broker_key
+            elif resource_type == GROUP_RESOURCE:  # a group need not exist yet (Kafka's GroupConfigManager)
+                if not resource_name:
+                    raise ControllerError(ErrorCode.invalid_request, "a group config resource needs a group id")
+                lookup = self._config.definition.group_key
             else:
                 raise ControllerError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
             wanted = dict(current) if incremental else {}
@@ -1309,5 +1314,9 @@ class Controller:
         return key
 
     def _default(self, resource_type: int, key):  # type: ignore[no-untyped-def]
-        return self._config.topic_default(key) if resource_type == TOPIC_RESOURCE else self._config[key.name]
+        if resource_type == TOPIC_RESOURCE:
+            return self._config.topic_default(key)
+        if resource_type == GROUP_RESOURCE:
+            return self._config.group_default(key)
+        return self._config[key.name]
 

@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic and broker resources."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic, broker and group resources."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from josef.config import ConfigKey, ConfigSource, ConfigType, synonyms
 from josef.metadata.controller import SET, ControllerError
-from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+from josef.metadata.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from josef.server.dispatch import RequestContext
 
 if TYPE_CHECKING:
@@ -59,6 +59,30 @@ def topic_config_entries(broker: Broker, overrides: Mapping[str, str], names: An
     return entries
 
 
+def group_config_entries(broker: Broker, overrides: Mapping[str, str], names: Any = None,
+                         want_synonyms: bool = False, want_docs: bool = False) -> list[dict[str, Any]]:
+    """Every group-level config of a group with these overrides (GROUP_CONFIG), or the broker's default."""
+    config = broker.config
+    entries = []
+    for key in config.definition.group_keys():
+        name = key.group_name or key.name
+        if names is not None and name not in names:
+            continue
+        chain = []
+        if name in overrides:
+            chain.append({"name": name, "value": overrides[name], "source": int(ConfigSource.GROUP_CONFIG)})
+        if not key.group_only:
+            chain.append({"name": key.name, "value": key.render(config[key.name]), "source": int(config.source(key.name))})
+        if name in overrides:
+            value: Any = key.parse(overrides[name])
+            source = ConfigSource.GROUP_CONFIG
+        else:
+            value = config.group_default(key)
+            source = ConfigSource(chain[0]["source"]) if chain else ConfigSource.DEFAULT_CONFIG
+        entries.append(_entry(key, name, value, source, False, chain, want_synonyms, want_docs))
+    return entries
+
+
 def _broker_entries(broker: Broker, names: Any, want_synonyms: bool, want_docs: bool) -> list[dict[str, Any]]:
     config = broker.config
     entries = []
@@ -94,6 +118,9 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
                               error_message=f"broker {resource.resource_name!r} is not this broker ({broker.node_id})")
             else:
                 result["configs"] = _broker_entries(broker, names, want_synonyms, want_docs)
+        elif resource.resource_type == GROUP_RESOURCE:
+            overrides = broker.image.config(GROUP_RESOURCE, resource.resource_name)
+            result["configs"] = group_config_entries(broker, overrides, names, want_synonyms, want_docs)
         else:
             result.update(error_code=ErrorCode.invalid_request,
                           error_message=f"resource type {resource.resource_type} is not supported")
