@@ -227,3 +227,48 @@ def test_read_committed_share_groups_never_get_aborted_records(broker):
         assert sum(len(consumer.poll(0.3)) for _ in range(6)) == 0, "an aborted record was delivered"
     finally:
         consumer.close()
+
+
+def test_josefs_share_consumer_acknowledges_renews_and_shares(broker_factory):
+    """josef-client's ShareConsumer: explicit RELEASE and ACCEPT, implicit mode, and RENEW (ShareFetch v2) keeping a
+    record past its lock duration while another member polls for it."""
+    from josef_client.share_consumer import AcknowledgeType as Ack
+    from josef_client.share_consumer import ShareConsumer as JosefShareConsumer
+
+    broker = broker_factory(**SHORT_LOCKS)  # 2 s locks
+    create(broker.bootstrap_servers, "renewals")
+    holder = JosefShareConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "renewers",
+                                 "share.acknowledgement.mode": "explicit"})
+    other = JosefShareConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "renewers"})
+    outcomes: list = []
+    holder.set_acknowledgement_commit_callback(lambda offsets, error: outcomes.append((offsets, error)))
+    try:
+        holder.subscribe(["renewals"])
+        other.subscribe(["renewals"])
+        eventually(lambda: holder.assignment() and other.assignment() and not holder.poll(100)
+                   and not other.poll(100), 30, what="both consumers in the group")
+        produce(broker.bootstrap_servers, "renewals", 4, per_batch=4)
+        held = []
+        deadline = time.monotonic() + 30
+        while len(held) < 4 and time.monotonic() < deadline:
+            held += holder.poll(500)
+        assert [r.offset for r in held] == [0, 1, 2, 3] and {r.delivery_count for r in held} == {1}
+        # Release two (the other member gets them, delivered a second time), keep two past the 2 s lock.
+        for record in held:
+            holder.acknowledge(record, Ack.RELEASE if record.offset < 2 else Ack.RENEW)
+        assert set(holder.commit_sync().values()) == {None}
+        released, started = [], time.monotonic()
+        while time.monotonic() - started < 4:  # twice the lock duration
+            released += other.poll(500)
+            for record in held[2:]:
+                holder.acknowledge(record, Ack.RENEW)
+            holder.commit_sync()
+        assert sorted((r.offset, r.delivery_count) for r in released) == [(0, 2), (1, 2)], "renewed records leaked"
+        for record in held[2:]:
+            holder.acknowledge(record, Ack.ACCEPT)
+        holder.commit_sync()
+        assert other.poll(1000) == [] and holder.poll(500) == []
+        assert all(error is None for _, error in outcomes)
+    finally:
+        holder.close()
+        other.close()

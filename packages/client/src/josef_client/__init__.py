@@ -36,6 +36,7 @@ from josef_client.consumer import (
 )
 from josef_client.group import CommitFailedError, ConsumerGroupMetadata, RebalanceListener
 from josef_client.producer import AsyncProducer, Producer, RecordMetadata
+from josef_client.share_consumer import AcknowledgeType, AsyncShareConsumer, ShareConsumer, ShareConsumerRecord
 from josef_client.transaction_errors import (
     FatalProducerError,
     ProducerFencedError,
@@ -45,10 +46,11 @@ from josef_client.transaction_errors import (
 )
 
 __all__ = [
-    "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "CommitFailedError", "ConfigError", "ConfigResource",
+    "AcknowledgeType", "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "AsyncShareConsumer", "CommitFailedError", "ConfigError", "ConfigResource",
     "Consumer", "ConsumerGroupMetadata", "ConsumerRecord", "CorruptRecordError", "FatalProducerError",
     "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "NewPartitions", "NewTopic", "NoOffsetForPartitionError",
     "OffsetAndMetadata", "OffsetOutOfRangeError", "OffsetSpec", "Producer", "ProducerFencedError",
-    "RecordDeserializationError", "RecordMetadata", "RebalanceListener", "TopicPartition", "TransactionAbortableError",
+    "RecordDeserializationError", "RecordMetadata", "RebalanceListener", "ShareConsumer", "ShareConsumerRecord",
+    "TopicPartition", "TransactionAbortableError",
     "TransactionAbortedError", "TransactionStateError", "UnsupportedVersionError",
 ]

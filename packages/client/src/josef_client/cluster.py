@@ -226,6 +226,14 @@ class Cluster:
                 raise KafkaError(error, f"topic {topic!r}")
             await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
 
+    def topic_ids(self) -> dict[str, str]:
+        """{topic name: topic id (a UUID string)} of the topics this client has metadata for."""
+        return {name: topic_id for name, topic_id in self._topic_ids.items() if topic_id}
+
+    def topic_names(self) -> dict[str, str]:
+        """{topic id (a UUID string): topic name}: what share and KIP-848 responses name topics by."""
+        return {topic_id: name for name, topic_id in self._topic_ids.items() if topic_id}
+
     def leader(self, tp: TopicPartition) -> int:
         info = self.partitions.get(tp.topic, {}).get(tp.partition)
         return info.leader if info is not None else -1

@@ -113,6 +113,17 @@ CONSUMER = COMMON + (
     ConfigKey("value.deserializer", C, None, "A callable turning value bytes into objects.", _callable_or_none),
 )
 
+_CONSUMER_KEYS = {key.name: key for key in CONSUMER}
+#: A share consumer (KIP-932) takes the consumer's keys that still apply to it, and its own acknowledgement mode.
+SHARE_CONSUMER = COMMON + tuple(_CONSUMER_KEYS[name] for name in (
+    "max.poll.records", "fetch.min.bytes", "fetch.max.wait.ms", "fetch.max.bytes", "max.partition.fetch.bytes",
+    "client.rack", "key.deserializer", "value.deserializer")) + (
+    ConfigKey("group.id", S, None, "The share group; required."),
+    ConfigKey("share.acknowledgement.mode", S, "implicit",
+              "implicit: a poll's records are accepted by the next poll or commit; explicit: each record is "
+              "acknowledged with acknowledge().", one_of("implicit", "explicit")),
+)
+
 ADMIN = COMMON
 
 
