@@ -272,3 +272,47 @@ def test_josefs_share_consumer_acknowledges_renews_and_shares(broker_factory):
     finally:
         holder.close()
         other.close()
+
+
+def josef_cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "josef", *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def test_the_share_group_tools(broker):
+    """josef share-groups (kafka-share-groups.sh) and josef console-share-consumer against a broker process."""
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, "orders")
+    produce(bootstrap, "orders", 5, per_batch=5)
+    # The group does not exist yet: reset-offsets creates its state at the log start (dry run first).
+    plan = josef_cli("share-groups", "--reset-offsets", "--bootstrap-server", bootstrap, "--group", "tools",
+                     "--topic", "orders", "--to-earliest")
+    assert plan.split("\n")[1].split() == ["tools", "orders", "0", "0"]
+    josef_cli("share-groups", "--reset-offsets", "--bootstrap-server", bootstrap, "--group", "tools",
+              "--topic", "orders", "--to-earliest", "--execute")
+    printed = josef_cli("console-share-consumer", "--bootstrap-server", bootstrap, "--topic", "orders",
+                        "--group", "tools", "--max-messages", "5", "--timeout-ms", "20000",
+                        "--property", "print.offset=true")
+    assert [line.split("\t") for line in printed.strip().split("\n")] == [[f"Offset:{i}", f"job-{i:04d}"]
+                                                                          for i in range(5)]
+    assert josef_cli("share-groups", "--list", "--bootstrap-server", bootstrap).split() == ["tools"]
+    offsets = josef_cli("share-groups", "--describe", "--bootstrap-server", bootstrap, "--group", "tools")
+    header, row = offsets.strip().split("\n")
+    assert header.split() == ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET", "LAG"]
+    cells = row.split()
+    assert cells[:3] + cells[4:] == ["tools", "orders", "0", "5", "0"]  # everything accepted: start 5, no lag
+    state = josef_cli("share-groups", "--describe", "--state", "--bootstrap-server", bootstrap, "--group", "tools")
+    header, row = state.strip().split("\n")
+    assert header.split()[:4] == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY"]
+    assert {"tools", "simple", "Empty"} <= set(row.split())
+    deleted = josef_cli("share-groups", "--delete-offsets", "--bootstrap-server", bootstrap, "--group", "tools",
+                        "--topic", "orders")
+    assert deleted.strip().split("\n")[1].split() == ["orders", "Successful"]
+    assert "was successful" in josef_cli("share-groups", "--delete", "--bootstrap-server", bootstrap,
+                                         "--group", "tools")
+    assert josef_cli("share-groups", "--list", "--bootstrap-server", bootstrap).split() == []

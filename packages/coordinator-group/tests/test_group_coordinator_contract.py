@@ -94,6 +94,7 @@ class GroupHarness:
                                       dict(group.target))
                            for group_id, group in shard.consumer_groups.items()}
         share_groups = {group_id: (group.group_epoch, group.assignment_epoch, dict(group.target),
+                                   dict(group.initialized),
                                    sorted((m.member_id, m.member_epoch, m.previous_member_epoch, m.client_id,
                                            m.subscribed_topic_names, tuple(sorted(m.assigned.items())))
                                           for m in group.members.values()))

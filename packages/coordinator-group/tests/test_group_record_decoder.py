@@ -89,6 +89,17 @@ def test_share_group_records(decode):
     assert value["data"] == {"assignmentEpoch": 4}
 
 
+def test_the_share_groups_state_partitions_record(decode):
+    topic = uuid.uuid4()
+    value = records.encode_share_state_partitions(records.ShareStatePartitionsValue(
+        {str(topic): ("jobs", frozenset({0, 1}))}, {}))
+    key, decoded = decode(records.encode_key(ConsumerKey(records.SHARE_STATE_PARTITIONS, "q")), value)
+    assert key == {"type": "15", "data": {"groupId": "q"}}
+    assert decoded["data"] == {"initializedTopics": [{"topicId": uuid_to_text(topic), "topicName": "jobs",
+                                                      "partitions": [0, 1]}], "deletingTopics": []}
+    assert records.decode_share_state_partitions(value).initialized == {str(topic): ("jobs", frozenset({0, 1}))}
+
+
 def test_unknown_types_and_bad_bytes(decode):
     with pytest.raises(LookupError) as info:
         decode(struct.pack(">h", 9) + b"\x00\x01g", None)

@@ -67,5 +67,13 @@ def test_groups_that_are_not_share_groups_are_refused(client):
     assert committed.topics[0].partitions[0].error_code == E.none
     assert starts(client, "classic")[0] == E.group_id_not_found
     assert starts(client, "nobody")[0] == E.group_id_not_found
-    missing = client.call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "nobody", "topics": []})
-    assert missing.error_code == E.group_id_not_found
+    classic = client.call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "classic", "topics": []})
+    assert classic.error_code == E.group_id_not_found
+    # An unused group id becomes an empty share group, whose offsets are then its own (as in Kafka).
+    created = client.call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "nobody", "topics": [
+        {"topic_name": "jobs", "partitions": [{"partition_index": 1, "start_offset": 0}]}]})
+    assert created.error_code == E.none
+    [described] = client.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [
+        {"group_id": "nobody", "topics": None}]}).groups  # all topics it has state for
+    assert [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions]) for t in described.topics] \
+        == [("jobs", [(0, -1), (1, 0)])]

@@ -73,6 +73,12 @@ def _value(record_type: int, value: bytes) -> Json:
                 "clientHost": member.client_host, "subscribedTopicNames": list(member.subscribed_topic_names),
                 "subscribedTopicRegex": member.subscribed_topic_regex,
                 "rebalanceTimeoutMs": member.rebalance_timeout_ms, "serverAssignor": member.server_assignor}
+    elif record_type == records.SHARE_STATE_PARTITIONS:
+        state = records.decode_share_state_partitions(value)
+        data = {"initializedTopics": [{"topicId": uuid_to_text(uuid.UUID(t)), "topicName": name,
+                                       "partitions": sorted(ps)} for t, (name, ps) in state.initialized.items()],
+                "deletingTopics": [{"topicId": uuid_to_text(uuid.UUID(t)), "topicName": name}
+                                   for t, name in state.deleting.items()]}
     elif record_type in (records.CONSUMER_TARGET_MEMBER, records.SHARE_TARGET_MEMBER):
         data = {"topicPartitions": _topic_partitions(records.decode_target_member(value))}
     else:

@@ -23,8 +23,7 @@ KIP-932 share group    v10 member, v11 group epoch, v12 target     v0 (flexible)
 The key identifies the entity, so compaction keeps the latest record per
 offset and per group; a record with a null value (tombstone) deletes it.
 Keys of versions josef does not know (4 and 9, the partition metadata Kafka
-no longer writes, 15, the share groups' state-initialization record, and
-16+, the records of streams groups) are skipped by :func:`decode_key`, so a
+no longer writes, and 16+, the records of streams groups) are skipped by :func:`decode_key`, so a
 log written by a newer Kafka still loads.
 
 Encoding: big-endian integers; strings as int16 length + UTF-8 (-1 for
@@ -245,7 +244,7 @@ def decode_key(data: bytes) -> Key | None:
         return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
     if version == 2:
         return GroupKey(reader.string() or "")
-    if version in (3, 6, SHARE_GROUP_METADATA, SHARE_TARGET_METADATA):
+    if version in (3, 6, SHARE_GROUP_METADATA, SHARE_TARGET_METADATA, SHARE_STATE_PARTITIONS):
         return ConsumerKey(version, reader.string() or "")
     if version in (5, 7, 8, SHARE_MEMBER_METADATA, SHARE_TARGET_MEMBER, SHARE_CURRENT_ASSIGNMENT):
         return ConsumerKey(version, reader.string() or "", reader.string() or "")
@@ -461,6 +460,7 @@ SHARE_GROUP_METADATA = 11
 SHARE_TARGET_METADATA = 12
 SHARE_TARGET_MEMBER = 13
 SHARE_CURRENT_ASSIGNMENT = 14
+SHARE_STATE_PARTITIONS = 15
 
 
 @attrs.frozen
@@ -507,3 +507,47 @@ def decode_share_assignment(data: bytes) -> ShareAssignmentValue:
     assigned = _read_topic_partitions(r)
     r.tagged_fields()
     return ShareAssignmentValue(epoch, previous, state, assigned)
+
+
+#: ShareGroupStatePartitionMetadataValue: {topic id (uuid string): (topic name, partitions)} whose share-partition
+#: state the group has (initialized), and {topic id: name} of topics whose state is being deleted.
+@attrs.frozen
+class ShareStatePartitionsValue:
+    initialized: dict[str, tuple[str, frozenset[int]]]
+    deleting: dict[str, str]
+
+
+def encode_share_state_partitions(value: ShareStatePartitionsValue) -> bytes:
+    import uuid
+
+    w = _FlexWriter().uvarint(len(value.initialized) + 1)
+    for topic_id, (name, partitions) in sorted(value.initialized.items()):
+        w.parts.append(uuid.UUID(topic_id).bytes)
+        w.string(name).uvarint(len(partitions) + 1)
+        for p in sorted(partitions):
+            w.i32(p)
+        w.uvarint(0)
+    w.uvarint(len(value.deleting) + 1)
+    for topic_id, name in sorted(value.deleting.items()):
+        w.parts.append(uuid.UUID(topic_id).bytes)
+        w.string(name).uvarint(0)
+    return w.done()
+
+
+def decode_share_state_partitions(data: bytes) -> ShareStatePartitionsValue:
+    import uuid
+
+    r = _flex_reader(data, "share group state partition metadata")
+    initialized: dict[str, tuple[str, frozenset[int]]] = {}
+    for _ in range(r.array_length()):
+        topic_id = str(uuid.UUID(bytes=r._take(16)))
+        name = r.string() or ""
+        initialized[topic_id] = (name, frozenset(r.i32() for _ in range(r.array_length())))
+        r.tagged_fields()
+    deleting: dict[str, str] = {}
+    for _ in range(r.array_length()):
+        topic_id = str(uuid.UUID(bytes=r._take(16)))
+        deleting[topic_id] = r.string() or ""
+        r.tagged_fields()
+    r.tagged_fields()
+    return ShareStatePartitionsValue(initialized, deleting)

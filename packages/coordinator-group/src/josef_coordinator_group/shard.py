@@ -58,6 +58,7 @@ from josef_coordinator_group.records import (
     SHARE_CURRENT_ASSIGNMENT,
     SHARE_GROUP_METADATA,
     SHARE_MEMBER_METADATA,
+    SHARE_STATE_PARTITIONS,
     SHARE_TARGET_MEMBER,
     SHARE_TARGET_METADATA,
     ConsumerKey,
@@ -72,6 +73,7 @@ from josef_coordinator_group.records import (
     decode_offset,
     decode_share_assignment,
     decode_share_member,
+    decode_share_state_partitions,
     decode_target_member,
     encode_key,
 )
@@ -79,7 +81,7 @@ from josef_coordinator_group.records import (
 log = logging.getLogger(__name__)
 
 SHARE_KEY_VERSIONS = frozenset((SHARE_MEMBER_METADATA, SHARE_GROUP_METADATA, SHARE_TARGET_METADATA,
-                                SHARE_TARGET_MEMBER, SHARE_CURRENT_ASSIGNMENT))
+                                SHARE_TARGET_MEMBER, SHARE_CURRENT_ASSIGNMENT, SHARE_STATE_PARTITIONS))
 EXPIRE_OFFSETS_TIMER = "expire-offsets"
 #: Whether the current request is answered by its own outcome: it appended records (its write answers it) or
 #: was refused (Kafka's operation throws); otherwise its answer waits for what it read to be committed.
@@ -236,6 +238,8 @@ class GroupShard:
             member.apply_metadata(decode_share_member(value))
         elif key.version == SHARE_CURRENT_ASSIGNMENT and member is not None:
             member.apply_assignment(decode_share_assignment(value))
+        elif key.version == SHARE_STATE_PARTITIONS:
+            group.initialized = dict(decode_share_state_partitions(value).initialized)
 
     def loaded(self) -> None:
         """Resume what the loaded groups need: session timers of their members, the size limit, offset expiry."""

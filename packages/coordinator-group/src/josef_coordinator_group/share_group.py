@@ -15,7 +15,10 @@ so a member takes its target assignment, and the assignment epoch, at once.
 - ShareGroupTargetAssignmentMetadata/Member (keys v12/v13): the assignment
   computed for the assignment epoch;
 - ShareGroupCurrentMemberAssignment (key v14): the member's epoch and
-  partitions.
+  partitions;
+- ShareGroupStatePartitionMetadata (key v15): the topics the group has
+  share-partition state for (assigned once, or reset by
+  AlterShareGroupOffsets), which describing its offsets covers.
 
 The ``simple`` assignor (Kafka's default for share groups) spreads each
 topic's partitions over the members subscribed to it; with more members than
@@ -34,15 +37,18 @@ from josef_coordinator_group.records import (
     SHARE_CURRENT_ASSIGNMENT,
     SHARE_GROUP_METADATA,
     SHARE_MEMBER_METADATA,
+    SHARE_STATE_PARTITIONS,
     SHARE_TARGET_MEMBER,
     SHARE_TARGET_METADATA,
     ConsumerKey,
     ShareAssignmentValue,
     ShareMemberValue,
+    ShareStatePartitionsValue,
     encode_epoch,
     encode_key,
     encode_share_assignment,
     encode_share_member,
+    encode_share_state_partitions,
 )
 
 LEAVE_EPOCH = -1
@@ -84,6 +90,20 @@ class ShareGroup:
     target: dict[str, Partitions] = attrs.field(factory=dict)
     #: {topic id: partition count} of the subscribed topics when the target was computed (None: not yet).
     subscribed_metadata: dict[str, int] | None = None
+    #: {topic id: (name, partitions)} the group has share-partition state for: assigned once, or reset (Kafka's
+    #: ShareGroupStatePartitionMetadata); what describing its offsets covers.
+    initialized: dict[str, tuple[str, frozenset[int]]] = attrs.field(factory=dict)
+
+    def initialize(self, topics: Mapping[str, tuple[str, frozenset[int]]]) -> bool:
+        """Add ``topics`` (their partitions) to :attr:`initialized`; True if that changed it."""
+        changed = False
+        for topic_id, (name, partitions) in topics.items():
+            known = self.initialized.get(topic_id)
+            merged = (name, partitions | (known[1] if known else frozenset()))
+            if known != merged:
+                self.initialized[topic_id] = merged
+                changed = True
+        return changed
 
     @property
     def is_empty(self) -> bool:
@@ -151,10 +171,16 @@ def current_record(group: ShareGroup, member: ShareMember) -> Record:
             encode_share_assignment(member.assignment_value()))
 
 
+def state_partitions_record(group: ShareGroup) -> Record:
+    return (encode_key(ConsumerKey(SHARE_STATE_PARTITIONS, group.group_id)),
+            encode_share_state_partitions(ShareStatePartitionsValue(dict(group.initialized), {})))
+
+
 def member_tombstones(group: ShareGroup, member_id: str) -> list[Record]:
     return consumer_group.member_tombstones(group, member_id, (SHARE_CURRENT_ASSIGNMENT, SHARE_TARGET_MEMBER,
                                                                SHARE_MEMBER_METADATA))
 
 
 def group_tombstones(group_id: str) -> list[Record]:
-    return consumer_group.group_tombstones(group_id, (SHARE_TARGET_METADATA, SHARE_GROUP_METADATA))
+    return consumer_group.group_tombstones(group_id, (SHARE_STATE_PARTITIONS, SHARE_TARGET_METADATA,
+                                                      SHARE_GROUP_METADATA))

@@ -33,6 +33,7 @@ from josef_coordinator_group.share_group import (
     member_record,
     member_tombstones,
     simple_assignment,
+    state_partitions_record,
     target_records,
 )
 
@@ -189,6 +190,13 @@ class ShareMembership:
             previous = dict(group.target)
             self.compute_target(group, topics)
             records += target_records(group, previous)
+            names = {t[0]: name for name, t in topics.items()}
+            assigned: dict[str, set[int]] = {}
+            for parts in group.target.values():
+                for topic_id, partitions in parts.items():
+                    assigned.setdefault(topic_id, set()).update(partitions)
+            if group.initialize({t: (names.get(t, ""), frozenset(ps)) for t, ps in assigned.items()}):
+                records.append(state_partitions_record(group))
         moved = group.take_target(member)
         if moved or joined:
             records.append(current_record(group, member))
@@ -197,6 +205,24 @@ class ShareMembership:
             heartbeat_interval_ms=self.group_setting(group.group_id, "share.heartbeat.interval.ms",
                                                      settings.share_heartbeat_interval_ms),
             assignment=dict(member.assigned) if moved or request.member_epoch == 0 else None), records
+
+    async def create(self, group_id: str) -> None:
+        """An empty share group of a new id (AlterShareGroupOffsets before any member joined)."""
+        group = self.shard.share_groups[group_id] = ShareGroup(group_id)
+        await self.shard.write([group_epoch_record(group)])
+
+    async def set_initialized(self, group_id: str, add: dict[str, tuple[str, frozenset[int]]],
+                              remove: set[str] = frozenset()) -> None:
+        """Record topics the group now has share-partition state for (``add``) or no longer has (``remove``)."""
+        current = self.shard.share_groups.get(group_id)
+        if current is None:
+            return
+        group = self.shard.share_groups[group_id] = copy.deepcopy(current)
+        changed = group.initialize(add)
+        for topic_id in remove:
+            changed = group.initialized.pop(topic_id, None) is not None or changed
+        if changed:
+            await self.shard.write([state_partitions_record(group)])
 
     def compute_target(self, group: ShareGroup, topics: Topics) -> None:
         ids = {name: t[0] for name, t in topics.items()}

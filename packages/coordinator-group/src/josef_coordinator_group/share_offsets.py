@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError
+from josef.metadata.records import uuid_from_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.server.dispatch import RequestContext
@@ -36,17 +37,23 @@ class ShareOffsetApis:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
 
-    async def _group(self, group_id: str, *, empty: bool) -> list[str]:
-        """The share group's subscribed topic names; GroupError unless it is a share group (and empty)."""
+    async def _group(self, group_id: str, *, empty: bool, create: bool = False) -> list[str]:
+        """The share group's subscribed topic names; GroupError unless it is a share group (and empty). With
+        ``create`` an unused group id becomes an empty share group (as AlterShareGroupOffsets does in Kafka)."""
         async def check(shard: GroupShard) -> list[str]:
             group = shard.share_groups.get(group_id)
+            if group is None and create and shard.groups.get(group_id) is None \
+                    and shard.consumer_groups.get(group_id) is None:
+                await shard.share_membership.create(group_id)
+                return []
             if group is None:
                 raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
                                  if shard.groups.get(group_id) is not None or shard.consumer_groups.get(group_id)
                                  is not None else f"Group {group_id} not found.")
             if empty and group.members:
                 raise GroupError(ErrorCode.non_empty_group, f"Share group {group_id} has members.")
-            return sorted({n for m in group.members.values() for n in m.subscribed_topic_names})
+            return sorted({n for m in group.members.values() for n in m.subscribed_topic_names}
+                          | {name for name, _ in group.initialized.values() if name})
         return await with_shard(self.coordinator, group_id, check)
 
     async def _state_call(self, ctx: RequestContext, api_key: int, version: int, group_id: str, topic_id: str,
@@ -116,9 +123,10 @@ class ShareOffsetApis:
         answer: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                                   "responses": []}
         try:
-            await self._group(request.group_id, empty=True)
+            await self._group(request.group_id, empty=True, create=True)
         except (GroupError, CoordinatorError) as exc:
             return {**answer, "error_code": exc.code, "error_message": getattr(exc, "message", str(exc))}
+        done: dict[str, tuple[str, set[int]]] = {}
         for requested in request.topics:
             topic = self._topic(ctx, requested.topic_name)
             parts = []
@@ -138,10 +146,24 @@ class ShareOffsetApis:
                         code, message = initialized.error_code, initialized.error_message
                     except CoordinatorError as exc:
                         code, message = exc.code, exc.message
+                if code == ErrorCode.none:
+                    done.setdefault(str(uuid_from_text(topic.topic_id)), (requested.topic_name, set())
+                                    )[1].add(part.partition_index)
                 parts.append({"partition_index": part.partition_index, "error_code": code, "error_message": message})
             answer["responses"].append({"topic_name": requested.topic_name,
                                         "topic_id": topic.topic_id if topic else None, "partitions": parts})
+        await self._record(request.group_id, add={t: (n, frozenset(ps)) for t, (n, ps) in done.items()})
         return answer
+
+    async def _record(self, group_id: str, add: dict[str, tuple[str, frozenset[int]]] | None = None,
+                      remove: set[str] | None = None) -> None:
+        """Which topics the group has share-partition state for now (its ShareGroupStatePartitionMetadata)."""
+        if not add and not remove:
+            return
+
+        async def update(shard: GroupShard) -> None:
+            await shard.share_membership.set_initialized(group_id, add or {}, remove or set())
+        await with_shard(self.coordinator, group_id, update)
 
     async def delete(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         """Forget the share group's state of whole topics (DeleteShareGroupState of each partition)."""
@@ -151,6 +173,7 @@ class ShareOffsetApis:
             await self._group(request.group_id, empty=True)
         except (GroupError, CoordinatorError) as exc:
             return {**answer, "error_code": exc.code, "error_message": getattr(exc, "message", str(exc))}
+        forgotten: set[str] = set()
         for requested in request.topics:
             topic = self._topic(ctx, requested.topic_name)
             code, message = ErrorCode.none, None
@@ -165,7 +188,10 @@ class ShareOffsetApis:
                             code, message = deleted.error_code, deleted.error_message
                     except CoordinatorError as exc:
                         code, message = exc.code, exc.message
+            if topic is not None and code == ErrorCode.none:
+                forgotten.add(str(uuid_from_text(topic.topic_id)))
             answer["responses"].append({"topic_name": requested.topic_name,
                                         "topic_id": topic.topic_id if topic else None, "error_code": code,
                                         "error_message": message})
+        await self._record(request.group_id, remove=forgotten)
         return answer

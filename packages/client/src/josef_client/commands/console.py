@@ -354,3 +354,72 @@ async def _poll_or_stop(consumer: Any, wait_ms: float, stop: asyncio.Event, limi
     except asyncio.CancelledError:
         pass
     return {}
+
+
+@click.command("console-share-consumer", cls=Command)
+@bootstrap_option
+@click.option("--topic", required=True, help="The topic to read.")
+@click.option("--group", default="console-share-consumer", show_default=True, help="The share group to join.")
+@click.option("--max-messages", type=click.IntRange(min=1), help="Stop after this many records.")
+@click.option("--timeout-ms", type=click.IntRange(min=0), help="Stop when no record arrives for this long.")
+@click.option("--reject", is_flag=True, help="Acknowledge every record with REJECT instead of ACCEPT.")
+@click.option("--release", is_flag=True, help="Acknowledge every record with RELEASE (it is delivered again).")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="How records are printed, as console-consumer's --property (print.key, print.offset...).")
+@click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
+              help="A share consumer setting (repeatable).")
+@click.option("--consumer.config", "consumer_config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A properties file of share consumer settings.")
+def console_share_consumer(bootstrap_server: str, topic: str, group: str, max_messages: int | None,
+                           timeout_ms: int | None, reject: bool, release: bool, properties: tuple[str, ...],
+                           consumer_properties: tuple[str, ...], consumer_config: Path | None) -> None:
+    """Print the records a share group member is given from TOPIC (kafka-console-share-consumer), acknowledging
+    each (ACCEPT, or --reject / --release); a summary goes to stderr at the end."""
+    from josef_client.share_consumer import AcknowledgeType, AsyncShareConsumer
+
+    if reject and release:
+        raise click.ClickException("give --reject or --release, not both")
+    kind = AcknowledgeType.REJECT if reject else AcknowledgeType.RELEASE if release else AcknowledgeType.ACCEPT
+    formatter = Formatter(_properties(properties, FORMATTER_PROPERTIES, "console-share-consumer"))
+    config = client_config(bootstrap_server, {"group.id": group, "share.acknowledgement.mode": "explicit"},
+                           read_properties(consumer_config), parse_pairs(consumer_properties, "--consumer-property"))
+    config.pop("enable.auto.commit", None)
+    out = sys.stdout.buffer
+    count = 0
+
+    async def go() -> None:
+        nonlocal count
+        consumer = make_client(AsyncShareConsumer, config)
+        stop = asyncio.Event()
+        _on_signals(stop.set)
+        try:
+            await consumer.start()
+            consumer.subscribe([topic])
+            last = time.monotonic()
+            while not stop.is_set() and (max_messages is None or count < max_messages):
+                wait_ms = 500.0
+                if timeout_ms is not None:
+                    wait_ms = max(0.0, min(wait_ms, timeout_ms - (time.monotonic() - last) * 1000))
+                records = await consumer.poll(wait_ms)
+                if not records:
+                    if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
+                        break
+                    continue
+                last = time.monotonic()
+                if max_messages is not None:
+                    for record in records[max_messages - count:]:
+                        consumer.acknowledge(record, AcknowledgeType.RELEASE)  # not shown: for someone else
+                    records = records[:max_messages - count]
+                for record in records:
+                    consumer.acknowledge(record, kind)
+                out.write(b"".join(formatter.format(record) for record in records))
+                out.flush()
+                count += len(records)
+            await consumer.commit_sync()
+        finally:
+            await consumer.close()
+
+    try:
+        run(go())
+    finally:
+        stderr(f"Processed a total of {count} messages")

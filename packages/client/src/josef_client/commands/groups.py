@@ -74,13 +74,17 @@ def _check(code: Any, what: str) -> None:
     raise KafkaError(code, what)
 
 
-async def list_groups(consumer: AsyncConsumer) -> dict[str, tuple[str, str]]:
-    """{group: (state, protocol type)} from every broker (each lists the groups it coordinates)."""
+#: The group types kafka-consumer-groups lists (ListGroups v5's filter): share groups have their own tool.
+CONSUMER_GROUP_TYPES = ("classic", "consumer")
+
+
+async def list_groups(consumer: AsyncConsumer, types: Sequence[str] = CONSUMER_GROUP_TYPES) -> dict[str, tuple[str, str]]:
+    """{group: (state, protocol type)} of ``types`` from every broker (each lists the groups it coordinates)."""
     await consumer.cluster.refresh([])
     found: dict[str, tuple[str, str]] = {}
     for node in sorted(consumer.cluster.brokers):
         conn = await consumer.cluster.connection(node)
-        response = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        response = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": list(types)})
         _check(response.error_code, f"ListGroups on broker {node}")
         for group in response.groups:
             found[group.group_id] = (getattr(group, "group_state", "") or "", group.protocol_type)
