@@ -316,3 +316,28 @@ def test_the_share_group_tools(broker):
     assert "was successful" in josef_cli("share-groups", "--delete", "--bootstrap-server", bootstrap,
                                          "--group", "tools")
     assert josef_cli("share-groups", "--list", "--bootstrap-server", bootstrap).split() == []
+
+
+def test_five_josef_share_consumers_share_a_partition_and_accept_every_record_once(broker):
+    from josef_client.share_consumer import ShareConsumer as JosefShareConsumer
+
+    create(broker.bootstrap_servers, "tasks-josef")
+    consumers = [JosefShareConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "josef-workers",
+                                     "max.poll.records": 50}) for _ in range(5)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe(["tasks-josef"])
+        joined_all = lambda: all(c.assignment() for c in consumers) and not any(c.poll(50) for c in consumers)  # noqa: E731
+        eventually(joined_all, 60, what="five members with assignments")
+        values = produce(broker.bootstrap_servers, "tasks-josef", 300, per_batch=3)
+        got: dict[int, list] = {i: [] for i in range(5)}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < len(values) and time.monotonic() < deadline:
+            for i, consumer in enumerate(consumers):
+                got[i] += consumer.poll(100)
+        assert sorted(r.value for rs in got.values() for r in rs) == values, "every record once, across the five"
+        assert all(got.values()), f"a consumer got nothing: {[len(rs) for rs in got.values()]}"
+        assert all(c.poll(300) == [] for c in consumers)  # implicit: accepted, nothing comes back
+    finally:
+        for consumer in consumers:
+            consumer.close()

@@ -77,3 +77,24 @@ def test_groups_that_are_not_share_groups_are_refused(client):
         {"group_id": "nobody", "topics": None}]}).groups  # all topics it has state for
     assert [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions]) for t in described.topics] \
         == [("jobs", [(0, -1), (1, 0)])]
+
+
+def test_deleting_a_share_group_deletes_its_share_partition_state(client):
+    heartbeat(client, "m", 0)
+    heartbeat(client, "m", -1)
+    assert alter(client, {0: 3, 1: 4}).error_code == E.none
+    metadata = client.call(ApiKey.METADATA, 12, {"topics": [{"name": "jobs", "topic_id": None}],
+                                                 "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+    topic_id = metadata.topics[0].topic_id
+
+    def summary() -> list[int]:
+        answer = client.call(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, {"group_id": "sg", "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition": p, "leader_epoch": -1} for p in (0, 1)]}]})
+        return [p.start_offset for p in answer.results[0].partitions]
+
+    assert summary() == [3, 4]
+    deleted = client.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["sg"]})
+    assert deleted.results[0].error_code == E.none
+    assert summary() == [-1, -1], "the share-partition state outlived its group"
+    assert starts(client)[0] == E.group_id_not_found

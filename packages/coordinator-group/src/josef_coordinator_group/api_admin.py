@@ -146,6 +146,7 @@ class GroupAdminApis:
         results = []
         for group_id in request.groups_names:
             try:
+                await self.coordinator.share_offsets.delete_state(ctx, group_id)  # a share group's, first
                 await with_shard(self.coordinator, group_id, functools.partial(delete, group_id=group_id))
                 error = ErrorCode.none
             except (CoordinatorError, GroupError) as exc:

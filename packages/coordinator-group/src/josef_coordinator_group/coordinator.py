@@ -43,7 +43,7 @@ class GroupCoordinator:
         self._admin = GroupAdminApis(self)
         self._consumer = ConsumerGroupApis(self)
         self._share = ShareGroupApis(self)
-        self._share_offsets = ShareOffsetApis(self)
+        self.share_offsets = ShareOffsetApis(self)
         self._assignors: dict[str, object] | None = None
 
     def settings(self) -> GroupSettings:
@@ -85,9 +85,9 @@ class GroupCoordinator:
             (ApiKey.CONSUMER_GROUP_DESCRIBE, self._consumer.describe, 0, 0),
             (ApiKey.SHARE_GROUP_HEARTBEAT, self._share.heartbeat, 1, 1),
             (ApiKey.SHARE_GROUP_DESCRIBE, self._share.describe, 1, 1),
-            (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, self._share_offsets.describe, 0, 1),
-            (ApiKey.ALTER_SHARE_GROUP_OFFSETS, self._share_offsets.alter, 0, 0),
-            (ApiKey.DELETE_SHARE_GROUP_OFFSETS, self._share_offsets.delete, 0, 0),
+            (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, self.share_offsets.describe, 0, 1),
+            (ApiKey.ALTER_SHARE_GROUP_OFFSETS, self.share_offsets.alter, 0, 0),
+            (ApiKey.DELETE_SHARE_GROUP_OFFSETS, self.share_offsets.delete, 0, 0),
         )
 
     def append_linger_ms(self) -> int:

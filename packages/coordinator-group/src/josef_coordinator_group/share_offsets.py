@@ -13,12 +13,13 @@ these answer COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from josef.coordinator.runtime import CoordinatorError
-from josef.metadata.records import uuid_from_text
+from josef.metadata.records import uuid_from_text, uuid_to_text
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError
 from josef.server.dispatch import RequestContext
@@ -77,6 +78,23 @@ class ShareOffsetApis:
 
     def _topic(self, ctx: RequestContext, name: str) -> Any:
         return ctx.services.image.topics.get(name)
+
+    async def delete_state(self, ctx: RequestContext, group_id: str) -> None:
+        """Before an empty share group is deleted (DeleteGroups): its share-partition state, at the share
+        coordinator, as Kafka does; CoordinatorError when that fails (the group stays)."""
+        if ctx.services.coordinators.by_key_type(SHARE_KEY_TYPE) is None:
+            return  # no share coordinator installed: no state was kept
+
+        async def initialized(shard: GroupShard) -> dict[str, tuple[str, frozenset[int]]]:
+            group = shard.share_groups.get(group_id)
+            return {} if group is None or group.members else dict(group.initialized)
+
+        for topic_id, (_, partitions) in (await with_shard(self.coordinator, group_id, initialized)).items():
+            for partition in sorted(partitions):
+                deleted = await self._state_call(ctx, ApiKey.DELETE_SHARE_GROUP_STATE, 0, group_id,
+                                                 uuid_to_text(uuid.UUID(topic_id)), {"partition": partition})
+                if deleted.error_code != ErrorCode.none:
+                    raise CoordinatorError(deleted.error_code, deleted.error_message or deleted.error_code.name)
 
     async def describe(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         groups = []
