@@ -87,7 +87,10 @@ class ShareOffsetApis:
 
         async def initialized(shard: GroupShard) -> dict[str, tuple[str, frozenset[int]]]:
             group = shard.share_groups.get(group_id)
-            return {} if group is None or group.members else dict(group.initialized)
+            if group is None or group.members or not group.initialized:
+                shard.refused()  # nothing of its to delete here: on to DeleteGroups at once, whatever is pending
+                return {}
+            return dict(group.initialized)
 
         for topic_id, (_, partitions) in (await with_shard(self.coordinator, group_id, initialized)).items():
             for partition in sorted(partitions):
