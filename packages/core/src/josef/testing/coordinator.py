@@ -662,13 +662,15 @@ class CoordinatorContract:
         with anyio.fail_after(self.TIMEOUT_S):
             async with anyio.create_task_group() as tg:
                 services, live, _, state = await self._scenario(coordinator_harness, factory, tg, clock)
-                if live.log_start == 0:
-                    pytest.skip("the scenario pruned nothing (delete_records_before)")
-                live.close()
-                loaded = services.coordinators.load([e for e in live.log if e.offset >= live.log_start])
-                assert coordinator_harness.state(loaded.shard) == state, (
-                    f"pruned below offset {live.log_start}, the partition no longer loads the same state")
+                pruned = live.log_start > 0
+                if pruned:
+                    live.close()
+                    loaded = services.coordinators.load([e for e in live.log if e.offset >= live.log_start])
+                    assert coordinator_harness.state(loaded.shard) == state, (
+                        f"pruned below offset {live.log_start}, the partition no longer loads the same state")
                 tg.cancel_scope.cancel()
+        if not pruned:  # skipped outside the task group, which older anyio releases would wrap the skip in
+            pytest.skip("the scenario pruned nothing (delete_records_before)")
 
     @pytest.mark.anyio
     async def test_a_shard_loaded_twice_from_one_partition_has_one_state(self, coordinator_harness, factory, clock):
