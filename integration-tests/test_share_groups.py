@@ -127,8 +127,9 @@ def test_a_killed_leaders_unacknowledged_records_are_delivered_again_by_its_succ
         "topics": [{"name": "work", "topic_id": None}], "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False}).topics[0].topic_id, 30, what="the topic id"))
     leader = eventually(lambda: (n := leader_of(cluster, first, "work")) >= 0 and n, 30, what="a leader")
-    # The share partition starts at the end (latest): open it before producing.
-    eventually(lambda: share_fetch(cluster, leader, topic_id, "a", 0) is not None, 60, what="the share partition")
+    # The share partition starts at the end (latest): open it (loaded from its share coordinator) before producing.
+    eventually(lambda: (part := share_fetch(cluster, leader, topic_id, "a", 0)) is not None
+               and part.error_code == ErrorCode.none, 60, what="the share partition")
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 50})
     for i in range(20):
         producer.produce("work", b"job-%d" % i)
