@@ -16,15 +16,14 @@ protocol messages, so kio's reader and writer serialise them. This module is
 evaluated without postponed annotations because kio reads the field types.
 """
 
-import io
-import struct
 import uuid
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar
 
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64, u16
+
+from josef.coordinator.records import decode_versioned, encode_versioned, record_version
 
 from josef_coordinator_share.state import ShareKey, ShareState, StateBatch
 
@@ -32,8 +31,6 @@ from josef_coordinator_share.state import ShareKey, ShareState, StateBatch
 SNAPSHOT_KEY_VERSION = 0
 UPDATE_KEY_VERSION = 1
 VALUE_VERSION = 0
-
-_I16 = struct.Struct(">h")
 
 
 class RecordFormatError(ValueError):
@@ -105,28 +102,6 @@ _KEYS = {SNAPSHOT_KEY_VERSION: _SnapshotKey, UPDATE_KEY_VERSION: _UpdateKey}
 _VALUES = {SNAPSHOT_KEY_VERSION: _SnapshotValue, UPDATE_KEY_VERSION: _UpdateValue}
 
 
-def _encode(cls: type, entity: Any, version: int) -> bytes:
-    out = io.BytesIO()
-    out.write(_I16.pack(version))
-    entity_writer(cls)(out, entity)
-    return out.getvalue()
-
-
-def _decode(cls: type, data: bytes, what: str) -> Any:
-    try:
-        entity, size = entity_reader(cls)(data, 2)
-    except Exception as exc:  # kio raises several types for short or malformed bodies
-        raise RecordFormatError(f"malformed {what}: {exc}") from exc
-    if 2 + size != len(data):
-        raise RecordFormatError(f"{len(data) - 2 - size} bytes after a {what}")
-    return entity
-
-
-def _version(data: bytes, what: str) -> int:
-    if len(data) < 2:
-        raise RecordFormatError(f"{what} of {len(data)} bytes has no version")
-    return int(_I16.unpack_from(data)[0])
-
 
 def _batches(batches: tuple[StateBatch, ...]) -> tuple[_StateBatch, ...]:
     return tuple(_StateBatch(first_offset=i64(b.first_offset), last_offset=i64(b.last_offset),
@@ -139,14 +114,17 @@ def _batches(batches: tuple[StateBatch, ...]) -> tuple[_StateBatch, ...]:
 
 def encode_key(key: ShareKey, record_type: int) -> bytes:
     cls = _KEYS[record_type]
-    return _encode(cls, cls(group_id=key.group_id, topic_id=key.topic_id, partition=i32(key.partition)), record_type)
+    entity = cls(group_id=key.group_id, topic_id=key.topic_id, partition=i32(key.partition))
+    return encode_versioned(cls, entity, record_type)
 
 
 def key_entity(data: bytes) -> tuple[int, Any] | None:
     """A key's record type and schema entity; None for record types josef does not know (skipped on load)."""
-    version = _version(data, "share group state key")
+    version = record_version(data, "share group state key", RecordFormatError)
     cls = _KEYS.get(version)
-    return None if cls is None else (version, _decode(cls, data, f"share group state key v{version}"))
+    if cls is None:
+        return None
+    return version, decode_versioned(cls, data, f"share group state key v{version}", RecordFormatError)
 
 
 def decode_key(data: bytes) -> tuple[int, ShareKey] | None:
@@ -161,24 +139,25 @@ def decode_key(data: bytes) -> tuple[int, ShareKey] | None:
 
 
 def encode_snapshot(state: ShareState) -> bytes:
-    return _encode(_SnapshotValue, _SnapshotValue(
+    return encode_versioned(_SnapshotValue, _SnapshotValue(
         snapshot_epoch=u16(state.snapshot_epoch), state_epoch=i32(state.state_epoch),
         leader_epoch=i32(state.leader_epoch), start_offset=i64(state.start_offset),
         state_batches=_batches(state.batches)), VALUE_VERSION)
 
 
 def encode_update(snapshot_epoch: int, leader_epoch: int, start_offset: int, batches: tuple[StateBatch, ...]) -> bytes:
-    return _encode(_UpdateValue, _UpdateValue(
+    return encode_versioned(_UpdateValue, _UpdateValue(
         snapshot_epoch=u16(snapshot_epoch), leader_epoch=i32(leader_epoch), start_offset=i64(start_offset),
         state_batches=_batches(batches)), VALUE_VERSION)
 
 
 def value_entity(record_type: int, data: bytes) -> tuple[int, Any]:
     """A value's version and schema entity as read, field for field (what ``dump-log`` prints)."""
-    version = _version(data, "share group state value")
+    version = record_version(data, "share group state value", RecordFormatError)
     if version != VALUE_VERSION:
         raise RecordFormatError(f"unknown share group state value version {version}")
-    return version, _decode(_VALUES[record_type], data, f"share group state value of record type {record_type}")
+    return version, decode_versioned(_VALUES[record_type], data,
+                                     f"share group state value of record type {record_type}", RecordFormatError)
 
 
 def state_batches(entity: Any) -> tuple[StateBatch, ...]:

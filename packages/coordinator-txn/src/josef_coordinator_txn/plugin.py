@@ -14,7 +14,7 @@ from josef_coordinator_txn.configs import CONFIG_KEYS
 from josef_coordinator_txn.coordinator import TransactionCoordinator
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.2,<2"
+JOSEF_PLUGIN_API = ">=1.5,<2"
 
 
 @josef.hookimpl

@@ -19,15 +19,14 @@ records). This module is evaluated without postponed annotations because kio
 reads the field types.
 """
 
-import io
-import struct
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar
 
 import attrs
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
+
+from josef.coordinator.records import decode_versioned, encode_versioned, record_version
 
 KEY_VERSION = 0
 #: TransactionLogValue versions: 0 (``transaction.version`` 0), 1 (flexible, from ``transaction.version`` 1 on).
@@ -35,8 +34,6 @@ VALUE_VERSIONS = (0, 1)
 
 #: TransactionStatus of Empty, the one state whose partitions are null rather than an array.
 EMPTY_STATE_ID = 0
-
-_I16 = struct.Struct(">h")
 
 #: (topic, partition) pairs of a transaction.
 Partitions = frozenset[tuple[str, int]]
@@ -135,34 +132,12 @@ class _ValueV1:
 _VALUES = {0: (_ValueV0, _PartitionsV0), 1: (_ValueV1, _PartitionsV1)}
 
 
-def _encode(cls: type, entity: Any, version: int) -> bytes:
-    out = io.BytesIO()
-    out.write(_I16.pack(version))
-    entity_writer(cls)(out, entity)
-    return out.getvalue()
-
-
-def _decode(cls: type, data: bytes, what: str) -> Any:
-    try:
-        entity, size = entity_reader(cls)(data, 2)
-    except Exception as exc:  # kio raises several types for short or malformed bodies
-        raise RecordFormatError(f"malformed {what}: {exc}") from exc
-    if 2 + size != len(data):
-        raise RecordFormatError(f"{len(data) - 2 - size} bytes after a {what}")
-    return entity
-
-
-def _version(data: bytes, what: str) -> int:
-    if len(data) < 2:
-        raise RecordFormatError(f"{what} of {len(data)} bytes has no version")
-    return int(_I16.unpack_from(data)[0])
-
 
 # Keys ----------------------------------------------------------------------------------------------
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return _encode(_KeyV0, _KeyV0(transactional_id=transactional_id), KEY_VERSION)
+    return encode_versioned(_KeyV0, _KeyV0(transactional_id=transactional_id), KEY_VERSION)
 
 
 def decode_key(data: bytes) -> str | None:
@@ -190,22 +165,23 @@ def encode_value(value: TransactionLogValue, version: int) -> bytes:
     if version >= 1:
         fields.update(previous_producer_id=i64(value.previous_producer_id), next_producer_id=i64(value.next_producer_id),
                       client_transaction_version=i16(value.client_transaction_version))
-    return _encode(cls, cls(**fields), version)
+    return encode_versioned(cls, cls(**fields), version)
 
 
 def value_entity(data: bytes) -> tuple[int, Any]:
     """A value's version and its schema entity as read, field for field (what ``dump-log`` prints)."""
-    version = _version(data, "transaction log value")
+    version = record_version(data, "transaction log value", RecordFormatError)
     if version not in _VALUES:
         raise RecordFormatError(f"unknown transaction log value version {version}")
-    return version, _decode(_VALUES[version][0], data, f"transaction log value v{version}")
+    return version, decode_versioned(_VALUES[version][0], data, f"transaction log value v{version}",
+                                     RecordFormatError)
 
 
 def key_entity(data: bytes) -> Any:
     """A key's schema entity; None for key versions josef does not know."""
-    if _version(data, "transaction log key") != KEY_VERSION:
+    if record_version(data, "transaction log key", RecordFormatError) != KEY_VERSION:
         return None
-    return _decode(_KeyV0, data, "transaction log key")
+    return decode_versioned(_KeyV0, data, "transaction log key", RecordFormatError)
 
 
 def decode_value(data: bytes) -> TransactionLogValue:

@@ -68,6 +68,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.coordinator.runtime": ("Coordinator", "CoordinatorError", "CoordinatorRuntime", "CoordinatorShard", "Records",
                                   "ShardContext", "PendingWrite", "response_error"),
     "josef.coordinator.timeline": "*",
+    "josef.coordinator.records": "*",
     "josef.coordinator.clock": "*",
     "josef.coordinator.hashing": "*",
     "josef.metadata": "*",
