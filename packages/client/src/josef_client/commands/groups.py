@@ -153,9 +153,15 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], minimum: Sequen
               help="Show each group's state too; with states (Stable,Empty...), only groups in them.")
 def list_command(bootstrap_server: str, command_config: Path | None, states: str | None) -> None:
     """List the consumer groups."""
+    print_groups(bootstrap_server, command_config, states, CONSUMER_GROUP_TYPES)
+
+
+def print_groups(bootstrap_server: str, command_config: Path | None, states: str | None,
+                 types: Sequence[str]) -> None:
+    """``--list``: the groups of ``types``, one a line, or with ``--state`` a GROUP STATE table (filtered)."""
     async def go() -> dict[str, tuple[str, str]]:
         async with _consumer(bootstrap_server, command_config) as consumer:
-            return await list_groups(consumer)
+            return await list_groups(consumer, types)
 
     found = run(go())
     if states is None:
@@ -252,13 +258,19 @@ def describe(bootstrap_server: str, command_config: Path | None, group: tuple[st
 @click.option("--all-groups", is_flag=True, help="Delete every group.")
 def delete(bootstrap_server: str, command_config: Path | None, group: tuple[str, ...], all_groups: bool) -> None:
     """Delete groups with no active members, and their committed offsets."""
+    delete_groups(bootstrap_server, command_config, group, all_groups, CONSUMER_GROUP_TYPES, "consumer")
+
+
+def delete_groups(bootstrap_server: str, command_config: Path | None, group: Sequence[str], all_groups: bool,
+                  types: Sequence[str], kind: str) -> None:
+    """``--delete``: DeleteGroups of each group (or every group of ``types``), reported as Kafka's tools do."""
     from kio.schema.errors import ErrorCode
 
     _groups(group, all_groups)
 
     async def go() -> tuple[list[str], dict[str, str]]:
         async with _consumer(bootstrap_server, command_config) as consumer:
-            names = list(dict.fromkeys(group)) or sorted(await list_groups(consumer))
+            names = list(dict.fromkeys(group)) or sorted(await list_groups(consumer, types))
             failed: dict[str, str] = {}
             for name in names:
                 conn = await coordinator(consumer, name)
@@ -275,9 +287,9 @@ def delete(bootstrap_server: str, command_config: Path | None, group: tuple[str,
     names, failed = run(go())
     done = [n for n in names if n not in failed]
     if done:
-        click.echo("Deletion of requested consumer groups (" + ", ".join(f"'{n}'" for n in done) + ") was successful.")
+        click.echo(f"Deletion of requested {kind} groups (" + ", ".join(f"'{n}'" for n in done) + ") was successful.")
     if failed:
-        raise click.ClickException("deletion of some consumer groups failed: " +
+        raise click.ClickException(f"deletion of some {kind} groups failed: " +
                                    "; ".join(f"group '{n}' could not be deleted due to: {why}" for n, why in failed.items()))
 
 

@@ -24,7 +24,17 @@ import click
 
 from josef.protocol.api_keys import ApiKey
 from josef_client.commands.common import Group, bootstrap_option, command_config_option, run, stderr
-from josef_client.commands.groups import _check, _consumer, _groups, _table, coordinator, list_groups, parse_datetime
+from josef_client.commands.groups import (
+    _check,
+    _consumer,
+    _groups,
+    _table,
+    coordinator,
+    delete_groups,
+    list_groups,
+    parse_datetime,
+    print_groups,
+)
 
 if TYPE_CHECKING:
     from josef_client.consumer import AsyncConsumer
@@ -78,19 +88,7 @@ async def _offsets(consumer: AsyncConsumer, group: str, topics: list[str] | None
               help="Show each group's state too; with states (Stable,Empty), only groups in them.")
 def list_command(bootstrap_server: str, command_config: Path | None, states: str | None) -> None:
     """List the share groups."""
-    async def go() -> dict[str, tuple[str, str]]:
-        async with _consumer(bootstrap_server, command_config) as consumer:
-            return await list_groups(consumer, SHARE)
-
-    found = run(go())
-    if states is None:
-        for name in sorted(found):
-            click.echo(name)
-        return
-    wanted = {s.strip().lower() for s in states.split(",") if s.strip()}
-    for line in _table(("GROUP", "STATE"), [(name, state) for name, (state, _) in sorted(found.items())
-                                             if not wanted or state.lower() in wanted]):
-        click.echo(line)
+    print_groups(bootstrap_server, command_config, states, SHARE)
 
 
 @share_groups.command()
@@ -173,33 +171,8 @@ def describe(bootstrap_server: str, command_config: Path | None, group: tuple[st
 @click.option("--group", multiple=True, help="The group to delete (repeatable).")
 @click.option("--all-groups", is_flag=True, help="Delete every share group.")
 def delete(bootstrap_server: str, command_config: Path | None, group: tuple[str, ...], all_groups: bool) -> None:
-    """Delete share groups with no active members."""
-    from kio.schema.errors import ErrorCode
-
-    _groups(group, all_groups)
-
-    async def go() -> tuple[list[str], dict[str, str]]:
-        async with _consumer(bootstrap_server, command_config) as consumer:
-            names = list(dict.fromkeys(group)) or sorted(await list_groups(consumer, SHARE))
-            failed: dict[str, str] = {}
-            for name in names:
-                conn = await coordinator(consumer, name)
-                [result] = (await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [name]})).results
-                if result.error_code == ErrorCode.non_empty_group:
-                    failed[name] = "The group is not empty."
-                elif result.error_code == ErrorCode.group_id_not_found:
-                    failed[name] = "The group id does not exist."
-                elif result.error_code != ErrorCode.none:
-                    failed[name] = result.error_code.name.upper()
-            return names, failed
-
-    names, failed = run(go())
-    done = [n for n in names if n not in failed]
-    if done:
-        click.echo("Deletion of requested share groups (" + ", ".join(f"'{n}'" for n in done) + ") was successful.")
-    if failed:
-        raise click.ClickException("deletion of some share groups failed: " +
-                                   "; ".join(f"group '{n}' could not be deleted due to: {why}" for n, why in failed.items()))
+    """Delete share groups with no active members (and their share-partition state)."""
+    delete_groups(bootstrap_server, command_config, group, all_groups, SHARE, "share")
 
 
 @share_groups.command("reset-offsets")
