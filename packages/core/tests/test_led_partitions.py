@@ -14,7 +14,7 @@ from josef.led_partitions import AbortedTransaction, PartitionUnavailable
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import TRANSACTIONAL_BIT, build_batch, iter_batches
 from josef.protocol.topic_partition import TopicPartition
-from josef.testing import RawClient
+from josef.testing import RawClient, eventually
 
 TP = TopicPartition("led", 0)
 
@@ -143,12 +143,16 @@ def test_watchers_hear_of_state_changes_until_they_stop(led):
     deleted = client.call(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": TP.topic, "topic_id": None}],
                                                     "timeout": 30000})
     assert deleted.responses[0].error_code == E.none
-    deadline = time.monotonic() + 30
-    while TP not in heard and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert TP in heard
+    eventually(lambda: TP in heard, 30, what="the watcher to hear of the deletion")
     broker.call(stop)
-    create(client, "other")
     heard.clear()
-    produce(client, "other", [b"x"])
+    create(client, "other")  # a new partition this broker comes to lead: a state change a watcher would hear
+    other = TopicPartition("other", 0)
+    def led_here() -> bool:
+        try:
+            return broker.call(partitions.state, other) is not None
+        except PartitionUnavailable:
+            return False
+
+    eventually(led_here, 30, what="the new partition to be led")
     assert heard == [], "a stopped watcher was called"
