@@ -55,31 +55,41 @@ def produce(bootstrap: str, topic: str, count: int, first_timestamp: int = 0, id
     return values
 
 
-def read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    """Up to ``count`` records of partition 0 from offset 0; gives up after 60 s without a new one."""
+def read_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
+    """Up to ``count`` records of partition 0 from offset 0, as (offset, value); gives up after 60 s without a new
+    one."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
+    records: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + 60
-    while len(values) < count and time.monotonic() < deadline:
+    while len(records) < count and time.monotonic() < deadline:
         message = consumer.poll(1)
         if message is not None:
             assert message.error() is None, message.error()
-            values.append(message.value())
+            records.append((message.offset(), message.value()))
             deadline = time.monotonic() + 60
     consumer.close()
-    return values
+    return records
 
 
 def check_read_back(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    """Partition 0 holds exactly ``values``, in order; a failure names the first offset that differs."""
-    got = read_all(bootstrap, topic, len(values))
-    if got != values:
+    """Partition 0 holds exactly ``values``, in order; a failure names the first offset that differs and the
+    offsets the consumer went through (a jump or a step back is a reset after OFFSET_OUT_OF_RANGE)."""
+    records = read_all(bootstrap, topic, len(values))
+    if [(offset, value) for offset, value in records] != list(enumerate(values)):
+        got = [value for _, value in records]
         first = next((i for i, (a, b) in enumerate(zip(got, values)) if a != b), min(len(got), len(values)))
-        pytest.fail(f"read {len(got)} of {len(values)} records from {bootstrap}; the first difference at offset "
-                    f"{first}: {got[first][:12] if first < len(got) else None!r} instead of "
-                    f"{values[first][:12] if first < len(values) else None!r}")
+        runs: list[list[int]] = []
+        for offset, _ in records:
+            if runs and offset == runs[-1][1] + 1:
+                runs[-1][1] = offset
+            else:
+                runs.append([offset, offset])
+        pytest.fail(f"read {len(got)} of {len(values)} records from {bootstrap}; the first difference at "
+                    f"record {first}: {got[first][:12] if first < len(got) else None!r} instead of "
+                    f"{values[first][:12] if first < len(values) else None!r}; offsets read: "
+                    + ", ".join(f"{a}-{b}" for a, b in runs))
 
 
 def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
