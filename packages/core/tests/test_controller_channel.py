@@ -62,3 +62,27 @@ def test_a_request_sent_while_another_controller_already_leads_is_not_waited_for
             return await chan._while_active(1, silent)
 
     assert anyio.run(main) is controller_channel._MOVED
+
+
+def test_an_in_process_controller_answering_not_controller_is_asked_again_until_it_leads():
+    """A node whose quorum is taking the controllership back (a ZooKeeper session replaced) answers NOT_CONTROLLER
+    for a moment; the request waits for it as it would for a remote controller, instead of failing the client."""
+    from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
+    from kio.schema.errors import ErrorCode
+
+    def answer(code: ErrorCode) -> CreateTopicsResponse:
+        return CreateTopicsResponse(throttle_time=0, topics=(CreatableTopicResult(
+            name="t", topic_id=None, error_code=code, error_message=None, topic_config_error_code=ErrorCode.none,
+            num_partitions=1, replication_factor=1, configs=()),))
+
+    answers = [answer(ErrorCode.not_controller), answer(ErrorCode.not_controller), answer(ErrorCode.none)]
+    calls = []
+
+    async def call(api_key, request, ctx=None):
+        calls.append(api_key)
+        return answers[len(calls) - 1]
+
+    quorum = SimpleNamespace(controller_id=1, controller_endpoint=lambda node_id: None)
+    chan = ControllerChannel(SimpleNamespace(quorum=quorum, controller_dispatcher=SimpleNamespace(call=call)))
+    response = anyio.run(chan.call, 19, {})
+    assert response.topics[0].error_code == ErrorCode.none and len(calls) == 3

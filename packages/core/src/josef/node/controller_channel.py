@@ -114,17 +114,22 @@ class ControllerChannel:
             if controller_id >= 0:
                 endpoint = self._node.quorum.controller_endpoint(controller_id)
                 if endpoint is None:
-                    return await self._node.controller_dispatcher.call(api_key, request, ctx=ctx)
-                try:
-                    response = await self._while_active(controller_id, functools.partial(
-                        self._over_network, controller_id, endpoint, api_key, ctx, request))
-                except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as exc:
-                    log.debug("controller %d at %s:%d: %s", controller_id, *endpoint, exc)
-                    await self._drop(controller_id)
-                else:
-                    if response is not _MOVED and ErrorCode.not_controller not in error_codes(response):
+                    # In-process; NOT_CONTROLLER while this node's quorum is (re)taking the controllership, as a
+                    # ZooKeeper-backed node does after its session expired: asked again, as a remote one would be.
+                    response = await self._node.controller_dispatcher.call(api_key, request, ctx=ctx)
+                    if ErrorCode.not_controller not in error_codes(response):
                         return response
-                    await self._drop(controller_id)
+                else:
+                    try:
+                        response = await self._while_active(controller_id, functools.partial(
+                            self._over_network, controller_id, endpoint, api_key, ctx, request))
+                    except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as exc:
+                        log.debug("controller %d at %s:%d: %s", controller_id, *endpoint, exc)
+                        await self._drop(controller_id)
+                    else:
+                        if response is not _MOVED and ErrorCode.not_controller not in error_codes(response):
+                            return response
+                        await self._drop(controller_id)
             if time.monotonic() >= deadline:
                 raise ControllerUnavailableError(f"no active controller answered within {timeout_s:.0f} s")
             await anyio.sleep(RETRY_BACKOFF_S)
