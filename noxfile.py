@@ -21,7 +21,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
-PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "coordinator-group",
+PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "metadata-zk", "coordinator-group",
             "coordinator-txn", "coordinator-share"]
 #: The backend matrix: (metadata quorum, log storage). Entries join as their packages do. The tiered cell
 #: (JOSEF_TEST_STORAGE=tiered) runs the tests whose brokers come from the backend fixtures, every topic tiered; see
@@ -37,6 +37,7 @@ CONTRACTS = {
     "storage-local": (("test_storage_contract.py",), ()),
     "storage-tiered": (("test_remote_storage_contract.py", "test_tiered_log_contract.py"), ("storage-local",)),
     "metadata-kraft": (("test_quorum_contract.py",), ("storage-local",)),
+    "metadata-zk": (("test_zk_quorum_contract.py",), ()),
     "core": (("test_authorizer_contract.py",), ()),
     "coordinator-group": (("test_group_coordinator_contract.py",), ("storage-local", "metadata-kraft")),
     "coordinator-txn": (("test_txn_coordinator_contract.py",), ("storage-local", "metadata-kraft")),

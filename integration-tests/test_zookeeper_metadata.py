@@ -1,0 +1,101 @@
+"""A broker on the ZooKeeper metadata quorum (josef-metadata-zk), on a real ZooKeeper server: it serves real clients,
+keeps its metadata across kill -9, and goes on serving while ZooKeeper is down."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kazoo.client import KazooClient
+
+from josef.metadata.meta_properties import read
+from josef_metadata_zk.znodes import split_connect
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % 3)
+    assert producer.flush(60) == 0
+
+
+def read_back(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """Every partition from offset 0, by kafka-python without a group: a group's coordinator may need __consumer_offsets
+    created, a metadata change, which cannot commit while ZooKeeper is down (in Kafka neither)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             consumer_timeout_ms=30_000)
+    consumer.assign([KafkaTopicPartition(topic, p) for p in range(3)])
+    for p in range(3):
+        consumer.seek(KafkaTopicPartition(topic, p), 0)
+    values: list[bytes] = []
+    try:
+        for message in consumer:
+            values.append(message.value)
+            if len(values) >= count:
+                break
+    finally:
+        consumer.close()
+    return sorted(values)
+
+
+def create_topic(bootstrap: str, name: str, timeout: float = 30) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(timeout)
+
+
+def znode(connect: str, path: str) -> bytes:
+    hosts, chroot = split_connect(connect)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=30)
+    try:
+        return zk.get(chroot + path)[0]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.fixture
+def zk_broker(broker_factory, zk_connect):
+    def make(data_dir=None):
+        return broker_factory(data_dir, **{"metadata.quorum": "zookeeper", "zookeeper.connect": zk_connect})
+    return make
+
+
+def test_a_broker_on_zookeeper_serves_clients_and_keeps_everything_across_kill_9(zk_broker, zk_connect):
+    broker = zk_broker()
+    create_topic(broker.bootstrap_servers, "on-zk")
+    values = [b"record-%04d" % i for i in range(300)]
+    produce(broker.bootstrap_servers, "on-zk", values)
+    assert json.loads(znode(zk_connect, "/controller"))["brokerid"] == 1
+    assert json.loads(znode(zk_connect, "/cluster/id"))["id"] == read(broker.data_dir).cluster_id
+    broker.kill()
+    broker.start()  # after kill -9 its old session holds /controller until it expires: the restart waits for it
+    assert znode(zk_connect, "/controller_epoch") == b"2"
+    assert read_back(broker.bootstrap_servers, "on-zk", len(values)) == sorted(values)
+    create_topic(broker.bootstrap_servers, "after-restart")  # the restarted node is the controller again
+
+
+def test_the_broker_goes_on_serving_while_zookeeper_is_down_and_metadata_changes_resume(zk_broker, zookeeper):
+    broker = zk_broker()
+    create_topic(broker.bootstrap_servers, "through-outage")
+    before = [b"before-%04d" % i for i in range(100)]
+    produce(broker.bootstrap_servers, "through-outage", before)
+    [server] = zookeeper.servers
+    server.stop()  # by PID
+    try:
+        during = [b"during-%04d" % i for i in range(100)]
+        produce(broker.bootstrap_servers, "through-outage", during)  # existing partitions need no metadata change
+        assert read_back(broker.bootstrap_servers, "through-outage", 200) == sorted(before + during)
+        with pytest.raises(Exception):  # a metadata change cannot commit while ZooKeeper is away
+            create_topic(broker.bootstrap_servers, "during-outage", timeout=5)
+    finally:
+        server.start()
+        server.wait_serving()
+    create_topic(broker.bootstrap_servers, "after-outage", timeout=60)
+    after = [b"after-%04d" % i for i in range(100)]
+    produce(broker.bootstrap_servers, "after-outage", after)
+    assert read_back(broker.bootstrap_servers, "after-outage", 100) == sorted(after)

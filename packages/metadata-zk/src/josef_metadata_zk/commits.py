@@ -1,0 +1,102 @@
+"""The metadata log's commits as znodes: one persistent sequential znode under ``/josef/metadata/log`` per commit.
+
+A commit znode holds a header (magic ``JZ``, format 0, the offset of its
+first record, how many records, a CRC-32C of the records' bytes) and the
+records, each Kafka's framed metadata record (ApiMessageAndVersion, as in
+the KRaft log) behind its int32 length. Records that would not fit under
+ZooKeeper's 1 MB znode limit (``jute.maxbuffer``, which also bounds a whole
+request) go to part znodes under ``/josef/metadata/parts`` first, each
+written on its own; the commit znode then names them. The commit is the
+only write conditioned on the controller epoch, so parts a deposed
+controller left are never read.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+
+import attrs
+import crc32c
+
+from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
+
+MAGIC = b"JZ"
+FORMAT = 0
+_HEADER = struct.Struct(">2sBqiIB")  # magic, format, base offset, record count, crc32c, 0 inline / 1 in parts
+_PARTS = struct.Struct(">16si")  # the parts' uuid, how many
+_LENGTH = struct.Struct(">i")
+#: The most record bytes kept in one znode: under ZooKeeper's default 1 MB, leaving room for the request around it.
+MAX_ZNODE_BYTES = 900 * 1024
+
+
+class CorruptCommitError(ValueError):
+    """A commit znode (or its parts) that is not what josef wrote: the node stops and names the znode."""
+
+
+@attrs.frozen
+class EncodedCommit:
+    """What an append writes: the commit znode's data and, for a large commit, its parts' names and data first."""
+
+    data: bytes
+    parts: tuple[tuple[str, bytes], ...] = ()
+
+
+def encode_commit(base_offset: int, records: Sequence[MetadataRecord]) -> EncodedCommit:
+    payload = b"".join(_LENGTH.pack(len(frame)) + frame for frame in map(encode, records))
+    checksum = crc32c.crc32c(payload)
+    if len(payload) <= MAX_ZNODE_BYTES:
+        return EncodedCommit(_HEADER.pack(MAGIC, FORMAT, base_offset, len(records), checksum, 0) + payload)
+    parts_id = uuid.uuid4()
+    parts = tuple((f"{parts_id.hex}-{i // MAX_ZNODE_BYTES:06d}", payload[i:i + MAX_ZNODE_BYTES])
+                  for i in range(0, len(payload), MAX_ZNODE_BYTES))
+    data = _HEADER.pack(MAGIC, FORMAT, base_offset, len(records), checksum, 1) + _PARTS.pack(parts_id.bytes, len(parts))
+    return EncodedCommit(data, parts)
+
+
+@attrs.frozen
+class CommitHeader:
+    base_offset: int
+    count: int
+    checksum: int
+    #: Names of the part znodes holding the records, in order; empty when they are inline (``inline``).
+    parts: tuple[str, ...]
+    inline: bytes
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+
+def read_header(data: bytes, where: str) -> CommitHeader:
+    if len(data) < _HEADER.size:
+        raise CorruptCommitError(f"{where}: {len(data)} bytes, too short for a commit header")
+    magic, version, base, count, checksum, kind = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != FORMAT or kind not in (0, 1) or base < 0 or count < 0:
+        raise CorruptCommitError(f"{where}: not a josef metadata commit (magic {magic!r}, format {version}, "
+                                 f"base offset {base}, {count} records)")
+    if kind == 0:
+        return CommitHeader(base, count, checksum, (), data[_HEADER.size:])
+    if len(data) != _HEADER.size + _PARTS.size:
+        raise CorruptCommitError(f"{where}: a commit in parts has {len(data)} bytes, not {_HEADER.size + _PARTS.size}")
+    parts_id, how_many = _PARTS.unpack_from(data, _HEADER.size)
+    return CommitHeader(base, count, checksum, tuple(f"{parts_id.hex()}-{i:06d}" for i in range(how_many)), b"")
+
+
+def decode_records(header: CommitHeader, payload: bytes, where: str) -> list[MetadataRecord]:
+    """The records of a commit whose bytes (inline, or its parts joined) are ``payload``."""
+    if crc32c.crc32c(payload) != header.checksum:
+        raise CorruptCommitError(f"{where}: the records fail their CRC-32C")
+    records: list[MetadataRecord] = []
+    at = 0
+    try:
+        while at < len(payload):
+            (length,) = _LENGTH.unpack_from(payload, at)
+            records.append(decode(payload[at + _LENGTH.size:at + _LENGTH.size + length]))
+            at += _LENGTH.size + length
+    except (struct.error, UnknownRecordError) as exc:
+        raise CorruptCommitError(f"{where}: record {len(records)} cannot be read: {exc}") from exc
+    if len(records) != header.count or at != len(payload):
+        raise CorruptCommitError(f"{where}: {len(records)} records where the header says {header.count}")
+    return records

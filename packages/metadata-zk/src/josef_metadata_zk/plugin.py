@@ -1,0 +1,28 @@
+"""Registers the ZooKeeper metadata quorum and Kafka 3.x's ``zookeeper.*`` configuration keys."""
+
+from __future__ import annotations
+
+from josef import hookimpl
+from josef.config import ConfigKey, ConfigType, at_least
+from josef.hookspecs import Register
+from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
+
+#: The plugin API versions this plugin works with (checked when the plugin manager loads it).
+JOSEF_PLUGIN_API = ">=1.0,<2"
+
+
+@hookimpl
+def register_metadata_quorum(register: Register) -> None:
+    register("zookeeper", ZooKeeperQuorum)
+
+
+@hookimpl
+def register_configs(register: Register) -> None:
+    register(ConfigKey("zookeeper.connect", ConfigType.STRING, None,
+                       "The ZooKeeper ensemble, host:port[,host:port...][/chroot]; the chroot is created when missing."))
+    register(ConfigKey("zookeeper.session.timeout.ms", ConfigType.INT, 18000,
+                       "The ZooKeeper session timeout: a node silent this long loses its session, its registration "
+                       "and, if it was the active controller, the controllership.", at_least(1)))
+    register(ConfigKey("zookeeper.connection.timeout.ms", ConfigType.INT, None,
+                       "How long a node waits to connect to ZooKeeper at start-up; unset: the session timeout.",
+                       at_least(1)))
