@@ -77,7 +77,7 @@ def check_read_back(bootstrap: str, topic: str, values: list[bytes]) -> None:
     """Partition 0 holds exactly ``values``, in order; a failure names the first offset that differs and the
     offsets the consumer went through (a jump or a step back is a reset after OFFSET_OUT_OF_RANGE)."""
     records = read_all(bootstrap, topic, len(values))
-    if [(offset, value) for offset, value in records] != list(enumerate(values)):
+    if records != list(enumerate(values)):
         got = [value for _, value in records]
         first = next((i for i, (a, b) in enumerate(zip(got, values)) if a != b), min(len(got), len(values)))
         runs: list[list[int]] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
@@ -16,7 +17,7 @@ from josef.metadata.quorum import NotControllerError
 from josef.metadata.records import TopicRecord
 from josef.node.server_properties import load_config
 from josef.testing import free_ports
-from josef.testing.metadata_quorum import RecordingListener, controller_batches, topic_records
+from josef.testing.metadata_quorum import RecordingListener, controller_batches, running, topic_records
 from josef_metadata_zk.commits import CorruptCommitError
 from josef_metadata_zk.znodes import METADATA_LOG, METADATA_PARTS, split_connect
 from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
@@ -69,6 +70,19 @@ def innermost(exc: BaseException) -> BaseException:
     return exc
 
 
+class Node:
+    """One node for :func:`josef.testing.metadata_quorum.running`, which starts it as the broker does and closes it."""
+
+    def __init__(self, connect: str, node_id: int = 1, **extra: str) -> None:
+        self.connect, self.node_id, self.extra = connect, node_id, extra
+
+    def build(self, directory: Path) -> ZooKeeperQuorum:
+        return quorum(self.connect, self.node_id, **self.extra)
+
+    def release(self, quorum: ZooKeeperQuorum) -> None:
+        pass
+
+
 async def started(q: ZooKeeperQuorum, tg, listener: RecordingListener | None = None) -> RecordingListener:
     listener = listener or RecordingListener()
     listener.loop_thread = threading.get_ident()
@@ -79,46 +93,34 @@ async def started(q: ZooKeeperQuorum, tg, listener: RecordingListener | None = N
 async def test_the_controller_s_znodes_are_kafka_s(zk_connect, admin):
     with anyio.fail_after(TIMEOUT_S):
         for expected_epoch in (1, 2):  # each election bumps /controller_epoch
-            q = quorum(zk_connect, node_id=3)
-            try:
-                async with anyio.create_task_group() as tg:
-                    await started(q, tg)
-                    controller = json.loads(admin.get("/controller"))
-                    assert controller["version"] == 1 and controller["brokerid"] == 3 and controller["timestamp"].isdigit()
-                    assert admin.get("/controller_epoch") == str(expected_epoch).encode()
-                    assert q.controller_epoch == expected_epoch
-                    cluster = json.loads(admin.get("/cluster/id"))
-                    assert cluster["version"] == "1" and cluster["id"] == q.cluster_id
-                    tg.cancel_scope.cancel()
-            finally:
-                await q.close()
+            async with running(Node(connect=zk_connect, node_id=3), Path()) as (q, _):
+                controller = json.loads(admin.get("/controller"))
+                assert controller["version"] == 1 and controller["brokerid"] == 3 and controller["timestamp"].isdigit()
+                assert admin.get("/controller_epoch") == str(expected_epoch).encode()
+                assert q.controller_epoch == expected_epoch
+                cluster = json.loads(admin.get("/cluster/id"))
+                assert cluster["version"] == "1" and cluster["id"] == q.cluster_id
             assert not admin.zk.exists(admin.root + "/controller"), "a closed node's session and /controller are gone"
 
 
 async def test_a_deposed_controller_cannot_append_and_leaves_nothing_in_the_log(zk_connect, admin):
     with anyio.fail_after(TIMEOUT_S):
-        q = quorum(zk_connect)
-        try:
-            async with anyio.create_task_group() as tg:
-                await started(q, tg)
-                await q.append(topic_records("before"))
-                before = admin.children(METADATA_LOG)
-                # Another node's election, as a ZooKeeper-mode controller makes it once our session is gone.
-                data, stat = admin.zk.get(admin.root + "/controller_epoch")
-                tx = admin.zk.transaction()
-                tx.delete(admin.root + "/controller")
-                tx.create(admin.root + "/controller", b'{"version":1,"brokerid":2,"timestamp":"0"}')
-                tx.set_data(admin.root + "/controller_epoch", str(int(data) + 1).encode(), version=stat.version)
-                assert not any(isinstance(r, Exception) for r in tx.commit())
-                with pytest.raises(NotControllerError):
-                    await q.append(topic_records("after"))
-                assert admin.children(METADATA_LOG) == before
-                with anyio.fail_after(10):
-                    while q.controller_id != 2:
-                        await anyio.sleep(0.05)  # polling a property the watch updates: no event to await here
-                tg.cancel_scope.cancel()
-        finally:
-            await q.close()
+        async with running(Node(connect=zk_connect), Path()) as (q, _):
+            await q.append(topic_records("before"))
+            before = admin.children(METADATA_LOG)
+            # Another node's election, as a ZooKeeper-mode controller makes it once our session is gone.
+            data, stat = admin.zk.get(admin.root + "/controller_epoch")
+            tx = admin.zk.transaction()
+            tx.delete(admin.root + "/controller")
+            tx.create(admin.root + "/controller", b'{"version":1,"brokerid":2,"timestamp":"0"}')
+            tx.set_data(admin.root + "/controller_epoch", str(int(data) + 1).encode(), version=stat.version)
+            assert not any(isinstance(r, Exception) for r in tx.commit())
+            with pytest.raises(NotControllerError):
+                await q.append(topic_records("after"))
+            assert admin.children(METADATA_LOG) == before
+            with anyio.fail_after(10):
+                while q.controller_id != 2:
+                    await anyio.sleep(0.05)  # polling a property the watch updates: no event to await here
 
 
 async def test_a_second_node_takes_over_and_numbers_on_from_the_log_s_end(zk_connect):
@@ -151,31 +153,19 @@ async def test_a_commit_larger_than_a_znode_is_delivered_whole_and_replayed(zk_c
     big = [TopicRecord(name=f"big-{i}-" + "x" * 200, topic_id=uuid.uuid4()) for i in range(12_000)]
     with anyio.fail_after(TIMEOUT_S):
         for round_ in range(2):
-            q = quorum(zk_connect)
-            try:
-                async with anyio.create_task_group() as tg:
-                    listener = await started(q, tg)
-                    if round_ == 0:
-                        offset = await q.append(big)
-                        assert list(listener.deliveries[-1].records) == big and offset == len(big) - 1
-                        assert len(admin.children(METADATA_PARTS)) >= 3
-                    else:
-                        assert listener.offset == len(big) - 1 and len(listener.image.topics) == len(big)
-                    tg.cancel_scope.cancel()
-            finally:
-                await q.close()
+            async with running(Node(connect=zk_connect), Path()) as (q, listener):
+                if round_ == 0:
+                    offset = await q.append(big)
+                    assert list(listener.deliveries[-1].records) == big and offset == len(big) - 1
+                    assert len(admin.children(METADATA_PARTS)) >= 3
+                else:
+                    assert listener.offset == len(big) - 1 and len(listener.image.topics) == len(big)
 
 
 async def test_a_corrupt_commit_stops_the_node_naming_the_znode(zk_connect, admin):
     with anyio.fail_after(TIMEOUT_S):
-        q = quorum(zk_connect)
-        try:
-            async with anyio.create_task_group() as tg:
-                await started(q, tg)
-                await q.append(topic_records("fine"))
-                tg.cancel_scope.cancel()
-        finally:
-            await q.close()
+        async with running(Node(connect=zk_connect), Path()) as (q, _):
+            await q.append(topic_records("fine"))
         path = admin.zk.create(admin.root + METADATA_LOG + "/commit-", b"JZ\x00garbage", sequence=True)
         q = quorum(zk_connect)
         try:
@@ -230,3 +220,15 @@ async def test_log_directories_of_another_cluster_are_refused(zk_connect, tmp_pa
     assert isinstance(innermost(raised.value), ConfigError)
     assert "belong to cluster BBBBBBBBBBBBBBBBBBBBBB" in str(innermost(raised.value))
     assert "holds cluster AAAAAAAAAAAAAAAAAAAAAA" in str(innermost(raised.value))
+
+
+async def test_one_server_of_a_three_server_ensemble_killed_stops_nothing(tmp_path):
+    from josef_metadata_zk.testing import ZooKeeperEnsemble
+
+    with ZooKeeperEnsemble(tmp_path / "ensemble", servers=3) as ensemble, anyio.fail_after(TIMEOUT_S):
+        assert sorted(s.mode() for s in ensemble.servers) == ["follower", "follower", "leader"]
+        async with running(Node(connect=f"{ensemble.connect}/josef"), Path()) as (q, listener):
+            before = await q.append(topic_records("before"))
+            next(s for s in ensemble.servers if s.mode() == "leader").kill()  # by PID
+            after = await q.append(topic_records("after"))
+            assert after > before and {"before", "after"} <= listener.image.topics.keys()

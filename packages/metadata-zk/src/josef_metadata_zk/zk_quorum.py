@@ -150,7 +150,7 @@ class ZooKeeperQuorum:
             raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={self._connect} within "
                               f"{self._connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
         try:
-            for path in (METADATA_LOG, METADATA_PARTS, "/cluster", "/brokers/ids", "/brokers/topics"):
+            for path in (METADATA_LOG, METADATA_PARTS, "/cluster"):
                 zk.ensure_path(self._root + path)
             try:  # the first node defines the cluster, with the id its log directories were formatted with if any
                 zk.create(self._root + CLUSTER_ID, cluster_id_json(self._local_cluster_id or random_uuid()))
