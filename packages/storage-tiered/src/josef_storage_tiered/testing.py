@@ -228,17 +228,25 @@ class SeaweedS3:
 
     def _wait_objects(self, timeout: float) -> None:
         """Poll until an object is written and read back: the gateway answers before its volume server serves
-        data, and a read then fails with HTTP 500 (InternalError) for a moment after a restart."""
+        data, and after a restart a write may hang until the volume server is back, or a read fail with HTTP 500
+        (InternalError) for a moment: both are asked again until ``timeout``."""
         deadline = time.monotonic() + timeout
         probe = f"/{self.bucket}/.ready"
+        last = "no answer yet"
         while True:
-            put, _ = self.request("PUT", probe, body=b"ready")
-            if put == 200:
-                get, body = self.request("GET", probe)
-                if get == 200 and body == b"ready":
-                    return
+            try:
+                put, body = self.request("PUT", probe, body=b"ready", timeout=5.0)
+                last = f"PUT: HTTP {put}: {body[:200]!r}"
+                if put == 200:
+                    get, body = self.request("GET", probe, timeout=5.0)
+                    last = f"GET: HTTP {get}: {body[:200]!r}"
+                    if get == 200 and body == b"ready":
+                        return
+            except OSError as exc:  # TimeoutError included
+                last = repr(exc)
             if time.monotonic() > deadline:
-                raise RuntimeError(f"weed mini did not store objects within {timeout} s:\n{self.log_tail()}")
+                raise RuntimeError(f"weed mini did not store objects within {timeout} s (last: {last}):\n"
+                                   f"{self.log_tail()}")
             time.sleep(0.1)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
