@@ -4,6 +4,7 @@ import pytest
 
 from josef.config import Config, ConfigError, ConfigSource, parse_overrides, read_properties
 from josef.plugins import get_plugin_manager
+from josef.node.broker_config import metadata_quorum_name
 from josef.node.server_properties import load_config
 
 
@@ -92,3 +93,21 @@ def test_topic_configs_validated(pm):
     assert config.definition.parse_topic_configs({"retention.ms": "100"}) == {"retention.ms": 100}
     with pytest.raises(ConfigError, match="unknown topic configuration"):
         config.definition.parse_topic_configs({"retention.msec": "100"})
+
+
+def test_broker_id_and_node_id_are_synonyms_as_in_kafka():
+    pm = get_plugin_manager()
+    assert load_config(None, {"broker.id": "7"}, pm)["node.id"] == 7
+    assert load_config(None, {"node.id": "7"}, pm)["broker.id"] == 7
+    assert load_config(None, {"node.id": "7", "broker.id": "7"}, pm)["node.id"] == 7
+    with pytest.raises(ConfigError, match="broker.id=7 and node.id=8"):
+        load_config(None, {"broker.id": "7", "node.id": "8"}, pm)
+
+
+def test_zookeeper_connect_without_process_roles_selects_zookeeper_as_kafka_3_did():
+    pm = get_plugin_manager()
+    connect = {"zookeeper.connect": "127.0.0.1:2181/josef"}
+    assert metadata_quorum_name(load_config(None, {}, pm)) == "kraft"
+    assert metadata_quorum_name(load_config(None, connect, pm)) == "zookeeper"
+    assert metadata_quorum_name(load_config(None, {**connect, "process.roles": "broker,controller"}, pm)) == "kraft"
+    assert metadata_quorum_name(load_config(None, {**connect, "metadata.quorum": "kraft"}, pm)) == "kraft"

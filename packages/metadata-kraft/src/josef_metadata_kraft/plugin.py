@@ -11,7 +11,7 @@ from josef_metadata_kraft.commands import storage
 from josef_metadata_kraft.kraft_quorum import KRaftQuorum
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.0,<2"
+JOSEF_PLUGIN_API = ">=1.5,<2"  # 1.5: metadata.log.max.record.bytes.between.snapshots is the core's
 
 
 @hookimpl
@@ -37,9 +37,6 @@ def register_configs(register: Register) -> None:
         ("controller.quorum.retry.backoff.ms", 20, "How long to wait before sending a failed Raft request again."),
     ):
         register(ConfigKey(name, ConfigType.INT, default, doc, at_least(0)))
-    register(ConfigKey("metadata.log.max.record.bytes.between.snapshots", ConfigType.LONG, 20971520,
-                       "Bytes of committed metadata log after which a node writes a new snapshot and trims its log.",
-                       at_least(1)))
 
 
 @hookimpl

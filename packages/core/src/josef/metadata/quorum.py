@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from josef.metadata.image import MetadataImage
-from josef.metadata.records import MetadataRecord
+from josef.metadata.records import Endpoint, MetadataRecord
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -33,6 +33,14 @@ class MetadataListener(Protocol):
 
     def current_image(self) -> MetadataImage:
         """The state as of the last delivery, which the quorum writes into its snapshots."""
+
+    def endpoints(self) -> Sequence[Endpoint]:
+        """This node's listeners as other nodes reach them, controller listeners included; bound before ``start``.
+
+        A quorum whose voters are not configured (ZooKeeper's: any node may
+        be elected) publishes them, so that brokers find the controller
+        listener of whichever node it elects.
+        """
 
 
 class NotControllerError(Exception):

@@ -33,7 +33,7 @@ from josef.authorizer import AclAuthorizer, Authorizer, adapt
 from josef.node.broker_lifecycle import BrokerLifecycle
 from josef.node.controller_channel import ControllerChannel
 from josef.node.broker_config import check_listeners, check_tiered_default, listener_security_protocols, sasl_listeners, tls_listeners_of, \
-    inter_broker_listener_name
+    inter_broker_listener_name, metadata_quorum_name
 from josef.config import Config, ConfigError
 from josef.coordinator.runtime import CoordinatorRuntime
 from josef.security import PrincipalBuilder
@@ -181,7 +181,7 @@ class Broker:
         for _, layer in collect(self.pm, "register_log_storage_layers", "log storage layer").items():
             self.storage = layer(self.storage, self.config, self.services) or self.storage
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
-            self.config["metadata.quorum"])(self.config, base)
+            metadata_quorum_name(self.config))(self.config, base)
         for key, handler, low, high in self.quorum.apis():
             if self.is_controller:
                 self.controller_dispatcher.register(key, handler, low, high)
@@ -350,14 +350,18 @@ class Broker:
 
     def broker_endpoints(self) -> list[Endpoint]:
         """The client listeners as advertised to clients (``advertised.listeners`` over the bound ones)."""
+        return [e for e in self.endpoints() if not self._is_controller_listener(e.name)]
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every bound listener as other nodes and clients reach it, controller listeners included, with its
+        security protocol (``advertised.listeners`` over the bound address; a wildcard host becomes this host's name)."""
         advertised = [parse_listener(t) for t in (self.config["advertised.listeners"] or [])]
+        protocols = {name: protocol for name, _, protocol in listener_security_protocols(self.config)}
         endpoints = []
         for bound in self.bound:
-            if self._is_controller_listener(bound.name):
-                continue
             spec = next((a for a in advertised if a.name == bound.name), bound)
             host = spec.host if spec.host not in ("", "0.0.0.0", "::") else socket.gethostname()
-            endpoints.append(Endpoint(bound.name, host, spec.port or bound.port))
+            endpoints.append(Endpoint(bound.name, host, spec.port or bound.port, protocols.get(bound.name, "PLAINTEXT")))
         return endpoints
 
     def _apply_dynamic_broker_config(self) -> None:

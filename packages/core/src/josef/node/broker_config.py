@@ -128,6 +128,17 @@ def tls_listeners_of(config: Config) -> dict[str, ListenerTls]:
     return tls_listeners(config, [(name, protocol) for name, _, protocol in listener_security_protocols(config)])
 
 
+def metadata_quorum_name(config: Config) -> str:
+    """The metadata quorum backend to run: ``metadata.quorum`` when set; otherwise ``zookeeper`` for a node with
+    ``zookeeper.connect`` and no ``process.roles``, as Kafka 3.x ran such a node in ZooKeeper mode (its
+    ``server.properties`` work unchanged, with the metadata-zk plugin installed); otherwise ``kraft``."""
+    if config.is_set("metadata.quorum") or config.is_set("process.roles"):
+        return config["metadata.quorum"]
+    connect = (config["zookeeper.connect"] if "zookeeper.connect" in config.definition
+               else config.unknown.get("zookeeper.connect"))
+    return "zookeeper" if connect else config["metadata.quorum"]
+
+
 def _process_roles(value: list[str]) -> None:
     one_of("broker", "controller")(value)
     if not value:
@@ -137,11 +148,16 @@ def _process_roles(value: list[str]) -> None:
 CORE_KEYS = (
     # Identity and roles
     ConfigKey("node.id", I, 1, "The node's id, as broker and as controller.", at_least(0)),
+    ConfigKey("broker.id", I, 1, "A synonym of node.id (Kafka's name for it in ZooKeeper mode); either sets both.",
+              at_least(0)),
     ConfigKey("process.roles", LST, ["broker", "controller"], "The roles of this process: broker, controller or both (KRaft combined mode).", _process_roles),
     ConfigKey("broker.heartbeat.interval.ms", I, 2000, "How often a broker heartbeats to the active controller.", at_least(1)),
     ConfigKey("broker.session.timeout.ms", I, 9000,
               "How long the controller waits for a broker's heartbeat before fencing it.", at_least(1)),
     ConfigKey("metadata.quorum", S, "kraft", "Name of the metadata quorum backend (kraft, zookeeper...)."),
+    ConfigKey("metadata.log.max.record.bytes.between.snapshots", L, 20971520,
+              "Bytes of committed metadata log after which the metadata quorum writes a snapshot and trims its log "
+              "(every backend that keeps snapshots).", at_least(1)),
     ConfigKey("log.storage", S, "local", "Name of the log storage backend (local, tiered...)."),
     ConfigKey("authorizer.class.name", S, "allow-all",
               "Name of the authorizer that decides every request: allow-all (the default: no authorization), or "

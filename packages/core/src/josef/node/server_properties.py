@@ -7,7 +7,7 @@ from typing import Iterable, Mapping
 
 import pluggy
 
-from josef.config import Config, ConfigDef, parse_overrides, read_properties
+from josef.config import ConfigError, Config, ConfigDef, parse_overrides, read_properties
 from josef.plugins import get_plugin_manager
 
 
@@ -39,4 +39,18 @@ def load_config(
     else:
         raw = {key: value for key, value in SINGLE_NODE_DEFAULTS.items() if key in definition}
     raw.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
-    return Config.build(definition, raw)
+    return Config.build(definition, with_synonyms(raw))
+
+
+def with_synonyms(raw: Mapping[str, str]) -> dict[str, str]:
+    """``broker.id`` and ``node.id`` as Kafka's KafkaConfig.populateSynonyms treats them: either gives the other,
+    so a Kafka 3.x ZooKeeper-mode ``server.properties`` (``broker.id``) starts as it did; both, they must agree."""
+    out = dict(raw)
+    broker_id, node_id = out.get("broker.id"), out.get("node.id")
+    if broker_id is not None and node_id is not None and broker_id.strip() != node_id.strip():
+        raise ConfigError(f"broker.id={broker_id} and node.id={node_id} name the same thing and must be equal")
+    if broker_id is not None:
+        out["node.id"] = broker_id
+    elif node_id is not None:
+        out["broker.id"] = node_id
+    return out

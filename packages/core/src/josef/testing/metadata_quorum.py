@@ -59,6 +59,7 @@ from josef.metadata.image import MetadataImage
 from josef.metadata.quorum import MetadataQuorum, NotControllerError
 from josef.metadata.records import (
     ConfigRecord,
+    Endpoint,
     FeatureLevelRecord,
     MetadataRecord,
     PartitionRecord,
@@ -154,6 +155,9 @@ class RecordingListener:
 
     def current_image(self) -> MetadataImage:
         return self.image
+
+    def endpoints(self) -> Sequence[Endpoint]:
+        return ()  # a single node, reached in-process: no listener to publish
 
     def _check(self, name: str, offset: int, records: Sequence[MetadataRecord]) -> None:
         if threading.get_ident() != self.loop_thread:
