@@ -158,11 +158,23 @@ def check_every_acknowledged_record(load: Load, records) -> int:
     return load.count()
 
 
-@pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
-def test_no_acknowledged_write_is_lost_through_kills_pauses_and_controlled_shutdowns(josef_cluster, tmp_path, security):
-    if security == "sasl_ssl":  # every listener SASL_SSL, the StandardAuthorizer on every node (secured.py)
+def zookeeper_settings(zk_connect: str) -> dict[str, str | None]:
+    """Nodes on the ZooKeeper metadata quorum (josef-metadata-zk) instead of KRaft: no voters, a short ZooKeeper
+    session, so a paused controller is replaced within seconds."""
+    return {"metadata.quorum": "zookeeper", "zookeeper.connect": zk_connect, "controller.quorum.voters": None,
+            "zookeeper.session.timeout.ms": "6000"}
+
+
+@pytest.mark.parametrize("setup", ["plaintext", "sasl_ssl", "zookeeper"])
+def test_no_acknowledged_write_is_lost_through_kills_pauses_and_controlled_shutdowns(josef_cluster, tmp_path, setup,
+                                                                                     request):
+    """On KRaft, one controller and three brokers; on ZooKeeper, three combined nodes any of which may be elected
+    controller, so the kill, the pause and the clean stop each take the controller away too at some point."""
+    if setup == "sasl_ssl":  # every listener SASL_SSL, the StandardAuthorizer on every node (secured.py)
         cluster, tls = start_secured_cluster(josef_cluster, tmp_path / "tls", controllers=1, brokers=3, **FAST)
         client = client_settings(tls)
+    elif setup == "zookeeper":
+        cluster, client = josef_cluster(combined=3, **FAST, **zookeeper_settings(request.getfixturevalue("zk_connect"))), None
     else:
         cluster, client = josef_cluster(controllers=1, brokers=3, **FAST), None
     topic = "chaos"

@@ -10,10 +10,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
-from kazoo.client import KazooClient
 
 from josef.metadata.meta_properties import read
-from josef_metadata_zk.znodes import split_connect
+from josef_metadata_zk.testing import read_znode
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -47,17 +46,6 @@ def create_topic(bootstrap: str, name: str, timeout: float = 30) -> None:
     admin.create_topics([NewTopic(name, 3, 1)])[name].result(timeout)
 
 
-def znode(connect: str, path: str) -> bytes:
-    hosts, chroot = split_connect(connect)
-    zk = KazooClient(hosts=hosts)
-    zk.start(timeout=30)
-    try:
-        return zk.get(chroot + path)[0]
-    finally:
-        zk.stop()
-        zk.close()
-
-
 @pytest.fixture
 def zk_broker(broker_factory, zk_connect):
     def make(data_dir=None):
@@ -70,11 +58,11 @@ def test_a_broker_on_zookeeper_serves_clients_and_keeps_everything_across_kill_9
     create_topic(broker.bootstrap_servers, "on-zk")
     values = [b"record-%04d" % i for i in range(300)]
     produce(broker.bootstrap_servers, "on-zk", values)
-    assert json.loads(znode(zk_connect, "/controller"))["brokerid"] == 1
-    assert json.loads(znode(zk_connect, "/cluster/id"))["id"] == read(broker.data_dir).cluster_id
+    assert json.loads(read_znode(zk_connect, "/controller"))["brokerid"] == 1
+    assert json.loads(read_znode(zk_connect, "/cluster/id"))["id"] == read(broker.data_dir).cluster_id
     broker.kill()
     broker.start()  # after kill -9 its old session holds /controller until it expires: the restart waits for it
-    assert znode(zk_connect, "/controller_epoch") == b"2"
+    assert read_znode(zk_connect, "/controller_epoch") == b"2"
     assert read_back(broker.bootstrap_servers, "on-zk", len(values)) == sorted(values)
     create_topic(broker.bootstrap_servers, "after-restart")  # the restarted node is the controller again
 
@@ -99,3 +87,17 @@ def test_the_broker_goes_on_serving_while_zookeeper_is_down_and_metadata_changes
     after = [b"after-%04d" % i for i in range(100)]
     produce(broker.bootstrap_servers, "after-outage", after)
     assert read_back(broker.bootstrap_servers, "after-outage", 100) == sorted(after)
+
+
+def test_a_kafka_3_zookeeper_mode_server_properties_runs_on_zookeeper(josef_cluster, zk_connect):
+    """``zookeeper.connect`` and ``broker.id``, no ``process.roles`` nor ``metadata.quorum``: ZooKeeper mode, as Kafka
+    3.x chose it (``broker.id`` is ``node.id``'s synonym, as in Kafka)."""
+    cluster = josef_cluster(combined=1, node_overrides={1: {
+        "zookeeper.connect": zk_connect, "broker.id": "1", "node.id": None, "process.roles": None,
+        "controller.quorum.voters": None, "metadata.quorum": None}})
+    [node] = cluster.nodes
+    assert not {"process.roles", "metadata.quorum", "node.id"} & set(node.properties)
+    assert json.loads(read_znode(zk_connect, "/controller"))["brokerid"] == 1
+    create_topic(node.bootstrap_server, "on-zk-by-default")
+    produce(node.bootstrap_server, "on-zk-by-default", [b"one", b"two", b"three"])
+    assert read_back(node.bootstrap_server, "on-zk-by-default", 3) == [b"one", b"three", b"two"]

@@ -9,6 +9,13 @@ request) go to part znodes under ``/josef/metadata/parts`` first, each
 written on its own; the commit znode then names them. The commit is the
 only write conditioned on the controller epoch, so parts a deposed
 controller left are never read.
+
+A snapshot (``/josef/metadata/snapshot``) holds the whole metadata image
+as of a commit: its own header (magic ``JS``, format 0, the offset of the
+last record it covers, the sequence number of the last commit it covers)
+in front of the image's records, encoded as a commit is (inline or in
+parts). Once it is written the commits it covers are deleted, so a
+restarted node reads the snapshot and the few commits after it.
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ import crc32c
 from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, encode
 
 MAGIC = b"JZ"
+SNAPSHOT_MAGIC = b"JS"
 FORMAT = 0
 _HEADER = struct.Struct(">2sBqiIB")  # magic, format, base offset, record count, crc32c, 0 inline / 1 in parts
 _PARTS = struct.Struct(">16si")  # the parts' uuid, how many
 _LENGTH = struct.Struct(">i")
+_SNAPSHOT = struct.Struct(">2sBqq")  # magic, format, last offset covered, last commit sequence covered
 #: The most record bytes kept in one znode: under ZooKeeper's default 1 MB, leaving room for the request around it.
 MAX_ZNODE_BYTES = 900 * 1024
 
@@ -100,3 +109,27 @@ def decode_records(header: CommitHeader, payload: bytes, where: str) -> list[Met
     if len(records) != header.count or at != len(payload):
         raise CorruptCommitError(f"{where}: {len(records)} records where the header says {header.count}")
     return records
+
+
+@attrs.frozen
+class SnapshotHeader:
+    #: The offset of the last record the snapshot covers: the image is the state after it.
+    offset: int
+    #: The sequence number of the last commit znode it covers: the log goes on with the next one.
+    sequence: int
+    records: CommitHeader
+
+
+def encode_snapshot(offset: int, sequence: int, records: Sequence[MetadataRecord]) -> EncodedCommit:
+    body = encode_commit(0, records)
+    return EncodedCommit(_SNAPSHOT.pack(SNAPSHOT_MAGIC, FORMAT, offset, sequence) + body.data, body.parts)
+
+
+def read_snapshot_header(data: bytes, where: str) -> SnapshotHeader:
+    if len(data) < _SNAPSHOT.size:
+        raise CorruptCommitError(f"{where}: {len(data)} bytes, too short for a snapshot header")
+    magic, version, offset, sequence = _SNAPSHOT.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC or version != FORMAT or offset < -1 or sequence < -1:
+        raise CorruptCommitError(f"{where}: not a josef metadata snapshot (magic {magic!r}, format {version}, "
+                                 f"offset {offset}, commit sequence {sequence})")
+    return SnapshotHeader(offset, sequence, read_header(data[_SNAPSHOT.size:], where))

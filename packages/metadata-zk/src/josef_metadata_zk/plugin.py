@@ -8,7 +8,7 @@ from josef.hookspecs import Register
 from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
-JOSEF_PLUGIN_API = ">=1.0,<2"
+JOSEF_PLUGIN_API = ">=1.5,<2"  # 1.5: MetadataListener.endpoints, metadata.log.max.record.bytes.between.snapshots
 
 
 @hookimpl

@@ -35,11 +35,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from josef.testing import free_ports
+from josef_metadata_zk.znodes import split_connect
 
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "ZooKeeperUnavailable", "classpath", "four_letter_word",
-           "zk_connect", "zookeeper"]
+           "read_znode", "zk_connect", "zookeeper"]
 
 CLASSPATH_ENV = "JOSEF_ZOOKEEPER_CLASSPATH"
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -81,12 +84,31 @@ def four_letter_word(port: int, word: str = "srvr", timeout: float = 2.0) -> str
         return ""
 
 
+def read_znode(connect: str, path: str) -> bytes | None:
+    """The data of znode ``path`` under the chroot of ``connect`` (a ``zookeeper.connect`` value); None when absent.
+
+    A session of its own, closed before returning: what a Kafka operator's ``zookeeper-shell get`` shows.
+    """
+    hosts, chroot = split_connect(connect)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=30)
+    try:
+        return zk.get(chroot + path)[0]
+    except NoNodeError:
+        return None
+    finally:
+        zk.stop()
+        zk.close()
+
+
 class ZooKeeperServer:
     """One ZooKeeper server process; ``peers`` (id -> (quorum port, election port)) makes it an ensemble member."""
 
     def __init__(self, directory: Path, myid: int, client_port: int,
-                 peers: dict[int, tuple[int, int]] | None = None) -> None:
+                 peers: dict[int, tuple[int, int]] | None = None, max_session_ms: int | None = None) -> None:
         self.directory = directory
+        #: ``maxSessionTimeout``: the longest session a client may ask for (ZooKeeper's default, 20 ticks, when None).
+        self.max_session_ms = max_session_ms
         self.myid = myid
         self.client_port = client_port
         self.peers = peers or {}
@@ -107,6 +129,8 @@ class ZooKeeperServer:
         lines = [f"tickTime={TICK_MS}", "initLimit=50", "syncLimit=25", f"dataDir={data}",
                  f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "admin.enableServer=false",
                  "4lw.commands.whitelist=srvr,ruok,mntr", "maxClientCnxns=0", "autopurge.purgeInterval=0"]
+        if self.max_session_ms is not None:
+            lines.append(f"maxSessionTimeout={self.max_session_ms}")
         if self.peers:
             (data / "myid").write_text(f"{self.myid}\n")
             lines += [f"server.{i}=127.0.0.1:{quorum}:{election}" for i, (quorum, election) in sorted(self.peers.items())]
@@ -186,10 +210,11 @@ class ZooKeeperServer:
 class ZooKeeperEnsemble:
     """``servers`` ZooKeeper servers in ``directory`` on free ports of 127.0.0.1: one standalone, or a replicated ensemble."""
 
-    def __init__(self, directory: Path, servers: int = 1) -> None:
+    def __init__(self, directory: Path, servers: int = 1, max_session_ms: int | None = None) -> None:
         ports = free_ports(3 * servers)
         peers = {i + 1: (ports[servers + 2 * i], ports[servers + 2 * i + 1]) for i in range(servers)} if servers > 1 else {}
-        self.servers = [ZooKeeperServer(directory / f"zk{i + 1}", i + 1, ports[i], peers) for i in range(servers)]
+        self.servers = [ZooKeeperServer(directory / f"zk{i + 1}", i + 1, ports[i], peers, max_session_ms)
+                        for i in range(servers)]
 
     @property
     def connect(self) -> str:

@@ -1,8 +1,8 @@
 """The ZooKeeper metadata quorum: the same metadata log as KRaft's, kept in an Apache ZooKeeper ensemble.
 
 What the broker sees is :class:`josef.metadata.quorum.MetadataQuorum`; what
-replicates the log is ZooKeeper itself, so this backend needs no Raft and no
-controller listener of its own. Each node connects with kazoo to
+replicates the log is ZooKeeper itself, so this backend needs no Raft. Each
+node connects with kazoo to
 ``zookeeper.connect`` (its chroot created when missing, as Kafka 3.x did),
 reads every commit of ``/josef/metadata/log`` in order, then follows the log
 through a children watch.
@@ -14,7 +14,10 @@ is still at the version this node set and creates the commit's sequential
 znode, so a deposed controller (its session expired, paused, partitioned
 away) can never write: its check fails and it answers NOT_CONTROLLER. A new
 controller reads the log to its end before its first append, so it decides
-on the latest state, and numbers records on from there.
+on the latest state, and numbers records on from there. Nodes with the
+controller role stand for election; ``/controller`` also names the winner's
+controller listener, where the other nodes' brokers send what they ask of
+the controller (registration, heartbeats, forwarded admin requests).
 
 Offsets are the records' positions in the log, as in KRaft: a commit's
 znode carries the offset of its first record, and they follow each other
@@ -40,20 +43,33 @@ from josef.config import Config, ConfigError
 from josef.log import LogStorage
 from josef.metadata import meta_properties
 from josef.metadata.quorum import MetadataListener, NotControllerError
-from josef.metadata.records import MetadataRecord, random_uuid
-from josef_metadata_zk.commits import CommitHeader, CorruptCommitError, decode_records, encode_commit, read_header
+from josef.metadata.records import Endpoint, MetadataRecord, random_uuid
+from josef_metadata_zk.commits import (
+    CommitHeader,
+    CorruptCommitError,
+    SnapshotHeader,
+    decode_records,
+    encode_commit,
+    encode_snapshot,
+    read_header,
+    read_snapshot_header,
+)
 from josef_metadata_zk.znodes import (
+    BROKER_IDS,
     CLUSTER_ID,
     COMMIT_PREFIX,
     CONTROLLER,
     CONTROLLER_EPOCH,
     METADATA_LOG,
     METADATA_PARTS,
+    METADATA_SNAPSHOT,
     cluster_id_json,
     cluster_id_of,
     commit_sequence,
-    controller_id_of,
+    ControllerZNode,
+    broker_json,
     controller_json,
+    controller_of,
     split_connect,
 )
 
@@ -61,6 +77,10 @@ log = logging.getLogger(__name__)
 
 #: How long to wait before asking ZooKeeper again after a failed request (it is down, or the session is being replaced).
 RETRY_S = 1.0
+
+
+class _Missing(Exception):
+    """A commit listed a moment ago, or a part of it, is gone: trimmed by a snapshot, unless none covers it."""
 
 
 class _Deposed(Exception):
@@ -80,6 +100,9 @@ class ZooKeeperQuorum:
             raise ConfigError(str(exc)) from None
         self._connect = connect
         self.node_id: int = config["node.id"]
+        #: Kafka 3.x made every broker eligible; here the nodes with the controller role, as in KRaft.
+        self._eligible = "controller" in config["process.roles"]
+        self._controller_listeners = set(config["controller.listener.names"])
         self._local_cluster_id = _formatted_cluster_id(config)
         self._session_s = config["zookeeper.session.timeout.ms"] / 1000
         connection_ms = config["zookeeper.connection.timeout.ms"]
@@ -88,7 +111,8 @@ class ZooKeeperQuorum:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: MetadataListener | None = None
         self._cluster_id = ""
-        self._controller_id = -1
+        #: What /controller said when last read (None: nobody holds it, or it has not been read).
+        self._controller: ControllerZNode | None = None
         #: The version of /controller_epoch this node set when elected; None while it is not the controller.
         self._epoch_version: int | None = None
         self.controller_epoch = -1
@@ -103,6 +127,18 @@ class ZooKeeperQuorum:
         #: Held while deciding on or taking the controllership, so a watch's nudge never acts on a half-won election.
         self._election_lock = anyio.Lock()
         self._closed = False
+        self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
+        #: Bytes this controller committed since its last snapshot (a new controller counts from 0).
+        self._since_snapshot = 0
+        self._snapshotting = False
+        self._snapshot_done = anyio.Event()
+        self._snapshot_done.set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        #: This node's /brokers/ids znode data, from its registration in the image (None before it registered),
+        #: and the registration it was made from.
+        self._registration: bytes | None = None
+        self._registered_from: tuple[str, int] | None = None
+        self._register = anyio.Event()
 
     # What the broker asks ---------------------------------------------------------------------
 
@@ -112,13 +148,21 @@ class ZooKeeperQuorum:
 
     @property
     def controller_id(self) -> int:
-        return self._controller_id
+        """The active controller, once brokers can reach it: this node, or one whose /controller names its listener."""
+        known = self._controller
+        if known is None:
+            return -1
+        return known.node_id if known.node_id == self.node_id or known.endpoint is not None else -1
 
     def controllers(self) -> Mapping[int, tuple[str, int]]:
-        return {}
+        """Only the active controller is known (ZooKeeper has no voters), and only when it is another node."""
+        known = self._controller
+        if known is None or known.endpoint is None or known.node_id == self.node_id:
+            return {}
+        return {known.node_id: known.endpoint}
 
     def controller_endpoint(self, node_id: int) -> tuple[str, int] | None:
-        return None
+        return self.controllers().get(node_id)
 
     def apis(self) -> Sequence[tuple[int, Any, int, int]]:
         return ()  # ZooKeeper replicates the log: no Raft APIs
@@ -131,11 +175,13 @@ class ZooKeeperQuorum:
 
     async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup) -> None:
         self._listener = listener
+        self._tg = tg
         self._loop = asyncio.get_running_loop()
         self._zk = await anyio.to_thread.run_sync(self._open)
         await self._deliver_new()
         tg.start_soon(self._follow)
         tg.start_soon(self._campaign)
+        tg.start_soon(self._keep_registered)
         await anyio.to_thread.run_sync(self._watch)
         async with self._election_lock:
             await self._elect()
@@ -200,8 +246,9 @@ class ZooKeeperQuorum:
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:  # our ephemeral /controller went with the session
             self._call_soon(self._resign)
-        elif state == KazooState.CONNECTED:  # back (perhaps in a new session): look again at /controller and the log
-            self._call_soon(lambda: (self._election.set(), self._changed.set()))
+        elif state == KazooState.CONNECTED:  # back (perhaps in a new session): look again at /controller and the log,
+            # and register again: a new session has lost the old one's ephemeral /brokers/ids/<id>
+            self._call_soon(lambda: (self._election.set(), self._changed.set(), self._register.set()))
 
     # Following the log -----------------------------------------------------------------------------
 
@@ -219,17 +266,20 @@ class ZooKeeperQuorum:
                 self._changed.set()
 
     async def _deliver_new(self) -> None:
-        """Deliver every commit not delivered yet, in order."""
+        """Deliver every commit not delivered yet, in order; the snapshot first when the commits after what was
+        delivered are gone (trimmed by a snapshot), and at start-up."""
         async with self._deliver_lock:
             if self._closed:
                 return
-            names = await anyio.to_thread.run_sync(self._list_commits)
-            fresh = [n for n in names if commit_sequence(n) > self._delivered_seq]
-            if not fresh:
-                return
-            commits = await anyio.to_thread.run_sync(self._read_commits, fresh)
+            snapshot, commits = await anyio.to_thread.run_sync(self._read_new, self._delivered_seq,
+                                                               self._delivered_offset)
             assert self._listener is not None
-            for name, (header, records) in zip(fresh, commits):
+            if snapshot is not None:
+                header, records = snapshot
+                log.info("metadata snapshot at offset %d (%d records) loaded from ZooKeeper", header.offset, len(records))
+                self._listener.on_snapshot(header.offset, records)
+                self._delivered_seq, self._delivered_offset = header.sequence, header.offset
+            for name, header, records in commits:
                 if header.base_offset != self._delivered_offset + 1:
                     raise CorruptCommitError(
                         f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}: its records start at offset "
@@ -237,35 +287,146 @@ class ZooKeeperQuorum:
                 self._listener.on_commit(header.last_offset, records)
                 self._delivered_seq = commit_sequence(name)
                 self._delivered_offset = header.last_offset
-            self._delivered.set()
-            self._delivered = anyio.Event()
+            if snapshot is not None or commits:
+                self._delivered.set()
+                self._delivered = anyio.Event()
+                self._note_registration()
+
+    # Broker registration -------------------------------------------------------------------------------
+
+    def _note_registration(self) -> None:
+        """Register /brokers/ids/<id> anew when the image holds a new registration of this node's broker."""
+        assert self._listener is not None
+        broker = self._listener.current_image().brokers.get(self.node_id)
+        if broker is None or (broker.incarnation_id, broker.epoch) == self._registered_from:
+            return
+        self._registered_from = (broker.incarnation_id, broker.epoch)
+        self._registration = broker_json(broker)
+        self._register.set()
+
+    async def _keep_registered(self) -> None:
+        """Keep the ephemeral /brokers/ids/<id> of this session holding the latest registration, as Kafka 3.x's
+        brokers did; while an earlier session's (this node before a kill -9) is still there, wait for it to expire."""
+        waiting = False
+        while not self._closed:
+            await self._register.wait()
+            self._register = anyio.Event()
+            if self._registration is None:
+                continue
+            try:
+                done = await anyio.to_thread.run_sync(self._write_registration, self._registration)
+            except KazooException as exc:
+                if self._closed:
+                    return
+                log.warning("registering /brokers/ids/%d in ZooKeeper failed (%r); trying again in %.0f s",
+                            self.node_id, exc, RETRY_S)
+                done = False
+            if not done:
+                if not waiting:
+                    log.warning("/brokers/ids/%d is held by another ZooKeeper session (this node's before a restart, "
+                                "until it expires; or another node with node.id %d): waiting for it to go",
+                                self.node_id, self.node_id)
+                waiting = True
+                await anyio.sleep(RETRY_S)
+                self._register.set()
+            else:
+                waiting = False
+
+    def _write_registration(self, data: bytes) -> bool:
+        """Create (or update) this session's /brokers/ids/<id>; False while another session holds it."""
+        assert self._zk is not None
+        path = f"{self._root}{BROKER_IDS}/{self.node_id}"
+        try:
+            self._zk.create(path, data, ephemeral=True, makepath=True)
+            return True
+        except NodeExistsError:
+            pass
+        try:
+            _, stat = self._zk.get(path)
+        except NoNodeError:
+            return False  # gone meanwhile: the next try creates it
+        if stat.ephemeralOwner != self._zk.client_id[0]:
+            return False
+        self._zk.set(path, data, version=stat.version)
+        return True
+
+    def _read_new(self, sequence: int, offset: int) -> tuple[tuple[SnapshotHeader, list[MetadataRecord]] | None,
+                                                          list[tuple[str, CommitHeader, list[MetadataRecord]]]]:
+        """The commits after commit ``sequence`` (whose last record is at ``offset``), with the snapshot to load
+        before them when there is one newer than ``offset`` and they do not follow on from it (or nothing was
+        delivered yet)."""
+        snapshot = self._read_snapshot() if offset < 0 else None
+        for _ in range(3):  # a snapshot written meanwhile may trim what was listed: read again from it
+            if snapshot is not None:
+                sequence, offset = snapshot[0].sequence, snapshot[0].offset
+            names = [n for n in self._list_commits() if commit_sequence(n) > sequence]
+            missing = None
+            try:
+                commits = self._read_commits(names)
+            except _Missing as exc:
+                commits, missing = None, exc
+            if commits is not None and (not commits or commits[0][1].base_offset == offset + 1):
+                return snapshot, commits
+            newer = self._read_snapshot()
+            if newer is None or newer[0].offset <= offset:
+                if missing is not None:
+                    raise CorruptCommitError(f"{missing}: it, or a part of it, is missing, and no snapshot covers it")
+                return snapshot, commits  # the caller names the commit that does not follow on
+            snapshot = newer
+        raise CorruptCommitError(f"ZooKeeper znodes under {self._root}{METADATA_LOG}: the log kept changing under "
+                                 "three reads in a row")
 
     def _list_commits(self) -> list[str]:
         assert self._zk is not None
         return sorted(self._zk.get_children(self._root + METADATA_LOG), key=commit_sequence)
 
-    def _read_commits(self, names: list[str]) -> list[tuple[CommitHeader, list[MetadataRecord]]]:
+    def _read_commits(self, names: list[str]) -> list[tuple[str, CommitHeader, list[MetadataRecord]]]:
+        """``(name, header, records)`` of each commit; :class:`_Missing` when one, or a part of it, is gone."""
         assert self._zk is not None
         zk = self._zk
         pending = [zk.get_async(f"{self._root}{METADATA_LOG}/{name}") for name in names]
         out = []
         for name, answer in zip(names, pending):
             where = f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}"
-            header = read_header(answer.get()[0], where)
-            payload = header.inline
-            if header.parts:
-                try:
-                    payload = b"".join(zk.get(f"{self._root}{METADATA_PARTS}/{part}")[0] for part in header.parts)
-                except NoNodeError as exc:
-                    raise CorruptCommitError(f"{where}: a part of its records is missing ({exc})") from None
-            out.append((header, decode_records(header, payload, where)))
+            try:
+                header = read_header(answer.get()[0], where)
+                payload = self._payload(header)
+            except NoNodeError:
+                raise _Missing(where) from None
+            out.append((name, header, decode_records(header, payload, where)))
         return out
+
+    def _payload(self, header: CommitHeader) -> bytes:
+        """A commit's (or snapshot's) record bytes: inline, or its parts joined (NoNodeError if one is gone)."""
+        assert self._zk is not None
+        if not header.parts:
+            return header.inline
+        return b"".join(self._zk.get(f"{self._root}{METADATA_PARTS}/{part}")[0] for part in header.parts)
+
+    def _read_snapshot(self) -> tuple[SnapshotHeader, list[MetadataRecord]] | None:
+        """The latest snapshot and its records; None when there is none yet."""
+        assert self._zk is not None
+        where = f"ZooKeeper znode {self._root}{METADATA_SNAPSHOT}"
+        for _ in range(3):  # its parts go once a newer snapshot replaced it: read the newer one
+            try:
+                data = self._zk.get(self._root + METADATA_SNAPSHOT)[0]
+            except NoNodeError:
+                return None
+            header = read_snapshot_header(data, where)
+            try:
+                payload = self._payload(header.records)
+            except NoNodeError:
+                continue
+            return header, decode_records(header.records, payload, where)
+        raise CorruptCommitError(f"{where}: a part of its records is missing")
 
     # The controller ----------------------------------------------------------------------------------
 
     def _resign(self) -> None:
+        if self._epoch_version is not None:
+            log.warning("node %d is no longer the active controller: its ZooKeeper session was lost", self.node_id)
         self._epoch_version = None
-        self._controller_id = -1
+        self._controller = None
         self._election.set()
 
     async def _campaign(self) -> None:
@@ -293,25 +454,27 @@ class ZooKeeperQuorum:
                 if not ours:
                     self._epoch_version = None  # another node holds /controller, or nobody does
                 # Our id left by an earlier session of this node (until it expires) is no controller to send to.
-                self._controller_id = holder if ours or holder != self.node_id else -1
-                if holder < 0:
+                self._controller = holder if holder is not None and (ours or holder.node_id != self.node_id) else None
+                if holder is None:
                     await self._elect()
 
-    def _read_controller(self) -> tuple[int, bool]:
-        """The node holding /controller in ZooKeeper now (-1: nobody), and whether it is this session's."""
+    def _read_controller(self) -> tuple[ControllerZNode | None, bool]:
+        """What /controller in ZooKeeper says now (None: nobody holds it), and whether it is this session's."""
         assert self._zk is not None
         try:
             data, stat = self._zk.get(self._root + CONTROLLER)
         except NoNodeError:
-            return -1, False
-        return controller_id_of(data), stat.ephemeralOwner == self._zk.client_id[0]
+            return None, False
+        return controller_of(data), stat.ephemeralOwner == self._zk.client_id[0]
 
     async def _elect(self) -> None:
         """Try to become the active controller; on winning, deliver the whole log before taking appends."""
-        if self._closed or self._epoch_version is not None:
+        if self._closed or self._epoch_version is not None or not self._eligible:
             return
+        assert self._listener is not None
+        endpoints = [e for e in self._listener.endpoints() if e.name in self._controller_listeners]
         try:
-            won = await anyio.to_thread.run_sync(self._try_elect)
+            won = await anyio.to_thread.run_sync(self._try_elect, endpoints)
         except KazooException as exc:
             log.warning("controller election through ZooKeeper failed (%r); trying again in %.0f s", exc, RETRY_S)
             await anyio.sleep(RETRY_S)
@@ -324,18 +487,18 @@ class ZooKeeperQuorum:
         self._next_offset = self._delivered_offset + 1
         self.controller_epoch = epoch
         self._epoch_version = version
-        self._controller_id = self.node_id
+        self._controller = ControllerZNode(self.node_id, None)
         log.info("node %d is the active controller (controller epoch %d, metadata log at offset %d)",
                  self.node_id, epoch, self._delivered_offset)
 
-    def _try_elect(self) -> tuple[int, int] | None:
+    def _try_elect(self, endpoints: Sequence[Endpoint]) -> tuple[int, int] | None:
         """Kafka 3.x's registration: /controller and the bumped /controller_epoch in one multi-op, or None."""
         assert self._zk is not None
         zk = self._zk
         data, stat = zk.get(self._root + CONTROLLER_EPOCH)
         epoch = int(data or b"0") + 1
         tx = zk.transaction()
-        tx.create(self._root + CONTROLLER, controller_json(self.node_id), ephemeral=True)
+        tx.create(self._root + CONTROLLER, controller_json(self.node_id, endpoints), ephemeral=True)
         tx.set_data(self._root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
@@ -347,7 +510,7 @@ class ZooKeeperQuorum:
     async def append(self, records: Sequence[MetadataRecord]) -> int:
         if not self.is_controller:
             raise NotControllerError(f"node {self.node_id} is not the active controller "
-                                     f"(the controller is {self._controller_id})")
+                                     f"(the controller is {self.controller_id})")
         async with self._append_lock:
             version = self._epoch_version
             if version is None or self._closed:
@@ -358,6 +521,7 @@ class ZooKeeperQuorum:
                 await anyio.to_thread.run_sync(self._write, commit, version)
             except _Deposed as exc:
                 self._epoch_version = None
+                log.warning("node %d is no longer the active controller: its write was refused, %s", self.node_id, exc)
                 raise NotControllerError(f"node {self.node_id} was deposed as controller: {exc}") from None
             except KazooException as exc:
                 # The outcome is unknown (a lost connection): give up the controllership, so that whoever is
@@ -370,7 +534,86 @@ class ZooKeeperQuorum:
                 delivered = self._delivered
                 self._changed.set()
                 await delivered.wait()
+            self._since_snapshot += len(commit.data) + sum(len(data) for _, data in commit.parts)
+            if self._since_snapshot >= self._snapshot_bytes and not self._snapshotting and self._tg is not None:
+                self._snapshotting = True
+                self._snapshot_done = anyio.Event()
+                self._tg.start_soon(self._snapshot, version)
             return last
+
+    async def _snapshot(self, version: int) -> None:
+        """Write a snapshot of the image as delivered now, then delete the commits it covers (their parts too).
+
+        Written by the active controller only: the snapshot znode is set in
+        the same multi-op that checks ``/controller_epoch``, as a commit is.
+        The image is immutable, so a worker thread encodes it while the
+        loop goes on.
+        """
+        try:
+            assert self._listener is not None
+            image, offset, sequence = self._listener.current_image(), self._delivered_offset, self._delivered_seq
+            self._since_snapshot = 0
+            started = anyio.current_time()
+            encoded = await anyio.to_thread.run_sync(lambda: encode_snapshot(offset, sequence, list(image.records())))
+            trimmed = await anyio.to_thread.run_sync(self._write_snapshot, encoded, version, sequence)
+            log.info("metadata snapshot at offset %d written to ZooKeeper (%d bytes in %d znodes, %.2f s); "
+                     "%d commits it covers deleted", offset, len(encoded.data) + sum(len(d) for _, d in encoded.parts),
+                     1 + len(encoded.parts), anyio.current_time() - started, trimmed)
+        except _Deposed:
+            pass  # another node leads: its own snapshots will come
+        except KazooException as exc:
+            if not self._closed:
+                log.warning("writing a metadata snapshot to ZooKeeper failed (%r); the next one is tried later", exc)
+        finally:
+            self._snapshotting = False
+            self._snapshot_done.set()
+
+    async def snapshot_written(self) -> None:
+        """Wait until the snapshot being written, if any, is (tests: it is written in the background)."""
+        await self._snapshot_done.wait()
+
+    def _write_snapshot(self, encoded: Any, version: int, sequence: int) -> int:
+        """Set the snapshot znode (conditioned on the controller epoch), then trim; how many commits were deleted."""
+        assert self._zk is not None
+        zk = self._zk
+        path = self._root + METADATA_SNAPSHOT
+        try:
+            old_data, old_stat = zk.get(path)
+            old = read_snapshot_header(old_data, f"ZooKeeper znode {path}")
+        except NoNodeError:
+            old, old_stat = None, None
+        for name, data in encoded.parts:
+            zk.create(f"{self._root}{METADATA_PARTS}/{name}", data)
+        tx = zk.transaction()
+        tx.check(self._root + CONTROLLER_EPOCH, version)
+        if old_stat is None:
+            tx.create(path, encoded.data)
+        else:
+            tx.set_data(path, encoded.data, version=old_stat.version)
+        if any(isinstance(r, Exception) for r in tx.commit()):
+            for name, _ in encoded.parts:
+                zk.delete(f"{self._root}{METADATA_PARTS}/{name}")
+            raise _Deposed("/controller_epoch moved, or another snapshot was written meanwhile")
+        for part in old.records.parts if old is not None else ():
+            self._delete_quietly(f"{self._root}{METADATA_PARTS}/{part}")
+        covered = [n for n in self._list_commits() if commit_sequence(n) <= sequence]
+        pending = [zk.get_async(f"{self._root}{METADATA_LOG}/{name}") for name in covered]
+        for name, answer in zip(covered, pending):
+            where = f"{self._root}{METADATA_LOG}/{name}"
+            try:
+                for part in read_header(answer.get()[0], where).parts:
+                    self._delete_quietly(f"{self._root}{METADATA_PARTS}/{part}")
+            except (NoNodeError, CorruptCommitError):
+                pass  # gone already; or unreadable, and covered by the snapshot all the same
+            self._delete_quietly(where)
+        return len(covered)
+
+    def _delete_quietly(self, path: str) -> None:
+        assert self._zk is not None
+        try:
+            self._zk.delete(path)
+        except NoNodeError:
+            pass
 
     def _write(self, commit: Any, version: int) -> None:
         assert self._zk is not None
@@ -389,7 +632,7 @@ class ZooKeeperQuorum:
     async def _abdicate(self) -> bool:
         """Stop being the controller and delete our /controller; False if ZooKeeper could not be told."""
         self._epoch_version = None
-        self._controller_id = -1
+        self._controller = None
         try:
             await anyio.to_thread.run_sync(self._delete_own_controller)
         except KazooException as exc:
@@ -403,7 +646,7 @@ class ZooKeeperQuorum:
             data, stat = self._zk.get(self._root + CONTROLLER)
         except NoNodeError:
             return
-        if controller_id_of(data) == self.node_id and stat.ephemeralOwner == self._zk.client_id[0]:
+        if controller_of(data).node_id == self.node_id and stat.ephemeralOwner == self._zk.client_id[0]:
             self._zk.delete(self._root + CONTROLLER, version=stat.version)
 
     # Closing -----------------------------------------------------------------------------------------
@@ -411,7 +654,7 @@ class ZooKeeperQuorum:
     async def close(self) -> None:
         self._closed = True
         self._epoch_version = None
-        self._controller_id = -1
+        self._controller = None
         zk, self._zk = self._zk, None
         if zk is not None:
             with anyio.CancelScope(shield=True):
