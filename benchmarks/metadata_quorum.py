@@ -95,7 +95,8 @@ def cluster_commits(directory: Path, topics: int) -> float:
     return topics * 2 / elapsed
 
 
-def _leader(nodes) -> int | None:  # type: ignore[no-untyped-def]
+def kraft_leader(nodes) -> int | None:  # type: ignore[no-untyped-def]
+    """The node among ``nodes`` that answers DescribeQuorum as the leader (None: none does)."""
     for node in nodes:
         host, port = node.listener("CONTROLLER")
         try:
@@ -118,11 +119,11 @@ def election_times(directory: Path, runs: int) -> list[float]:
         for _ in range(runs):
             leader = None
             while leader is None:
-                leader = _leader(cluster.controllers)
+                leader = kraft_leader(cluster.controllers)
             killed_at = time.monotonic()
             cluster.node(leader).kill()
             survivors = [n for n in cluster.controllers if n.node_id != leader]
-            while _leader(survivors) is None:
+            while kraft_leader(survivors) is None:
                 time.sleep(0.01)
             times.append(time.monotonic() - killed_at)
             cluster.node(leader).restart()
