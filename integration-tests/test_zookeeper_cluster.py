@@ -13,7 +13,17 @@ import time
 
 from confluent_kafka.admin import AdminClient
 from josef_metadata_zk.testing import ZooKeeperEnsemble, read_znode
-from test_replication import FAST, Load, check_every_acknowledged_record, create_topic, full_isr, read_all, zookeeper_settings
+from test_replication import (
+    FAST,
+    PARTITIONS,
+    Load,
+    check_every_acknowledged_record,
+    create_topic,
+    full_isr,
+    partitions_of,
+    read_all,
+    zookeeper_settings,
+)
 
 from josef.testing import eventually
 
@@ -70,6 +80,15 @@ def test_a_frozen_controller_is_replaced_and_writes_nothing_once_resumed(josef_c
     assert active_controller(zk_connect) == (new_id, new_epoch), "the resumed node took nothing back"
     eventually(lambda: all(topics_seen_by(node, {"before", "while-frozen"}) for node in cluster.nodes), timeout=60,
                what="every node's metadata holding both topics")
+    # Kafka 3.x's view in ZooKeeper, kept by whichever node is the controller, agrees with what brokers answer.
+    def zookeeper_view_agrees() -> bool:
+        states = {p: json.loads(read_znode(zk_connect, f"/brokers/topics/before/partitions/{p}/state") or b"null")
+                  for p in range(PARTITIONS)}
+        return all(state is not None and (state["leader"], tuple(sorted(state["isr"]))) == (leader, isr)
+                   for p, (leader, _, isr) in partitions_of(cluster, "before").items() for state in [states[p]])
+    eventually(zookeeper_view_agrees, what="/brokers/topics/before/partitions/<p>/state matching the brokers' metadata")
+    assignment = json.loads(read_znode(zk_connect, "/brokers/topics/before"))
+    assert assignment["version"] == 3 and sorted(assignment["partitions"]) == [str(p) for p in range(PARTITIONS)]
     acknowledged = check_every_acknowledged_record(load, read_all(cluster, "before"))
     print(f"\ncontroller {controller_id} frozen: node {new_id} elected after {took:.1f} s (epoch {epoch} -> "
           f"{new_epoch}); {acknowledged} acknowledged records read back")

@@ -1,10 +1,13 @@
-"""Registers the ZooKeeper metadata quorum and Kafka 3.x's ``zookeeper.*`` configuration keys."""
+"""Registers the ZooKeeper metadata quorum, Kafka 3.x's ``zookeeper.*`` configuration keys and ``josef zookeeper-shell``."""
 
 from __future__ import annotations
+
+import click
 
 from josef import hookimpl
 from josef.config import ConfigKey, ConfigType, at_least
 from josef.hookspecs import Register
+from josef_metadata_zk.shell import zookeeper_shell
 from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
@@ -26,3 +29,8 @@ def register_configs(register: Register) -> None:
     register(ConfigKey("zookeeper.connection.timeout.ms", ConfigType.INT, None,
                        "How long a node waits to connect to ZooKeeper at start-up; unset: the session timeout.",
                        at_least(1)))
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    cli.add_command(zookeeper_shell)

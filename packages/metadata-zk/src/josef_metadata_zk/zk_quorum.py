@@ -36,7 +36,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from josef.config import Config, ConfigError
@@ -54,6 +54,7 @@ from josef_metadata_zk.commits import (
     read_header,
     read_snapshot_header,
 )
+from josef_metadata_zk.kafka_layout import Write, changed_layout, full_layout
 from josef_metadata_zk.znodes import (
     BROKER_IDS,
     CLUSTER_ID,
@@ -75,6 +76,8 @@ from josef_metadata_zk.znodes import (
 
 log = logging.getLogger(__name__)
 
+#: The most paths and data one multi-op of Kafka's layout carries: well under ZooKeeper's 1 MB request limit.
+LAYOUT_BATCH_BYTES = 256 * 1024
 #: How long to wait before asking ZooKeeper again after a failed request (it is down, or the session is being replaced).
 RETRY_S = 1.0
 
@@ -139,6 +142,11 @@ class ZooKeeperQuorum:
         self._registration: bytes | None = None
         self._registered_from: tuple[str, int] | None = None
         self._register = anyio.Event()
+        #: Kafka's layout still to write (:mod:`josef_metadata_zk.kafka_layout`), in order, while controller.
+        self._layout: list[Write] = []
+        #: Bumped at each election won: what an earlier term's writer does to the list no longer applies.
+        self._layout_term = 0
+        self._layout_queued = anyio.Event()
 
     # What the broker asks ---------------------------------------------------------------------
 
@@ -182,6 +190,7 @@ class ZooKeeperQuorum:
         tg.start_soon(self._follow)
         tg.start_soon(self._campaign)
         tg.start_soon(self._keep_registered)
+        tg.start_soon(self._keep_layout)
         await anyio.to_thread.run_sync(self._watch)
         async with self._election_lock:
             await self._elect()
@@ -284,13 +293,94 @@ class ZooKeeperQuorum:
                     raise CorruptCommitError(
                         f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}: its records start at offset "
                         f"{header.base_offset}, but the log before it ends at {self._delivered_offset}")
-                self._listener.on_commit(header.last_offset, records)
+                if self.is_controller:  # what the commit changes in Kafka's layout, in order behind earlier writes
+                    before = self._listener.current_image()
+                    _, delta = before.apply(header.last_offset, records)
+                    self._listener.on_commit(header.last_offset, records)
+                    self._queue_layout(changed_layout(before, self._listener.current_image(), delta, records,
+                                                      self.controller_epoch))
+                else:
+                    self._listener.on_commit(header.last_offset, records)
                 self._delivered_seq = commit_sequence(name)
                 self._delivered_offset = header.last_offset
             if snapshot is not None or commits:
                 self._delivered.set()
                 self._delivered = anyio.Event()
                 self._note_registration()
+
+    # Kafka's layout ------------------------------------------------------------------------------------
+
+    def _queue_layout(self, writes: list[Write]) -> None:
+        if writes:
+            self._layout += writes
+            self._layout_queued.set()
+
+    async def _keep_layout(self) -> None:
+        """Write Kafka's layout behind the commits while this node is the controller: a multi-op at a time, each
+        in a worker thread, so that closing the node never waits for more than one."""
+        while not self._closed:
+            await self._layout_queued.wait()
+            self._layout_queued = anyio.Event()
+            while self._layout and not self._closed:
+                version, zk = self._epoch_version, self._zk
+                if version is None or zk is None:
+                    self._layout.clear()  # deposed: the next controller writes the whole view again
+                    break
+                batch, term = _layout_batch(self._layout), self._layout_term
+                try:
+                    await anyio.to_thread.run_sync(self._write_batch, zk, batch, version)
+                except _Deposed:
+                    if term == self._layout_term:
+                        self._layout.clear()
+                    continue
+                except KazooException as exc:
+                    if self._closed:
+                        return
+                    log.warning("writing Kafka's znodes to ZooKeeper failed (%r); trying again in %.0f s", exc, RETRY_S)
+                    await anyio.sleep(RETRY_S)
+                    continue
+                if term == self._layout_term:
+                    del self._layout[:len(batch)]
+
+    def _write_batch(self, zk: KazooClient, batch: list[Write], version: int) -> None:
+        """One multi-op conditioned on /controller_epoch still at ``version``: sets, and creates where the znode
+        is missing (its parents made first); or one recursive delete once the epoch is checked."""
+        epoch_path = self._root + CONTROLLER_EPOCH
+        if batch[0].data is None:
+            tx = zk.transaction()
+            tx.check(epoch_path, version)
+            if isinstance(tx.commit()[0], Exception):
+                raise _Deposed(f"/controller_epoch is no longer at version {version}")
+            try:
+                zk.delete(self._root + batch[0].path, recursive=True)
+            except NoNodeError:
+                pass
+            return
+        tx = zk.transaction()
+        tx.check(epoch_path, version)
+        for write in batch:
+            tx.set_data(self._root + write.path, write.data)
+        results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return
+        if not isinstance(results[0], RolledBackError):
+            raise _Deposed(f"/controller_epoch is no longer at version {version}")
+        present = [answer.get() is not None for answer in [zk.exists_async(self._root + w.path) for w in batch]]
+        parents = {(self._root + w.path).rsplit("/", 1)[0] for w, there in zip(batch, present) if not there}
+        for answer in [zk.ensure_path_async(parent) for parent in sorted(parents)]:
+            answer.get()
+        tx = zk.transaction()
+        tx.check(epoch_path, version)
+        for write, there in zip(batch, present):
+            if there:
+                tx.set_data(self._root + write.path, write.data)
+            else:
+                tx.create(self._root + write.path, write.data)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            if not isinstance(results[0], RolledBackError):
+                raise _Deposed(f"/controller_epoch is no longer at version {version}")
+            raise KazooException(f"Kafka's znodes changed while being written: {results}")  # asked again
 
     # Broker registration -------------------------------------------------------------------------------
 
@@ -311,10 +401,11 @@ class ZooKeeperQuorum:
         while not self._closed:
             await self._register.wait()
             self._register = anyio.Event()
-            if self._registration is None:
+            zk = self._zk
+            if self._registration is None or zk is None:
                 continue
             try:
-                done = await anyio.to_thread.run_sync(self._write_registration, self._registration)
+                done = await anyio.to_thread.run_sync(self._write_registration, zk, self._registration)
             except KazooException as exc:
                 if self._closed:
                     return
@@ -332,22 +423,21 @@ class ZooKeeperQuorum:
             else:
                 waiting = False
 
-    def _write_registration(self, data: bytes) -> bool:
+    def _write_registration(self, zk: KazooClient, data: bytes) -> bool:
         """Create (or update) this session's /brokers/ids/<id>; False while another session holds it."""
-        assert self._zk is not None
         path = f"{self._root}{BROKER_IDS}/{self.node_id}"
         try:
-            self._zk.create(path, data, ephemeral=True, makepath=True)
+            zk.create(path, data, ephemeral=True, makepath=True)
             return True
         except NodeExistsError:
             pass
         try:
-            _, stat = self._zk.get(path)
+            _, stat = zk.get(path)
         except NoNodeError:
             return False  # gone meanwhile: the next try creates it
-        if stat.ephemeralOwner != self._zk.client_id[0]:
+        if stat.ephemeralOwner != zk.client_id[0]:
             return False
-        self._zk.set(path, data, version=stat.version)
+        zk.set(path, data, version=stat.version)
         return True
 
     def _read_new(self, sequence: int, offset: int) -> tuple[tuple[SnapshotHeader, list[MetadataRecord]] | None,
@@ -490,6 +580,10 @@ class ZooKeeperQuorum:
         self._controller = ControllerZNode(self.node_id, None)
         log.info("node %d is the active controller (controller epoch %d, metadata log at offset %d)",
                  self.node_id, epoch, self._delivered_offset)
+        assert self._listener is not None
+        self._layout.clear()  # an earlier term's leftovers: the whole view is written again
+        self._layout_term += 1
+        self._queue_layout(full_layout(self._listener.current_image(), epoch))
 
     def _try_elect(self, endpoints: Sequence[Endpoint]) -> tuple[int, int] | None:
         """Kafka 3.x's registration: /controller and the bumped /controller_epoch in one multi-op, or None."""
@@ -676,3 +770,22 @@ def _stop(zk: KazooClient) -> None:
         zk.stop()
     finally:
         zk.close()
+
+
+def _layout_batch(writes: list[Write]) -> list[Write]:
+    """The first writes of ``writes`` that go in one multi-op: a delete alone, else sets and creates of up to
+    :data:`LAYOUT_BATCH_BYTES` of paths and data (a request over ZooKeeper's 1 MB ``jute.maxbuffer`` loses the
+    connection)."""
+    if writes[0].data is None:
+        return writes[:1]
+    batch: list[Write] = []
+    size = 0
+    for write in writes:
+        if write.data is None:
+            break
+        cost = len(write.path) + len(write.data) + 64
+        if batch and size + cost > LAYOUT_BATCH_BYTES:
+            break
+        batch.append(write)
+        size += cost
+    return batch

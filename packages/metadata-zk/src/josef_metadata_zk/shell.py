@@ -1,0 +1,96 @@
+"""``josef zookeeper-shell``: Kafka's ``zookeeper-shell.sh`` (ZooKeeperMain) for reading a josef cluster's znodes.
+
+    josef zookeeper-shell 127.0.0.1:2181/josef get /controller
+    josef zookeeper-shell 127.0.0.1:2181/josef ls /brokers/ids
+    echo "get /brokers/topics/orders" | josef zookeeper-shell 127.0.0.1:2181/josef
+
+The server argument is a ``zookeeper.connect`` value (hosts and chroot);
+the commands are ZooKeeperMain's reading ones, with its output: ``ls [-R]
+PATH`` prints ``[child, ...]``, ``get PATH`` the data, ``stat PATH`` the
+znode's Stat, one ``name = value`` a line. Without a command the shell
+reads commands from standard input, one a line, as Kafka's does when its
+input is not a terminal. Writes are left to the cluster: an operator who
+edits josef's metadata znodes by hand corrupts the log, which the nodes
+then refuse to start on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+import click
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from josef_metadata_zk.znodes import split_connect
+
+
+def _stat_lines(stat: object) -> list[str]:
+    def when(ms: int) -> str:
+        return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(ms / 1000))
+    s = stat  # kazoo's ZnodeStat
+    return [f"cZxid = {s.czxid:#x}", f"ctime = {when(s.ctime)}", f"mZxid = {s.mzxid:#x}",  # type: ignore[attr-defined]
+            f"mtime = {when(s.mtime)}", f"pZxid = {s.pzxid:#x}", f"cversion = {s.cversion}",  # type: ignore[attr-defined]
+            f"dataVersion = {s.version}", f"aclVersion = {s.aversion}",  # type: ignore[attr-defined]
+            f"ephemeralOwner = {s.ephemeralOwner:#x}", f"dataLength = {s.dataLength}",  # type: ignore[attr-defined]
+            f"numChildren = {s.numChildren}"]  # type: ignore[attr-defined]
+
+
+def _walk(zk: KazooClient, path: str) -> Iterable[str]:
+    yield path
+    for child in sorted(zk.get_children(path)):
+        yield from _walk(zk, f"{path.rstrip('/')}/{child}")
+
+
+def run_command(zk: KazooClient, chroot: str, words: list[str]) -> list[str]:
+    """The output lines of one command; raises click.UsageError for what the shell does not do."""
+    name, args = words[0], words[1:]
+    recursive = name == "ls" and args[:1] == ["-R"]
+    args = args[1:] if recursive else args
+    if len(args) != 1 or not args[0].startswith("/"):
+        raise click.UsageError(f"{name}: give one absolute path, e.g. {name} /brokers/ids")
+    path = (chroot + args[0]).rstrip("/") or "/"
+    shown = lambda full: full[len(chroot):] or "/"  # noqa: E731 - paths as the user named them
+    try:
+        if name == "ls" and recursive:
+            return [shown(p) for p in _walk(zk, path)]
+        if name == "ls":
+            return [f"[{', '.join(sorted(zk.get_children(path)))}]"]
+        if name == "get":
+            data, _ = zk.get(path)
+            return [data.decode(errors="replace") if data is not None else "null"]
+        if name == "stat":
+            stat = zk.exists(path)
+            return _stat_lines(stat) if stat is not None else [f"Node does not exist: {args[0]}"]
+    except NoNodeError:
+        return [f"Node does not exist: {args[0]}"]
+    raise click.UsageError(f"unknown command {name}: the shell reads with ls [-R], get and stat")
+
+
+@click.command("zookeeper-shell", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("server")
+@click.argument("command", nargs=-1)
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a connection.")
+def zookeeper_shell(server: str, command: tuple[str, ...], timeout: float) -> None:
+    """Read the znodes of the ZooKeeper ensemble SERVER (host:port[,...][/chroot]) as Kafka's zookeeper-shell.sh."""
+    try:
+        hosts, chroot = split_connect(server)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="SERVER") from None
+    click.echo(f"Connecting to {server}")
+    zk = KazooClient(hosts=hosts)
+    try:
+        zk.start(timeout=timeout)
+    except KazooTimeoutError:
+        raise click.ClickException(f"cannot reach ZooKeeper at {hosts} within {timeout:.0f} s") from None
+    try:
+        commands = [list(command)] if command else [line.split() for line in sys.stdin if line.strip()]
+        for words in commands:
+            for line in run_command(zk, chroot, words):
+                click.echo(line)
+    finally:
+        zk.stop()
+        zk.close()
