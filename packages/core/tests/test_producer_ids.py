@@ -4,9 +4,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from josef.metadata.controller import PRODUCER_ID_BLOCK_SIZE, Controller, ControllerError
+from josef.metadata.controller import Controller, ControllerError
 from josef.metadata.image import MetadataImage
-from josef.metadata.records import ProducerIdsRecord, decode, encode
+from josef.metadata.records import PRODUCER_ID_BLOCK_SIZE, ProducerIdsRecord, decode, encode
 from josef.plugins import get_plugin_manager
 from josef.producer.producer_ids import ProducerIdManager
 from josef.node.server_properties import load_config

@@ -29,9 +29,14 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from josef.acls import AclBinding, PatternType
-from josef.metadata.controller import PRODUCER_ID_BLOCK_SIZE
 from josef.metadata.image import MetadataDelta, MetadataImage, PartitionImage, TopicImage
-from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataRecord, ProducerIdsRecord
+from josef.metadata.records import (
+    BROKER_RESOURCE,
+    PRODUCER_ID_BLOCK_SIZE,
+    TOPIC_RESOURCE,
+    MetadataRecord,
+    ProducerIdsRecord,
+)
 
 
 @attrs.frozen

@@ -47,6 +47,7 @@ from josef.metadata.features import (
 from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
+    PRODUCER_ID_BLOCK_SIZE,
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
     ClearElrRecord,
@@ -88,8 +89,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 SET, DELETE, APPEND, SUBTRACT = AlterOp.SET, AlterOp.DELETE, AlterOp.APPEND, AlterOp.SUBTRACT
-#: Producer ids per AllocateProducerIds call, Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
-PRODUCER_ID_BLOCK_SIZE = 1000
 INT64_MAX = 2**63 - 1
 #: How often the active controller looks for leaderless partitions it may elect uncleanly (Kafka's 5 minutes).
 UNCLEAN_ELECTION_CHECK_S = 300.0

@@ -41,6 +41,9 @@ NO_LEADER_CHANGE = -2
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 SECURITY_PROTOCOL_NAMES = {number: name for name, number in SECURITY_PROTOCOLS.items()}
 FRAME_VERSION = 1
+#: Producer ids per AllocateProducerIds answer: the block a ProducerIdsRecord takes (Kafka's
+#: ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).
+PRODUCER_ID_BLOCK_SIZE = 1000
 #: A client-quota entity as the image keys it: sorted ``(entity type, name)`` pairs; a None name is the default.
 QuotaEntity = tuple[tuple[str, "str | None"], ...]
 
