@@ -41,9 +41,12 @@ def produce_for(bootstrap: str, client_id: str, seconds: float, results: dict[st
 
 def test_a_producer_limited_to_1_mb_per_s_is_held_to_it_while_another_is_not(broker):
     admin = RawClient(broker.port)
+    # 8 MiB segments: in the tiered cell (16 KiB segments) the unlimited producer's hundreds of MB would otherwise
+    # be tens of thousands of segments waiting for their copies, and the broker runs out of file descriptors.
     created = admin.call(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": "quota-topic", "num_partitions": 2,
                                                                "replication_factor": 1, "assignments": [],
-                                                               "configs": []}],
+                                                               "configs": [{"name": "segment.bytes",
+                                                                            "value": str(8 << 20)}]}],
                                                    "timeout": 10000, "validate_only": False})
     assert created.topics[0].error_code == ErrorCode.none
     quota = admin.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [

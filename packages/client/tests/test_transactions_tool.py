@@ -11,6 +11,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from kio.schema.errors import ErrorCode as E
 from txn_fake_broker import FakeBroker
 
 from josef.cli import build_cli
@@ -82,6 +83,18 @@ def test_list_prints_kafkas_columns(broker):
         ok(broker, "list", "--duration-filter", "60000")
     (_, unfiltered), (_, filtered) = broker.asked(ApiKey.LIST_TRANSACTIONS)
     assert (unfiltered.duration_filter, filtered.duration_filter) == (-1, 60000)
+
+
+def test_list_asks_a_broker_loading_its_transactions_again(broker):
+    """COORDINATOR_LOAD_IN_PROGRESS is retriable (Kafka's ListTransactionsHandler retries it); an authorization error is
+    not: it fails at once."""
+    with open_transaction(broker, "open", 0):
+        asked = len(broker.asked(ApiKey.LIST_TRANSACTIONS))
+        broker.fail(ApiKey.LIST_TRANSACTIONS, E.coordinator_load_in_progress, E.coordinator_load_in_progress)
+        assert ok(broker, "list")[1].startswith("open ")
+        assert len(broker.asked(ApiKey.LIST_TRANSACTIONS)) - asked == 3
+        broker.fail(ApiKey.LIST_TRANSACTIONS, E.cluster_authorization_failed)
+        one_line_error(tool(broker, "list"), r"Failed to list transactions: list transactions on broker 0")
 
 
 def test_describe_prints_the_open_transaction(broker):

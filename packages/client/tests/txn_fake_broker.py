@@ -283,7 +283,9 @@ class FakeBroker(FakeKafkaServer):
                   for t, txn in sorted(self.txns.items())
                   if (not body.state_filters or txn.state in body.state_filters)
                   and (not body.producer_id_filters or txn.producer_id in body.producer_id_filters)]
-        return {"throttle_time": 0, "error_code": E.none, "unknown_state_filters": [], "transaction_states": states}
+        error = self._error(ApiKey.LIST_TRANSACTIONS)
+        return {"throttle_time": 0, "error_code": error, "unknown_state_filters": [],
+                "transaction_states": [] if error else states}
 
     def describe_transactions(self, version: int, body: Any) -> dict[str, Any]:
         answers = []

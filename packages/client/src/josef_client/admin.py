@@ -937,21 +937,30 @@ class AsyncAdmin:
         """Every broker's transactional ids (each lists those it coordinates), by broker id.
 
         Filters as ListTransactions has them: states, producer ids, and
-        (KIP-994) transactions running longer than ``duration_ms``.
+        (KIP-994) transactions running longer than ``duration_ms``. A broker
+        still loading its transaction state partitions
+        (COORDINATOR_LOAD_IN_PROGRESS) is asked again until
+        ``request.timeout.ms``, as Kafka's ListTransactionsHandler does.
         """
         await self.cluster.refresh([])
         body = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
                 "duration_filter": -1 if duration_ms is None else duration_ms, "transactional_id_pattern": None}
+        deadline = self._deadline()
 
         async def one(node: int) -> list[TransactionListing]:
-            conn = await self.cluster.connection(node)
-            if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
-                raise UnsupportedVersionError(f"broker {node} cannot filter transactions by duration (ListTransactions v1)")
-            response = await conn.request(ApiKey.LIST_TRANSACTIONS, body)
-            if response.error_code != ErrorCode.none:
-                raise _error(response.error_code, None, f"list transactions on broker {node}")
-            return [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
-                    for t in response.transaction_states]
+            while True:
+                conn = await self.cluster.connection(node)
+                if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                    raise UnsupportedVersionError(
+                        f"broker {node} cannot filter transactions by duration (ListTransactions v1)")
+                response = await conn.request(ApiKey.LIST_TRANSACTIONS, body)
+                if response.error_code == ErrorCode.none:
+                    return [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                            for t in response.transaction_states]
+                error = _error(response.error_code, None, f"list transactions on broker {node}")
+                if not error.retriable or time.monotonic() > deadline:
+                    raise error
+                await asyncio.sleep(self._backoff_s)
 
         nodes = sorted(self.cluster.brokers)
         return dict(zip(nodes, await asyncio.gather(*(one(n) for n in nodes))))
