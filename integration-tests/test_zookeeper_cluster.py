@@ -82,10 +82,12 @@ def test_a_frozen_controller_is_replaced_and_writes_nothing_once_resumed(josef_c
                what="every node's metadata holding both topics")
     # Kafka 3.x's view in ZooKeeper, kept by whichever node is the controller, agrees with what brokers answer.
     def zookeeper_view_agrees() -> bool:
-        states = {p: json.loads(read_znode(zk_connect, f"/brokers/topics/before/partitions/{p}/state") or b"null")
-                  for p in range(PARTITIONS)}
-        return all(state is not None and (state["leader"], tuple(sorted(state["isr"]))) == (leader, isr)
-                   for p, (leader, _, isr) in partitions_of(cluster, "before").items() for state in [states[p]])
+        for p, (leader, _, isr) in partitions_of(cluster, "before").items():
+            data = read_znode(zk_connect, f"/brokers/topics/before/partitions/{p}/state")
+            state = json.loads(data) if data else None
+            if state is None or (state["leader"], tuple(sorted(state["isr"]))) != (leader, isr):
+                return False
+        return True
     eventually(zookeeper_view_agrees, what="/brokers/topics/before/partitions/<p>/state matching the brokers' metadata")
     assignment = json.loads(read_znode(zk_connect, "/brokers/topics/before"))
     assert assignment["version"] == 3 and sorted(assignment["partitions"]) == [str(p) for p in range(PARTITIONS)]

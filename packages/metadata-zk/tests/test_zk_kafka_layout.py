@@ -19,6 +19,7 @@ from josef.metadata.records import (
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
@@ -43,7 +44,7 @@ def shell(zk_connect):
     zk.start(timeout=30)
 
     def get(path: str):
-        """The znode's JSON once it holds ``until`` (a predicate), as the controller writes it in the background."""
+        """The znode's JSON, None while it does not exist: what ``zookeeper-shell get`` shows."""
         data = zk.exists(chroot + path) and zk.get(chroot + path)[0]
         return json.loads(data) if data else None
     yield get
@@ -52,9 +53,13 @@ def shell(zk_connect):
 
 
 async def eventually(check, what: str) -> None:
-    with anyio.fail_after(10):
+    """Until ``check()`` holds, for 10 s: the controller writes the layout in a background task, which nothing
+    outside the quorum can await."""
+    with anyio.move_on_after(10):
         while not check():
-            await anyio.sleep(0.05)  # written by a background task of the quorum: nothing to await from here
+            await anyio.sleep(0.05)
+        return
+    raise AssertionError(f"not within 10 s: {what}")
 
 
 def node(connect: str, node_id: int) -> ZooKeeperQuorum:
@@ -70,7 +75,7 @@ async def started(q: ZooKeeperQuorum, tg) -> RecordingListener:
 
 
 async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrites_them(zk_connect, shell):
-    topic_id = uuid.uuid4()
+    topic_id, acl_id = uuid.uuid4(), uuid.uuid4()
     with anyio.fail_after(TIMEOUT_S):
         first, second = node(zk_connect, 1), node(zk_connect, 2)
         async with anyio.create_task_group() as tg:
@@ -83,7 +88,7 @@ async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrite
                       for p in range(2)),
                     ConfigRecord(resource_type=2, resource_name="orders", name="retention.ms", value="1000"),
                     ConfigRecord(resource_type=4, resource_name="", name="log.cleaner.threads", value="2"),
-                    AccessControlEntryRecord(id=uuid.uuid4(), resource_type=ResourceType.TOPIC, resource_name="orders",
+                    AccessControlEntryRecord(id=acl_id, resource_type=ResourceType.TOPIC, resource_name="orders",
                                              pattern_type=PatternType.LITERAL, principal="User:alice", host="*",
                                              operation=AclOperation.READ, permission_type=AclPermissionType.ALLOW),
                     AccessControlEntryRecord(id=uuid.uuid4(), resource_type=ResourceType.TRANSACTIONAL_ID,
@@ -120,6 +125,9 @@ async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrite
                 await eventually(lambda: shell("/brokers/topics/orders") is None and shell("/config/topics/orders") is None,
                                  "the deleted topic and its configs gone")
                 assert shell("/kafka-acl/Topic/orders") is not None, "ACLs outlive topics, as in Kafka"
+                await second.append([RemoveAccessControlEntryRecord(id=acl_id)])
+                await eventually(lambda: shell("/kafka-acl/Topic/orders") is None, "the resource's last ACL removed")
+                assert shell("/kafka-acl-extended/prefixed/TransactionalId/tx-") is not None
             finally:
                 tg.cancel_scope.cancel()
                 await first.close()

@@ -83,6 +83,17 @@ class Node:
         pass
 
 
+async def start_fails(q: ZooKeeperQuorum) -> BaseException:
+    """What starting ``q`` raised (out of anyio's exception groups); it is closed after. Fails if it started."""
+    try:
+        with pytest.raises(BaseException) as raised:
+            async with anyio.create_task_group() as tg:
+                await started(q, tg)
+    finally:
+        await q.close()
+    return innermost(raised.value)
+
+
 class Listening(RecordingListener):
     """A node whose controller listener is bound, as the broker's is when it starts its quorum."""
 
@@ -208,16 +219,9 @@ async def test_a_corrupt_snapshot_stops_the_node_naming_the_znode(zk_connect, ad
         data = bytearray(admin.get(METADATA_SNAPSHOT))
         data[-1] ^= 0xFF  # a flipped bit in the records: their CRC fails
         admin.zk.set(admin.root + METADATA_SNAPSHOT, bytes(data))
-        q = quorum(zk_connect)
-        try:
-            with pytest.raises(BaseException) as raised:
-                async with anyio.create_task_group() as tg:
-                    await started(q, tg)
-        finally:
-            await q.close()
-        assert isinstance(innermost(raised.value), CorruptCommitError)
-        assert f"ZooKeeper znode {admin.root}{METADATA_SNAPSHOT}: the records fail their CRC-32C" in str(
-            innermost(raised.value))
+        raised = await start_fails(quorum(zk_connect))
+        assert isinstance(raised, CorruptCommitError)
+        assert f"ZooKeeper znode {admin.root}{METADATA_SNAPSHOT}: the records fail their CRC-32C" in str(raised)
 
 
 async def test_a_registered_broker_has_kafka_s_ephemeral_brokers_ids_znode(zk_connect, admin):
@@ -248,15 +252,9 @@ async def test_a_corrupt_commit_stops_the_node_naming_the_znode(zk_connect, admi
         async with running(Node(connect=zk_connect), Path()) as (q, _):
             await q.append(topic_records("fine"))
         path = admin.zk.create(admin.root + METADATA_LOG + "/commit-", b"JZ\x00garbage", sequence=True)
-        q = quorum(zk_connect)
-        try:
-            with pytest.raises(BaseException) as raised:
-                async with anyio.create_task_group() as tg:
-                    await started(q, tg)
-        finally:
-            await q.close()
-        assert isinstance(innermost(raised.value), CorruptCommitError)
-        assert f"ZooKeeper znode {path}: " in str(innermost(raised.value))
+        raised = await start_fails(quorum(zk_connect))
+        assert isinstance(raised, CorruptCommitError)
+        assert f"ZooKeeper znode {path}: " in str(raised)
 
 
 async def test_an_unreachable_zookeeper_is_a_clear_error_naming_zookeeper_connect():
@@ -293,14 +291,10 @@ async def test_log_directories_of_another_cluster_are_refused(zk_connect, tmp_pa
             await first.close()
         other = tmp_path / "other"
         format_dirs(load_config(None, {**config, "log.dirs": str(other)}), "BBBBBBBBBBBBBBBBBBBBBB")
-        second = ZooKeeperQuorum(load_config(None, {**config, "log.dirs": str(other)}))
-        with pytest.raises(BaseException) as raised:
-            async with anyio.create_task_group() as tg:
-                await started(second, tg)
-        await second.close()
-    assert isinstance(innermost(raised.value), ConfigError)
-    assert "belong to cluster BBBBBBBBBBBBBBBBBBBBBB" in str(innermost(raised.value))
-    assert "holds cluster AAAAAAAAAAAAAAAAAAAAAA" in str(innermost(raised.value))
+        raised = await start_fails(ZooKeeperQuorum(load_config(None, {**config, "log.dirs": str(other)})))
+    assert isinstance(raised, ConfigError)
+    assert "belong to cluster BBBBBBBBBBBBBBBBBBBBBB" in str(raised)
+    assert "holds cluster AAAAAAAAAAAAAAAAAAAAAA" in str(raised)
 
 
 async def test_one_server_of_a_three_server_ensemble_killed_stops_nothing(tmp_path):

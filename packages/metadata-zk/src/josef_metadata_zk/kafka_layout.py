@@ -29,13 +29,22 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from josef.acls import AclBinding, PatternType
-from josef.metadata.image import MetadataDelta, MetadataImage, PartitionImage, TopicImage
+from josef.metadata.image import MetadataImage, PartitionImage, TopicImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
     TOPIC_RESOURCE,
+    AccessControlEntryRecord,
+    ConfigRecord,
+    FeatureLevelRecord,
     MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
     ProducerIdsRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    uuid_to_text,
 )
 
 
@@ -109,59 +118,78 @@ def _topic_writes(topic: TopicImage, partitions: Iterable[int], controller_epoch
     return writes
 
 
+def _config_write(resource_type: int, name: str, config: Mapping[str, str]) -> Write | None:
+    """The config znode of a resource as it is now (deleted once empty); None for resources Kafka kept elsewhere."""
+    path = config_path(resource_type, name)
+    if path is None:
+        return None
+    return Write(path, _json({"version": 1, "config": dict(config)}) if config else None)
+
+
 def full_layout(image: MetadataImage, controller_epoch: int) -> list[Write]:
     """Every znode of the view of ``image``: what a newly elected controller writes."""
     writes: list[Write] = []
     for topic in image.topics.values():
         writes += _topic_writes(topic, sorted(topic.partitions), controller_epoch)
-    for (resource_type, name), config in image.configs.items():
-        path = config_path(resource_type, name)
-        if path is not None:
-            writes.append(Write(path, _json({"version": 1, "config": dict(config)})))
+    configs = (_config_write(resource_type, name, config) for (resource_type, name), config in image.configs.items())
+    writes += [write for write in configs if write is not None]
     writes += [Write(path, acls_json(bindings)) for path, bindings in _acls_by_path(image).items()]
     if image.features:
         writes.append(_features(image))
     return writes
 
 
-def changed_layout(old: MetadataImage, new: MetadataImage, delta: MetadataDelta, records: Sequence[MetadataRecord],
+def changed_layout(old: MetadataImage, new: MetadataImage, records: Sequence[MetadataRecord],
                    controller_epoch: int) -> list[Write]:
-    """The znodes one commit (``records``, taking ``old`` to ``new`` with ``delta``) changes, in order."""
-    writes = [Write(topic_path(t.name), None) for t in delta.deleted_topics]
-    writes += [Write(f"/config/topics/{t.name}", None) for t in delta.deleted_topics if t.name not in new.topics]
-    touched: dict[str, list[int]] = defaultdict(list)
-    for name, partition in delta.changed_partitions:
-        touched[name].append(partition)
-    for topic in delta.created_topics:
-        touched.setdefault(topic.name, [])
-    for name, partitions in touched.items():
-        topic = new.topics.get(name)
-        if topic is not None:
-            writes += _topic_writes(topic, partitions, controller_epoch)
-    for resource_type, name in delta.changed_configs:
-        path = config_path(resource_type, name)
-        if path is not None:
-            config = new.config(resource_type, name)
-            writes.append(Write(path, _json({"version": 1, "config": dict(config)}) if config else None))
-    if delta.changed_acls:
-        before, after = _acls_by_path(old), _acls_by_path(new)
-        for path in sorted(before.keys() | after.keys()):
-            if path not in after:
-                writes.append(Write(path, None))
-            elif set(after[path]) != set(before.get(path, ())):
-                writes.append(Write(path, acls_json(after[path])))
-    if delta.changed_features:
-        writes.append(_features(new))
+    """The znodes the commit of ``records`` (which took ``old`` to ``new``) changes: deletions first, then what
+    the records touch, as ``new`` has it. Read from the records, so the image is not built a second time."""
+    deleted: list[Write] = []
+    touched: dict[str, set[int]] = {}  # topic name -> partitions, in the order the records touch them
+    configs: dict[tuple[int, str], None] = {}
+    acl_paths: set[str] = set()
+    features = False
+    producer_ids: list[Write] = []
     for record in records:
-        if isinstance(record, ProducerIdsRecord):
-            writes.append(Write("/latest_producer_id_block", _json({
+        if isinstance(record, TopicRecord):
+            touched.setdefault(record.name, set())
+        elif isinstance(record, (PartitionRecord, PartitionChangeRecord)):
+            topic = new.topic_by_id(uuid_to_text(record.topic_id))
+            if topic is not None:
+                touched.setdefault(topic.name, set()).add(record.partition_id)
+        elif isinstance(record, RemoveTopicRecord):
+            gone = old.topic_by_id(uuid_to_text(record.topic_id))
+            if gone is not None:
+                deleted += [Write(topic_path(gone.name), None), Write(f"/config/topics/{gone.name}", None)]
+        elif isinstance(record, ConfigRecord):
+            configs[(record.resource_type, record.resource_name)] = None
+        elif isinstance(record, AccessControlEntryRecord):
+            acl_paths.add(acl_path(new.acls[record.id]))
+        elif isinstance(record, RemoveAccessControlEntryRecord) and record.id in old.acls:
+            acl_paths.add(acl_path(old.acls[record.id]))
+        elif isinstance(record, FeatureLevelRecord):
+            features = True
+        elif isinstance(record, ProducerIdsRecord):
+            producer_ids.append(Write("/latest_producer_id_block", _json({
                 "version": 1, "broker": record.broker_id,
                 "block_start": str(record.next_producer_id - PRODUCER_ID_BLOCK_SIZE),
                 "block_end": str(record.next_producer_id - 1)})))
-    return writes
+    writes = deleted
+    for name, partitions in touched.items():
+        topic = new.topics.get(name)
+        if topic is not None:
+            writes += _topic_writes(topic, sorted(partitions), controller_epoch)
+    for resource_type, name in configs:
+        write = _config_write(resource_type, name, new.config(resource_type, name))
+        if write is not None:
+            writes.append(write)
+    if acl_paths:
+        by_path = _acls_by_path(new)
+        writes += [Write(path, acls_json(by_path[path]) if path in by_path else None) for path in sorted(acl_paths)]
+    if features:
+        writes.append(_features(new))
+    return writes + producer_ids
 
 
 def _features(image: MetadataImage) -> Write:
-    levels: Mapping[str, int] = image.features
     return Write("/feature", _json({"version": 2, "status": 1, "features": {
-        name: {"min_version_level": 1, "max_version_level": level} for name, level in sorted(levels.items())}}))
+        name: {"min_version_level": 1, "max_version_level": level} for name, level in sorted(image.features.items())}}))

@@ -24,19 +24,19 @@ import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
 
 from josef_metadata_zk.znodes import split_connect
 
 
-def _stat_lines(stat: object) -> list[str]:
+def _stat_lines(stat: ZnodeStat) -> list[str]:
     def when(ms: int) -> str:
         return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(ms / 1000))
-    s = stat  # kazoo's ZnodeStat
-    return [f"cZxid = {s.czxid:#x}", f"ctime = {when(s.ctime)}", f"mZxid = {s.mzxid:#x}",  # type: ignore[attr-defined]
-            f"mtime = {when(s.mtime)}", f"pZxid = {s.pzxid:#x}", f"cversion = {s.cversion}",  # type: ignore[attr-defined]
-            f"dataVersion = {s.version}", f"aclVersion = {s.aversion}",  # type: ignore[attr-defined]
-            f"ephemeralOwner = {s.ephemeralOwner:#x}", f"dataLength = {s.dataLength}",  # type: ignore[attr-defined]
-            f"numChildren = {s.numChildren}"]  # type: ignore[attr-defined]
+    return [f"cZxid = {stat.czxid:#x}", f"ctime = {when(stat.ctime)}", f"mZxid = {stat.mzxid:#x}",
+            f"mtime = {when(stat.mtime)}", f"pZxid = {stat.pzxid:#x}", f"cversion = {stat.cversion}",
+            f"dataVersion = {stat.version}", f"aclVersion = {stat.aversion}",
+            f"ephemeralOwner = {stat.ephemeralOwner:#x}", f"dataLength = {stat.dataLength}",
+            f"numChildren = {stat.numChildren}"]
 
 
 def _walk(zk: KazooClient, path: str) -> Iterable[str]:
@@ -53,10 +53,9 @@ def run_command(zk: KazooClient, chroot: str, words: list[str]) -> list[str]:
     if len(args) != 1 or not args[0].startswith("/"):
         raise click.UsageError(f"{name}: give one absolute path, e.g. {name} /brokers/ids")
     path = (chroot + args[0]).rstrip("/") or "/"
-    shown = lambda full: full[len(chroot):] or "/"  # noqa: E731 - paths as the user named them
     try:
         if name == "ls" and recursive:
-            return [shown(p) for p in _walk(zk, path)]
+            return [full[len(chroot):] or "/" for full in _walk(zk, path)]  # paths as the user names them
         if name == "ls":
             return [f"[{', '.join(sorted(zk.get_children(path)))}]"]
         if name == "get":

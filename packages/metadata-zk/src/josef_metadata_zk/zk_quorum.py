@@ -293,14 +293,11 @@ class ZooKeeperQuorum:
                     raise CorruptCommitError(
                         f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}: its records start at offset "
                         f"{header.base_offset}, but the log before it ends at {self._delivered_offset}")
-                if self.is_controller:  # what the commit changes in Kafka's layout, in order behind earlier writes
-                    before = self._listener.current_image()
-                    _, delta = before.apply(header.last_offset, records)
-                    self._listener.on_commit(header.last_offset, records)
-                    self._queue_layout(changed_layout(before, self._listener.current_image(), delta, records,
+                before = self._listener.current_image()
+                self._listener.on_commit(header.last_offset, records)
+                if self.is_controller:  # what the commit changed in Kafka's layout, in order behind earlier writes
+                    self._queue_layout(changed_layout(before, self._listener.current_image(), records,
                                                       self.controller_epoch))
-                else:
-                    self._listener.on_commit(header.last_offset, records)
                 self._delivered_seq = commit_sequence(name)
                 self._delivered_offset = header.last_offset
             if snapshot is not None or commits:
