@@ -116,3 +116,28 @@ def test_killing_one_server_of_a_three_server_ensemble_stops_nothing(josef_clust
         assert not load.failed, load.failed[:3]
         print(f"\n{acknowledged} acknowledged records read back across the loss of ZooKeeper's leader server")
         cluster.stop()  # before the ensemble goes: the nodes end their sessions cleanly
+
+
+def test_a_broker_whose_zookeeper_session_expired_is_fenced_without_waiting_for_its_heartbeats(josef_cluster,
+                                                                                               zk_connect):
+    """A broker paused past its ZooKeeper session loses /brokers/ids/<id>, and the active controller fences it then,
+    as Kafka 3.x's did, not a ``broker.session.timeout.ms`` (60 s here) later; resumed, it registers and rejoins."""
+    cluster = josef_cluster(combined=3, **{**FAST, **zookeeper_settings(zk_connect), "broker.session.timeout.ms": "60000"})
+    create_topic(cluster, "fenced")
+    full_isr(cluster, "fenced")
+    controller_id, _ = active_controller(zk_connect)
+    leaders = {leader for leader, _, _ in partitions_of(cluster, "fenced").values()} - {controller_id}
+    assert leaders, "a partition led by a broker that is not the controller"
+    paused = cluster.node(min(leaders))
+    paused.pause()
+    started = time.monotonic()
+    try:
+        eventually(lambda: registered(zk_connect, paused) is None, timeout=30, what="its /brokers/ids znode gone")
+        eventually(lambda: all(leader != paused.node_id for leader, _, _ in partitions_of(cluster, "fenced").values()),
+                   timeout=20, what="its partitions led by the others")
+        took = time.monotonic() - started
+    finally:
+        paused.resume()
+    eventually(lambda: registered(zk_connect, paused) is not None, timeout=30, what="the resumed broker registered")
+    full_isr(cluster, "fenced")
+    print(f"\nbroker {paused.node_id} paused: its partitions moved after {took:.1f} s (broker.session.timeout.ms 60 s)")

@@ -205,6 +205,22 @@ def test_silent_brokers_are_fenced_and_lose_leadership_then_take_it_back():
     assert not quorum.image.brokers[2].fenced and (u.leader, u.leader_epoch) == (2, 2)
 
 
+def test_a_broker_whose_session_with_the_quorum_ended_is_fenced_at_once_unless_it_registered_again():
+    now = [0.0]
+    controller, quorum = make(brokers=(1, 2))
+    controller.heartbeats._clock = lambda: now[0]
+    controller.activate()
+    epochs = {b: quorum.image.brokers[b].epoch for b in (1, 2)}
+    assert not controller.heartbeats.end(1, epochs[1] - 1), "an earlier registration's session: nothing to end"
+    assert controller.heartbeats.end(2, epochs[2])
+    now[0] = 0.5  # well within broker.session.timeout.ms
+    assert run(controller.fence_expired_brokers) == [2]
+    assert quorum.image.brokers[2].fenced and not quorum.image.brokers[1].fenced
+    run(controller.broker_heartbeat, 2, epochs[2], quorum.image.offset, False, False)  # it is back: unfenced
+    assert not quorum.image.brokers[2].fenced
+    assert run(controller.fence_expired_brokers) == []
+
+
 def test_a_stalled_controller_renews_sessions_instead_of_fencing_everyone():
     now = [0.0]
     controller, quorum = make(brokers=(1, 2))

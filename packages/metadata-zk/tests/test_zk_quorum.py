@@ -3,6 +3,7 @@ cannot write, a second node taking over, large commits, and the errors a node st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import uuid
@@ -245,6 +246,29 @@ async def test_a_registered_broker_has_kafka_s_ephemeral_brokers_ids_znode(zk_co
             assert (znode["host"], znode["port"]) == ("127.0.0.1", 39092)
             assert znode["features"] == {"metadata.version": {"min_version": 7, "max_version": 27}}
         assert not admin.zk.exists(admin.root + "/brokers/ids/1"), "a closed node's session and registration are gone"
+
+
+async def test_the_controller_hears_of_a_broker_whose_session_ended_and_only_of_its_registration(zk_connect, admin):
+    """A /brokers/ids/<id> znode gone with its session ends that broker's registration on the active controller; one
+    that appeared before the broker's current registration (the same broker restarted) names the older epoch."""
+    registration = RegisterBrokerRecord(
+        broker_id=5, incarnation_id=uuid.uuid4(), broker_epoch=3,
+        end_points=(BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=39092, security_protocol=0),))
+    with anyio.fail_after(TIMEOUT_S):
+        async with running(Node(connect=zk_connect), Path()) as (q, listener):
+            await q.append([registration])
+            hosts, root = split_connect(zk_connect)
+            broker_session = KazooClient(hosts=hosts)
+            broker_session.start(timeout=30)
+            broker_session.create(root + "/brokers/ids/5", b"{}", ephemeral=True, makepath=True)
+            await q.append([dataclasses.replace(registration, broker_epoch=9)])  # registered again in the same session
+            broker_session.stop()  # the session ends, and the znode with it
+            broker_session.close()
+            with anyio.fail_after(10):
+                while not listener.sessions_ended:
+                    await anyio.sleep(0.05)  # a watch's callback on kazoo's thread: no event to await from here
+            assert listener.sessions_ended == [(5, 3)], "the epoch the broker had when its znode appeared"
+            assert listener.problems == []
 
 
 async def test_a_corrupt_commit_stops_the_node_naming_the_znode(zk_connect, admin):

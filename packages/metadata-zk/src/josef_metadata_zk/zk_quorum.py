@@ -19,6 +19,12 @@ controller role stand for election; ``/controller`` also names the winner's
 controller listener, where the other nodes' brokers send what they ask of
 the controller (registration, heartbeats, forwarded admin requests).
 
+Each broker keeps Kafka's ephemeral ``/brokers/ids/<id>`` in its session.
+When one goes (the broker killed, paused or cut off past its session), the
+active controller takes it, as Kafka 3.x's did, for a dead broker: the
+node's controller fences it at once (``on_broker_session_end``) instead of
+waiting out ``broker.session.timeout.ms``.
+
 Offsets are the records' positions in the log, as in KRaft: a commit's
 znode carries the offset of its first record, and they follow each other
 without gaps, which the reader checks; a commit that is not what josef
@@ -147,6 +153,9 @@ class ZooKeeperQuorum:
         #: Bumped at each election won: what an earlier term's writer does to the list no longer applies.
         self._layout_term = 0
         self._layout_queued = anyio.Event()
+        #: The brokers whose /brokers/ids znode is there, with their broker epoch in the image when it appeared: the
+        #: registration whose session ends when it goes.
+        self._broker_sessions: dict[int, int] = {}
 
     # What the broker asks ---------------------------------------------------------------------
 
@@ -205,7 +214,7 @@ class ZooKeeperQuorum:
             raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={self._connect} within "
                               f"{self._connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
         try:
-            for path in (METADATA_LOG, METADATA_PARTS, "/cluster"):
+            for path in (METADATA_LOG, METADATA_PARTS, "/cluster", BROKER_IDS):
                 zk.ensure_path(self._root + path)
             try:  # the first node defines the cluster, with the id its log directories were formatted with if any
                 zk.create(self._root + CLUSTER_ID, cluster_id_json(self._local_cluster_id or random_uuid()))
@@ -232,6 +241,8 @@ class ZooKeeperQuorum:
         assert self._zk is not None
         self._zk.ChildrenWatch(self._root + METADATA_LOG, self._on_children)
         self._zk.DataWatch(self._root + CONTROLLER, self._on_controller)
+        if self._eligible:
+            self._zk.ChildrenWatch(self._root + BROKER_IDS, self._on_brokers)
 
     # kazoo's callbacks (its thread): hand over to the event loop --------------------------------
 
@@ -246,6 +257,11 @@ class ZooKeeperQuorum:
         self._call_soon(lambda: self._changed.set())
         return not self._closed
 
+    def _on_brokers(self, children: list[str]) -> bool:
+        present = {int(child) for child in children if child.isdigit()}
+        self._call_soon(lambda: self._brokers_present(present))
+        return not self._closed
+
     def _on_controller(self, _data: bytes | None, _stat: Any) -> bool:
         # Only a nudge: callbacks may arrive after this node's own later writes, so the campaign reads /controller
         # afresh (a session reads its own writes in order) instead of trusting what the callback carries.
@@ -258,6 +274,18 @@ class ZooKeeperQuorum:
         elif state == KazooState.CONNECTED:  # back (perhaps in a new session): look again at /controller and the log,
             # and register again: a new session has lost the old one's ephemeral /brokers/ids/<id>
             self._call_soon(lambda: (self._election.set(), self._changed.set(), self._register.set()))
+
+    def _brokers_present(self, present: set[int]) -> None:
+        """Kafka 3.x's controller took a vanished /brokers/ids/<id> for a dead broker: so does the active controller
+        here, telling the node's controller (which fences it) unless the broker registered again since."""
+        assert self._listener is not None
+        brokers = self._listener.current_image().brokers
+        for broker_id in present - self._broker_sessions.keys():
+            self._broker_sessions[broker_id] = brokers[broker_id].epoch if broker_id in brokers else -1
+        for broker_id in self._broker_sessions.keys() - present:
+            epoch = self._broker_sessions.pop(broker_id)
+            if self.is_controller and epoch >= 0:
+                self._listener.on_broker_session_end(broker_id, epoch)
 
     # Following the log -----------------------------------------------------------------------------
 

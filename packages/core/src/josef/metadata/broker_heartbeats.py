@@ -7,6 +7,12 @@ know when the previous controller last heard from them. A controller whose
 event loop stalled for longer than a session cannot tell a dead broker from
 its own stall either, so after a stall it renews every session instead of
 fencing the whole cluster.
+
+A metadata backend whose brokers also hold a session with it (ZooKeeper's
+ephemeral ``/brokers/ids/<id>``) ends a broker's session here when that one
+expires, so the broker is fenced at the next sweep instead of a
+``broker.session.timeout.ms`` later; its next heartbeat starts it again, as
+after any missed session.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ class BrokerSession:
     #: Offset of the committed registration: a broker whose metadata reached it has caught up.
     registration_offset: int
     last_heartbeat: float
+    #: The backend saw the broker's session with it end (:meth:`BrokerHeartbeats.end`).
+    ended: bool = False
 
 
 class BrokerHeartbeats:
@@ -39,7 +47,18 @@ class BrokerHeartbeats:
         return self._sessions.get(broker_id)
 
     def heartbeat(self, broker_id: int) -> None:
-        self._sessions[broker_id].last_heartbeat = self._clock()
+        session = self._sessions[broker_id]
+        session.last_heartbeat = self._clock()
+        session.ended = False
+
+    def end(self, broker_id: int, epoch: int) -> bool:
+        """The session of broker ``broker_id`` at ``epoch`` ended: it expires at the next sweep. Whether it did
+        (not when the broker registered again since, with a later epoch)."""
+        session = self._sessions.get(broker_id)
+        if session is None or session.epoch != epoch:
+            return False
+        session.ended = True
+        return True
 
     def adopt(self, brokers: Iterable[tuple[int, int]]) -> None:
         """A new active controller: every registered ``(broker id, epoch)`` gets a full session."""
@@ -55,6 +74,5 @@ class BrokerHeartbeats:
         if stalled:
             for session in self._sessions.values():
                 session.last_heartbeat = now
-            return []
         return [b for b in candidates if (s := self._sessions.get(b)) is not None
-                and now - s.last_heartbeat > self.session_timeout]
+                and (s.ended or now - s.last_heartbeat > self.session_timeout)]

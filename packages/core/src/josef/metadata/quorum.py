@@ -42,6 +42,17 @@ class MetadataListener(Protocol):
         listener of whichever node it elects.
         """
 
+    def on_broker_session_end(self, broker_id: int, epoch: int) -> None:
+        """Broker ``broker_id``, registered at ``epoch``, lost its session with the quorum's store.
+
+        Called on the active controller by a backend whose brokers hold such a
+        session (ZooKeeper: the ephemeral ``/brokers/ids/<id>`` went with an
+        expired session), never by KRaft, where heartbeats are the session.
+        The controller fences the broker at once, as if it had missed
+        heartbeats for ``broker.session.timeout.ms``, unless it registered
+        again since (a later epoch); its next heartbeat unfences it.
+        """
+
 
 class NotControllerError(Exception):
     """This node is not the active controller: NOT_CONTROLLER to clients, who retry elsewhere."""

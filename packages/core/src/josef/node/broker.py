@@ -243,6 +243,10 @@ class Broker:
     def current_image(self) -> MetadataImage:
         return self.image
 
+    def on_broker_session_end(self, broker_id: int, epoch: int) -> None:
+        if self.controller is not None and self.controller.heartbeats.end(broker_id, epoch):
+            log.info("broker %d (epoch %d) lost its session with the metadata quorum: fencing it", broker_id, epoch)
+
     def _published(self, delta: MetadataDelta) -> None:
         if delta.changed_acls and isinstance(self.authorizer, AclAuthorizer):
             self.authorizer.load_acls(self.image.acls)

@@ -129,6 +129,8 @@ class RecordingListener:
         self.deliveries: list[Delivery] = []
         self.image = MetadataImage()
         self.problems: list[str] = []
+        #: ``(broker id, epoch)`` of each :meth:`on_broker_session_end`, in order.
+        self.sessions_ended: list[tuple[int, int]] = []
         #: The event loop's thread: set when the quorum is started.
         self.loop_thread: int | None = None
 
@@ -158,6 +160,9 @@ class RecordingListener:
 
     def endpoints(self) -> Sequence[Endpoint]:
         return ()  # a single node, reached in-process: no listener to publish
+
+    def on_broker_session_end(self, broker_id: int, epoch: int) -> None:
+        self.sessions_ended.append((broker_id, epoch))
 
     def _check(self, name: str, offset: int, records: Sequence[MetadataRecord]) -> None:
         if threading.get_ident() != self.loop_thread:
