@@ -14,14 +14,18 @@ from kazoo.client import KazooClient
 from josef.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from josef.metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
+    EntityData,
     FeatureLevelRecord,
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 from josef.node.server_properties import load_config
 from josef.testing.metadata_quorum import RecordingListener
@@ -47,6 +51,7 @@ def shell(zk_connect):
         """The znode's JSON, None while it does not exist: what ``zookeeper-shell get`` shows."""
         data = zk.exists(chroot + path) and zk.get(chroot + path)[0]
         return json.loads(data) if data else None
+    get.exists = lambda path: zk.exists(chroot + path) is not None
     yield get
     zk.stop()
     zk.close()
@@ -75,6 +80,7 @@ async def started(q: ZooKeeperQuorum, tg) -> RecordingListener:
 
 
 async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrites_them(zk_connect, shell):
+    exists = shell.exists
     topic_id, acl_id = uuid.uuid4(), uuid.uuid4()
     with anyio.fail_after(TIMEOUT_S):
         first, second = node(zk_connect, 1), node(zk_connect, 2)
@@ -96,6 +102,15 @@ async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrite
                                              principal="User:bob", host="*", operation=AclOperation.WRITE,
                                              permission_type=AclPermissionType.DENY),
                     FeatureLevelRecord(name="metadata.version", feature_level=27),
+                    ClientQuotaRecord(entity=(EntityData(entity_type="user", entity_name="alice"),),
+                                      key="producer_byte_rate", value=1024.0),
+                    ClientQuotaRecord(entity=(EntityData(entity_type="user", entity_name="alice"),
+                                              EntityData(entity_type="client-id", entity_name="app")),
+                                      key="consumer_byte_rate", value=2048.0),
+                    ClientQuotaRecord(entity=(EntityData(entity_type="client-id", entity_name=None),),
+                                      key="request_percentage", value=50.0),
+                    UserScramCredentialRecord(name="alice", mechanism=1, salt=b"salt", stored_key=b"stored",
+                                              server_key=b"server", iterations=4096),
                     ProducerIdsRecord(broker_id=2, broker_epoch=5, next_producer_id=3000)])
                 await eventually(lambda: shell("/latest_producer_id_block") is not None, "the last znode")
                 assert shell("/brokers/topics/orders") == {
@@ -111,6 +126,14 @@ async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrite
                 assert shell("/feature")["features"]["metadata.version"]["max_version_level"] == 27
                 assert shell("/latest_producer_id_block") == {"version": 1, "broker": 2, "block_start": "2000",
                                                                "block_end": "2999"}
+                assert shell("/config/users/alice") == {"version": 1, "config": {
+                    "producer_byte_rate": "1024.0",
+                    "SCRAM-SHA-256": "salt=c2FsdA==,stored_key=c3RvcmVk,server_key=c2VydmVy,iterations=4096"}}
+                assert shell("/config/users/alice/clients/app") == {"version": 1,
+                                                                    "config": {"consumer_byte_rate": "2048.0"}}
+                assert shell("/config/clients/<default>") == {"version": 1, "config": {"request_percentage": "50.0"}}
+                assert all(exists(path) for path in ("/admin/delete_topics", "/config/changes", "/brokers/seqid",
+                                                     "/isr_change_notification", "/kafka-acl-extended-changes"))
 
                 # A leader change rewrites the partition's state; the first node goes, the second is elected and
                 # writes the whole view again under its controller epoch.
@@ -127,6 +150,12 @@ async def test_the_controller_keeps_kafka_s_znodes_current_and_a_new_one_rewrite
                 assert shell("/kafka-acl/Topic/orders") is not None, "ACLs outlive topics, as in Kafka"
                 await second.append([RemoveAccessControlEntryRecord(id=acl_id)])
                 await eventually(lambda: shell("/kafka-acl/Topic/orders") is None, "the resource's last ACL removed")
+                await second.append([RemoveUserScramCredentialRecord(name="alice", mechanism=1),
+                                     ClientQuotaRecord(entity=(EntityData(entity_type="user", entity_name="alice"),),
+                                                       key="producer_byte_rate", value=0.0, remove=True)])
+                await eventually(lambda: shell("/config/users/alice") == {"version": 1, "config": {}},
+                                 "alice's znode without its credential and quota, kept for its client's quota")
+                assert shell("/config/users/alice/clients/app")["config"] == {"consumer_byte_rate": "2048.0"}
                 assert shell("/kafka-acl-extended/prefixed/TransactionalId/tx-") is not None
             finally:
                 tg.cancel_scope.cancel()

@@ -13,15 +13,27 @@ that, every write conditioned on its controller epoch like a commit.
   ISR and the controller epoch that wrote it;
 - ``/config/topics/<topic>``, ``/config/brokers/<id>`` (``<default>`` for
   the cluster-wide one): dynamic configs (``{"version":1,"config":{...}}``);
+- ``/config/users/<user>``, ``/config/clients/<id>``,
+  ``/config/users/<user>/clients/<id>``, ``/config/ips/<ip>``: client
+  quotas, and a user's SCRAM credentials (``SCRAM-SHA-256``:
+  ``salt=...,stored_key=...,server_key=...,iterations=...``), as Kafka's
+  ``kafka-configs.sh --zookeeper`` kept them; an entity's znode stays, with
+  no config, once its last one is removed, as Kafka's did;
 - ``/kafka-acl/<ResourceType>/<name>`` (literal) and
   ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` (prefixed): the
   ACLs of each resource pattern;
 - ``/latest_producer_id_block``: the last block of producer ids handed out;
-- ``/feature``: the finalized feature levels.
+- ``/feature``: the finalized feature levels;
+- Kafka's other persistent paths, empty here since josef's notifications
+  travel in the metadata log: ``/config/changes``, ``/admin/delete_topics``
+  (a topic is deleted at once), ``/kafka-acl-changes``,
+  ``/kafka-acl-extended-changes``, ``/isr_change_notification``,
+  ``/log_dir_event_notification``, ``/brokers/seqid``, ``/consumers``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,8 +45,10 @@ from josef.metadata.image import MetadataImage, PartitionImage, TopicImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
+    QuotaEntity,
     TOPIC_RESOURCE,
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -43,7 +57,10 @@ from josef.metadata.records import (
     ProducerIdsRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
+    quota_entity,
     uuid_to_text,
 )
 
@@ -90,6 +107,39 @@ def config_path(resource_type: int, name: str) -> str | None:
     return None  # groups, client metrics...: Kafka 3.x kept none in ZooKeeper
 
 
+#: Kafka 3.x's persistent paths with nothing under them here (see the module's docstring).
+EMPTY_PATHS = ("/config/changes", "/admin/delete_topics", "/kafka-acl-changes", "/kafka-acl-extended-changes",
+               "/isr_change_notification", "/log_dir_event_notification", "/brokers/seqid", "/consumers")
+#: The entity paths of Kafka's ConfigType (ZkAdminManager), by ClientQuotaRecord entity type.
+_ENTITY_DIRECTORIES = {"user": "users", "client-id": "clients", "ip": "ips"}
+_SCRAM_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+def entity_path(entity: QuotaEntity) -> str:
+    """``(("client-id", "app"), ("user", "alice"))`` -> ``/config/users/alice/clients/app``; None names the default."""
+    names = dict(entity)
+    parts = [f"{_ENTITY_DIRECTORIES[kind]}/{names[kind] if names[kind] is not None else '<default>'}"
+             for kind in ("user", "client-id", "ip") if kind in names]
+    return "/config/" + "/".join(parts)
+
+
+def _entity_configs(image: MetadataImage) -> dict[str, dict[str, str]]:
+    """Every quota entity's and SCRAM user's config znode of ``image``: path -> Kafka's config properties."""
+    configs: dict[str, dict[str, str]] = defaultdict(dict)
+    for entity, values in image.client_quotas.items():
+        configs[entity_path(entity)].update((key, str(value)) for key, value in values.items())
+    for (user, mechanism), credential in image.scram_credentials.items():
+        configs[entity_path((("user", user),))][_SCRAM_MECHANISMS[mechanism]] = (
+            f"salt={base64.b64encode(credential.salt).decode()},"
+            f"stored_key={base64.b64encode(credential.stored_key).decode()},"
+            f"server_key={base64.b64encode(credential.server_key).decode()},iterations={credential.iterations}")
+    return configs
+
+
+def _entity_write(path: str, configs: Mapping[str, Mapping[str, str]]) -> Write:
+    return Write(path, _json({"version": 1, "config": dict(configs.get(path, {}))}))
+
+
 def acl_path(binding: AclBinding) -> str:
     kind = "/kafka-acl" if binding.pattern_type == PatternType.LITERAL else "/kafka-acl-extended/prefixed"
     return f"{kind}/{_camel(binding.resource_type.name)}/{binding.resource_name}"
@@ -128,11 +178,13 @@ def _config_write(resource_type: int, name: str, config: Mapping[str, str]) -> W
 
 def full_layout(image: MetadataImage, controller_epoch: int) -> list[Write]:
     """Every znode of the view of ``image``: what a newly elected controller writes."""
-    writes: list[Write] = []
+    writes = [Write(path, b"") for path in EMPTY_PATHS]
     for topic in image.topics.values():
         writes += _topic_writes(topic, sorted(topic.partitions), controller_epoch)
     configs = (_config_write(resource_type, name, config) for (resource_type, name), config in image.configs.items())
     writes += [write for write in configs if write is not None]
+    entity_configs = _entity_configs(image)
+    writes += [_entity_write(path, entity_configs) for path in entity_configs]
     writes += [Write(path, acls_json(bindings)) for path, bindings in _acls_by_path(image).items()]
     if image.features:
         writes.append(_features(image))
@@ -147,6 +199,7 @@ def changed_layout(old: MetadataImage, new: MetadataImage, records: Sequence[Met
     touched: dict[str, set[int]] = {}  # topic name -> partitions, in the order the records touch them
     configs: dict[tuple[int, str], None] = {}
     acl_paths: set[str] = set()
+    entity_paths: dict[str, None] = {}
     features = False
     producer_ids: list[Write] = []
     for record in records:
@@ -166,6 +219,10 @@ def changed_layout(old: MetadataImage, new: MetadataImage, records: Sequence[Met
             acl_paths.add(acl_path(new.acls[record.id]))
         elif isinstance(record, RemoveAccessControlEntryRecord) and record.id in old.acls:
             acl_paths.add(acl_path(old.acls[record.id]))
+        elif isinstance(record, ClientQuotaRecord):
+            entity_paths[entity_path(quota_entity(record))] = None
+        elif isinstance(record, (UserScramCredentialRecord, RemoveUserScramCredentialRecord)):
+            entity_paths[entity_path((("user", record.name),))] = None
         elif isinstance(record, FeatureLevelRecord):
             features = True
         elif isinstance(record, ProducerIdsRecord):
@@ -182,6 +239,9 @@ def changed_layout(old: MetadataImage, new: MetadataImage, records: Sequence[Met
         write = _config_write(resource_type, name, new.config(resource_type, name))
         if write is not None:
             writes.append(write)
+    if entity_paths:
+        entity_configs = _entity_configs(new)
+        writes += [_entity_write(path, entity_configs) for path in entity_paths]
     if acl_paths:
         by_path = _acls_by_path(new)
         writes += [Write(path, acls_json(by_path[path]) if path in by_path else None) for path in sorted(acl_paths)]

@@ -390,10 +390,11 @@ class ZooKeeperQuorum:
             return
         if not isinstance(results[0], RolledBackError):
             raise _Deposed(f"/controller_epoch is no longer at version {version}")
-        present = [answer.get() is not None for answer in [zk.exists_async(self._root + w.path) for w in batch]]
-        parents = {(self._root + w.path).rsplit("/", 1)[0] for w, there in zip(batch, present) if not there}
-        for answer in [zk.ensure_path_async(parent) for parent in sorted(parents)]:
+        # Parents first: one may be a znode of the batch too (a user's config above its clients'), then set.
+        for answer in [zk.ensure_path_async(parent) for parent in sorted({(self._root + w.path).rsplit("/", 1)[0]
+                                                                          for w in batch})]:
             answer.get()
+        present = [answer.get() is not None for answer in [zk.exists_async(self._root + w.path) for w in batch]]
         tx = zk.transaction()
         tx.check(epoch_path, version)
         for write, there in zip(batch, present):

@@ -47,6 +47,7 @@ from josef.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
+    quota_entity,
     uuid_from_text,
     uuid_to_text,
 )
@@ -438,7 +439,7 @@ class _Builder:
             # Never backwards, whatever a record says: a reused producer id would merge two producers' state.
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
         elif isinstance(record, ClientQuotaRecord):
-            entity: QuotaEntity = tuple(sorted((e.entity_type, e.entity_name) for e in record.entity))
+            entity = quota_entity(record)
             values = {k: v for k, v in self.quotas.get(entity, {}).items() if k != record.key}
             if not record.remove:
                 values[record.key] = record.value

@@ -292,6 +292,11 @@ class ClientQuotaRecord:
     remove: bool = _f("bool", False)
 
 
+def quota_entity(record: ClientQuotaRecord) -> QuotaEntity:
+    """The entity a ClientQuotaRecord names, as images key quotas: ``(entity type, name or None)`` pairs, sorted."""
+    return tuple(sorted((e.entity_type, e.entity_name) for e in record.entity))
+
+
 @_record
 class ProducerIdsRecord:
     """A block of producer ids went to ``broker_id``: every id below ``next_producer_id`` is taken for good.
