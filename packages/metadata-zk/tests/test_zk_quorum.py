@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from josef.config import ConfigError
 from josef.metadata.quorum import NotControllerError
@@ -20,7 +21,8 @@ from josef.node.server_properties import load_config
 from josef.testing import free_ports
 from josef.testing.metadata_quorum import RecordingListener, controller_batches, running, topic_records
 from josef_metadata_zk.commits import CorruptCommitError, read_snapshot_header
-from josef_metadata_zk.znodes import METADATA_LOG, METADATA_PARTS, METADATA_SNAPSHOT, split_connect
+from josef_metadata_zk.testing import ZooKeeperEnsemble
+from josef_metadata_zk.znodes import COMMIT_PREFIX, METADATA_LOG, METADATA_PARTS, METADATA_SNAPSHOT, split_connect
 from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
 
 pytestmark = pytest.mark.anyio
@@ -322,8 +324,6 @@ async def test_log_directories_of_another_cluster_are_refused(zk_connect, tmp_pa
 
 
 async def test_one_server_of_a_three_server_ensemble_killed_stops_nothing(tmp_path):
-    from josef_metadata_zk.testing import ZooKeeperEnsemble
-
     with ZooKeeperEnsemble(tmp_path / "ensemble", servers=3) as ensemble, anyio.fail_after(TIMEOUT_S):
         assert sorted(s.mode() for s in ensemble.servers) == ["follower", "follower", "leader"]
         async with running(Node(connect=f"{ensemble.connect}/josef"), Path()) as (q, listener):
@@ -363,3 +363,64 @@ async def test_brokers_reach_the_controller_at_the_listener_controller_names_and
                 await first.close()
                 await broker.close()
                 tg.cancel_scope.cancel()
+
+
+def tls_settings(tls, node_cert=None, **extra: str) -> dict[str, str]:
+    settings = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.type": "PEM",
+                "zookeeper.ssl.truststore.location": str(tls.ca_pem), **extra}
+    if node_cert is not None:
+        settings.update({"zookeeper.ssl.keystore.type": "PEM", "zookeeper.ssl.keystore.location": str(node_cert.combined)})
+    return settings
+
+
+async def test_over_tls_a_node_s_certificate_owns_what_it_writes_and_others_only_read_it(tmp_path):
+    """zookeeper.ssl.* to the ensemble's secureClientPort; with zookeeper.set.acl the node's znodes carry Kafka's
+    secure ACL: all rights to the node's certificate (ZooKeeper's x509 identity), read to the world."""
+    from josef.testing.tls import TlsFiles
+
+    tls = TlsFiles.create(tmp_path / "tls")
+    node_cert = tls.client("josef-node", unit="brokers", organization="josef")
+    with ZooKeeperEnsemble(tmp_path / "zookeeper", tls=tls) as ensemble, anyio.fail_after(TIMEOUT_S):
+        connect = f"{ensemble.secure_connect}/secured"
+        node = Node(connect, **tls_settings(tls, node_cert, **{"zookeeper.set.acl": "true"}))
+        async with running(node, Path()) as (q, listener):
+            await q.append(topic_records("over-tls"))
+            assert "over-tls" in listener.current_image().topics
+            outsider = KazooClient(hosts=ensemble.connect)  # the plain port, no identity: the world
+            outsider.start(timeout=30)
+            try:
+                [commit] = outsider.get_children("/secured" + METADATA_LOG)
+                assert outsider.get(f"/secured{METADATA_LOG}/{commit}")[0], "the world reads"
+                acls, _ = outsider.get_acls(f"/secured{METADATA_LOG}/{commit}")
+                assert {(a.id.scheme, a.perms) for a in acls} == {("x509", 31), ("world", 1)}
+                owner = next(a.id.id for a in acls if a.id.scheme == "x509")
+                assert "CN=josef-node" in owner, owner
+                with pytest.raises(NoAuthError):
+                    outsider.set("/secured/controller_epoch", b"99")
+                with pytest.raises(NoAuthError):
+                    outsider.create(f"/secured{METADATA_LOG}/{COMMIT_PREFIX}", b"forged", sequence=True)
+            finally:
+                outsider.stop()
+                outsider.close()
+        # TLS without a client certificate reaches the ensemble too (no secure ACLs then).
+        async with running(Node(f"{ensemble.secure_connect}/anonymous", **tls_settings(tls)), Path()) as (q, _):
+            await q.append(topic_records("anonymous"))
+
+
+async def test_tls_misconfigurations_are_refused_with_the_key_to_fix(tmp_path, zk_connect):
+    def refused(**settings: str) -> str:
+        with pytest.raises(ConfigError) as error:
+            quorum(zk_connect, **settings)
+        return str(error.value)
+
+    assert "zookeeper.set.acl=true needs an authenticated ZooKeeper session" in refused(**{"zookeeper.set.acl": "true"})
+    assert "zookeeper.ssl.truststore.location" in refused(**{"zookeeper.ssl.client.enable": "true"})
+    assert "zookeeper.ssl.keystore.type=JKS" in refused(**{
+        "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": "/ca.pem",
+        "zookeeper.ssl.keystore.location": "/node.jks", "zookeeper.ssl.keystore.type": "JKS"})
+    # TLS to the plain port: no handshake, a clear error naming zookeeper.connect.
+    from josef.testing.tls import TlsFiles
+
+    tls = TlsFiles.create(tmp_path / "tls")
+    error = await start_fails(quorum(zk_connect, **tls_settings(tls, **{"zookeeper.connection.timeout.ms": "2000"})))
+    assert isinstance(error, ConfigError) and "over TLS" in str(error) and zk_connect in str(error), error

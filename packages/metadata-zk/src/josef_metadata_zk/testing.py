@@ -33,19 +33,25 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from josef.testing import free_ports
 from josef_metadata_zk.znodes import split_connect
 
+if TYPE_CHECKING:  # josef.testing.tls needs trustme, which only TLS tests install
+    from josef.testing.tls import TlsFiles
+
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "ZooKeeperUnavailable", "classpath", "four_letter_word",
            "read_znode", "zk_connect", "zookeeper"]
 
 CLASSPATH_ENV = "JOSEF_ZOOKEEPER_CLASSPATH"
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+DEBIAN_EXTRAS = tuple(Path("/usr/share/java") / jar for jar in ("netty-codec.jar", "slf4j-log4j12.jar", "log4j-1.2.jar"))
 #: How long a server may take to answer ``srvr`` with a mode (an ensemble must also elect its leader).
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -61,14 +67,15 @@ class ZooKeeperUnavailable(RuntimeError):
 
 
 def classpath() -> str:
-    """The server's class path: ``$JOSEF_ZOOKEEPER_CLASSPATH``, else Debian's jar (which names its dependencies)."""
+    """The server's class path: ``$JOSEF_ZOOKEEPER_CLASSPATH``, else Debian's jar (which names its dependencies) with
+    what its manifest leaves out: Netty's codec (TLS) and log4j's binding for slf4j (the server's log)."""
     if os.environ.get(CLASSPATH_ENV):
         return os.environ[CLASSPATH_ENV]
     if not shutil.which("java"):
         raise ZooKeeperUnavailable("no java on PATH (Debian: apt-get install openjdk-17-jre-headless zookeeper)")
     if not DEBIAN_JAR.exists():
         raise ZooKeeperUnavailable(f"no {DEBIAN_JAR} (Debian: apt-get install zookeeper; or set {CLASSPATH_ENV})")
-    return str(DEBIAN_JAR)
+    return ":".join(str(jar) for jar in (DEBIAN_JAR, *DEBIAN_EXTRAS) if jar.exists())
 
 
 def four_letter_word(port: int, word: str = "srvr", timeout: float = 2.0) -> str:
@@ -105,8 +112,13 @@ class ZooKeeperServer:
     """One ZooKeeper server process; ``peers`` (id -> (quorum port, election port)) makes it an ensemble member."""
 
     def __init__(self, directory: Path, myid: int, client_port: int,
-                 peers: dict[int, tuple[int, int]] | None = None, max_session_ms: int | None = None) -> None:
+                 peers: dict[int, tuple[int, int]] | None = None, max_session_ms: int | None = None,
+                 tls: TlsFiles | None = None) -> None:
         self.directory = directory
+        #: With ``tls``, a ``secureClientPort`` too, whose certificate ``tls``'s CA signed; client certificates that CA
+        #: signed authenticate their sessions (ZooKeeper's x509 provider). The plain port stays, for four-letter words.
+        self.tls = tls
+        self.secure_port = free_ports(1)[0] if tls is not None else None
         #: ``maxSessionTimeout``: the longest session a client may ask for (ZooKeeper's default, 20 ticks, when None).
         self.max_session_ms = max_session_ms
         self.myid = myid
@@ -123,6 +135,11 @@ class ZooKeeperServer:
     def connect(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
+    @property
+    def secure_connect(self) -> str:
+        assert self.secure_port is not None, "started without tls"
+        return f"127.0.0.1:{self.secure_port}"
+
     def _write_config(self) -> Path:
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -131,6 +148,13 @@ class ZooKeeperServer:
                  "4lw.commands.whitelist=srvr,ruok,mntr", "maxClientCnxns=0", "autopurge.purgeInterval=0"]
         if self.max_session_ms is not None:
             lines.append(f"maxSessionTimeout={self.max_session_ms}")
+        if self.tls is not None:
+            store = self.directory / "server.pem"
+            _write_pkcs8_store(self.tls, store)
+            lines += [f"secureClientPort={self.secure_port}", "secureClientPortAddress=127.0.0.1",
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                      f"ssl.keyStore.location={store}", "ssl.keyStore.type=PEM",
+                      f"ssl.trustStore.location={self.tls.ca_pem}", "ssl.trustStore.type=PEM", "ssl.clientAuth=want"]
         if self.peers:
             (data / "myid").write_text(f"{self.myid}\n")
             lines += [f"server.{i}=127.0.0.1:{quorum}:{election}" for i, (quorum, election) in sorted(self.peers.items())]
@@ -207,19 +231,34 @@ class ZooKeeperServer:
             self._log = None
 
 
+def _write_pkcs8_store(tls: TlsFiles, path: Path) -> None:
+    """A server certificate for 127.0.0.1 and its key in one PEM file, the key in PKCS#8: the only PEM key Java reads."""
+    leaf = tls.ca.issue_cert("127.0.0.1", "localhost", common_name="zookeeper")
+    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), None)
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()) + b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    path.chmod(0o600)
+
+
 class ZooKeeperEnsemble:
     """``servers`` ZooKeeper servers in ``directory`` on free ports of 127.0.0.1: one standalone, or a replicated ensemble."""
 
-    def __init__(self, directory: Path, servers: int = 1, max_session_ms: int | None = None) -> None:
+    def __init__(self, directory: Path, servers: int = 1, max_session_ms: int | None = None,
+                 tls: TlsFiles | None = None) -> None:
         ports = free_ports(3 * servers)
         peers = {i + 1: (ports[servers + 2 * i], ports[servers + 2 * i + 1]) for i in range(servers)} if servers > 1 else {}
-        self.servers = [ZooKeeperServer(directory / f"zk{i + 1}", i + 1, ports[i], peers, max_session_ms)
+        self.servers = [ZooKeeperServer(directory / f"zk{i + 1}", i + 1, ports[i], peers, max_session_ms, tls)
                         for i in range(servers)]
 
     @property
     def connect(self) -> str:
         """``host:port,...`` of every server, as ``zookeeper.connect`` names an ensemble."""
         return ",".join(s.connect for s in self.servers)
+
+    @property
+    def secure_connect(self) -> str:
+        """``host:port,...`` of every server's TLS port (an ensemble started with ``tls``)."""
+        return ",".join(s.secure_connect for s in self.servers)
 
     def start(self) -> ZooKeeperEnsemble:
         for server in self.servers:

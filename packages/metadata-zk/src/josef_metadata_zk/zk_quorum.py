@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import anyio
@@ -44,6 +45,7 @@ import anyio.to_thread
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 
 from josef.config import Config, ConfigError
 from josef.log import LogStorage
@@ -79,6 +81,7 @@ from josef_metadata_zk.znodes import (
     controller_of,
     split_connect,
 )
+from josef_metadata_zk.zk_client import ZooKeeperClientSettings, pipelined
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +116,7 @@ class ZooKeeperQuorum:
         self._eligible = "controller" in config["process.roles"]
         self._controller_listeners = set(config["controller.listener.names"])
         self._local_cluster_id = _formatted_cluster_id(config)
-        self._session_s = config["zookeeper.session.timeout.ms"] / 1000
-        connection_ms = config["zookeeper.connection.timeout.ms"]
-        self._connection_s = (connection_ms if connection_ms is not None else config["zookeeper.session.timeout.ms"]) / 1000
+        self._client = ZooKeeperClientSettings.from_config(config, self._hosts)
         self._zk: KazooClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: MetadataListener | None = None
@@ -206,13 +207,14 @@ class ZooKeeperQuorum:
 
     def _open(self) -> KazooClient:
         """Connect, create the chroot and josef's paths when missing, and read (or make) the cluster id."""
-        zk = KazooClient(hosts=self._hosts, timeout=self._session_s)
+        zk = self._client.client()
         try:
-            zk.start(timeout=self._connection_s)
+            zk.start(timeout=self._client.connection_s)
         except KazooTimeoutError:
             zk.close()
-            raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={self._connect} within "
-                              f"{self._connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
+            tls = " over TLS (zookeeper.ssl.client.enable)" if self._client.tls else ""
+            raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={self._connect}{tls} within "
+                              f"{self._client.connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
         try:
             for path in (METADATA_LOG, METADATA_PARTS, "/cluster", BROKER_IDS):
                 zk.ensure_path(self._root + path)
@@ -391,10 +393,11 @@ class ZooKeeperQuorum:
         if not isinstance(results[0], RolledBackError):
             raise _Deposed(f"/controller_epoch is no longer at version {version}")
         # Parents first: one may be a znode of the batch too (a user's config above its clients'), then set.
-        for answer in [zk.ensure_path_async(parent) for parent in sorted({(self._root + w.path).rsplit("/", 1)[0]
-                                                                          for w in batch})]:
+        parents = sorted({(self._root + w.path).rsplit("/", 1)[0] for w in batch})
+        for answer in self._pipelined(partial(zk.ensure_path_async, parent) for parent in parents):
             answer.get()
-        present = [answer.get() is not None for answer in [zk.exists_async(self._root + w.path) for w in batch]]
+        present = [answer.get() is not None
+                   for answer in self._pipelined(partial(zk.exists_async, self._root + w.path) for w in batch)]
         tx = zk.transaction()
         tx.check(epoch_path, version)
         for write, there in zip(batch, present):
@@ -500,7 +503,7 @@ class ZooKeeperQuorum:
         """``(name, header, records)`` of each commit; :class:`_Missing` when one, or a part of it, is gone."""
         assert self._zk is not None
         zk = self._zk
-        pending = [zk.get_async(f"{self._root}{METADATA_LOG}/{name}") for name in names]
+        pending = self._pipelined(partial(zk.get_async, f"{self._root}{METADATA_LOG}/{name}") for name in names)
         out = []
         for name, answer in zip(names, pending):
             where = f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}"
@@ -717,7 +720,7 @@ class ZooKeeperQuorum:
         for part in old.records.parts if old is not None else ():
             self._delete_quietly(f"{self._root}{METADATA_PARTS}/{part}")
         covered = [n for n in self._list_commits() if commit_sequence(n) <= sequence]
-        pending = [zk.get_async(f"{self._root}{METADATA_LOG}/{name}") for name in covered]
+        pending = self._pipelined(partial(zk.get_async, f"{self._root}{METADATA_LOG}/{name}") for name in covered)
         for name, answer in zip(covered, pending):
             where = f"{self._root}{METADATA_LOG}/{name}"
             try:
@@ -727,6 +730,9 @@ class ZooKeeperQuorum:
                 pass  # gone already; or unreadable, and covered by the snapshot all the same
             self._delete_quietly(where)
         return len(covered)
+
+    def _pipelined(self, calls: Iterable[Callable[[], IAsyncResult]]) -> Iterator[IAsyncResult]:
+        return pipelined(calls, self._client.max_in_flight)
 
     def _delete_quietly(self, path: str) -> None:
         assert self._zk is not None
