@@ -43,7 +43,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
-from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl
+from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl, refused_by_controller
 from josef.protocol.tls import outbound_context
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
@@ -466,11 +466,8 @@ class KRaftQuorum:
         except SaslAuthenticationFailed as exc:
             # The credentials are this node's configuration: no retry mends them, so stop saying why.
             assert self._sasl is not None
-            listener = self._raft_config.listener_name
-            raise ConfigError(f"node {self._node_id} cannot authenticate to controller {destination} on {listener} "
-                              f"with {self._sasl.mechanism} as {self._sasl.username!r}: {exc} (its credentials are the "
-                              f"username and password of listener.name.{listener.lower()}."
-                              f"{self._sasl.mechanism.lower()}.sasl.jaas.config)") from None
+            raise refused_by_controller(self._node_id, destination, self._raft_config.listener_name, self._sasl,
+                                        exc) from None
         else:
             if getattr(response, "error_code", None) == ErrorCode.inconsistent_cluster_id:
                 raise ConfigError(f"controller {destination} answered INCONSISTENT_CLUSTER_ID: this node was "

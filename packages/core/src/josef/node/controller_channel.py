@@ -31,7 +31,7 @@ from josef.protocol.connection import Connection
 from josef.protocol.error_responses import error_codes, error_response
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.messages import decode_response, encode_request
-from josef.protocol.sasl_client import outbound_sasl
+from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl, refused_by_controller
 from josef.protocol.tls import outbound_context
 from josef.server.apis.envelope import address_bytes, principal_bytes
 from josef.server.dispatch import RequestContext
@@ -170,11 +170,15 @@ class ControllerChannel:
         conn = self._connections.get(controller_id)
         if conn is None or conn.closed:
             listener = (self._node.config["controller.listener.names"] or ["CONTROLLER"])[0]
-            conn = self._connections[controller_id] = await Connection.open(
-                *endpoint, client_id=f"broker-{self._node.node_id}-to-controller",
-                request_timeout_ms=int(self._timeout_s * 1000),
-                ssl_context=outbound_context(self._node.config, listener),
-                sasl=outbound_sasl(self._node.config, listener, "sasl.mechanism.controller.protocol"))
+            sasl = outbound_sasl(self._node.config, listener, "sasl.mechanism.controller.protocol")
+            try:
+                conn = self._connections[controller_id] = await Connection.open(
+                    *endpoint, client_id=f"broker-{self._node.node_id}-to-controller",
+                    request_timeout_ms=int(self._timeout_s * 1000),
+                    ssl_context=outbound_context(self._node.config, listener), sasl=sasl)
+            except SaslAuthenticationFailed as exc:
+                assert sasl is not None
+                raise refused_by_controller(self._node.node_id, controller_id, listener, sasl, exc) from None
         if ctx is None:
             return await conn.request(api_key, request)
         # A client's request travels in an Envelope, with the client it came from (Kafka's ForwardingManager).

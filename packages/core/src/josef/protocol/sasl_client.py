@@ -277,6 +277,16 @@ def outbound_sasl(config: Any, listener: str, mechanism_key: str) -> ClientSasl 
     return client_sasl({"sasl.mechanism": mechanism, "sasl.jaas.config": jaas}.get, where)
 
 
+def refused_by_controller(node_id: int, controller_id: int, listener: str, sasl: ClientSasl,
+                          exc: SaslAuthenticationFailed) -> ConfigError:
+    """What a node stops with when a controller refuses its credentials: they are its configuration, so no retry
+    mends them (a voter of the quorum and a broker registering say the same)."""
+    who = f" as {sasl.username!r}" if isinstance(sasl, SaslCredentials) else f" with {sasl.source}"
+    return ConfigError(f"node {node_id} cannot authenticate to controller {controller_id} on {listener} with "
+                       f"{sasl.mechanism}{who}: {exc} (its credentials are the options of "
+                       f"listener.name.{listener.lower()}.{sasl.mechanism.lower()}.sasl.jaas.config)")
+
+
 class SaslExchange(Protocol):
     def first(self) -> bytes:
         """The client's first message."""
