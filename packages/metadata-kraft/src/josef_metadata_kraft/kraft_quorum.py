@@ -43,7 +43,12 @@ from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.records import iter_records
-from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl, refused_by_controller
+from josef.protocol.sasl_client import (
+    SaslAuthenticationFailed,
+    outbound_sasl,
+    refused_by_controller,
+    unauthorized_by_controller,
+)
 from josef.protocol.tls import outbound_context
 from josef.protocol.topic_partition import TopicPartition
 from josef.server.dispatch import Handler, RequestContext
@@ -473,10 +478,7 @@ class KRaftQuorum:
                 raise ConfigError(f"controller {destination} answered INCONSISTENT_CLUSTER_ID: this node was "
                                   f"formatted for cluster {self._cluster_id}, which is not the quorum's")
             if getattr(response, "error_code", None) == ErrorCode.cluster_authorization_failed:
-                # Fatal, as in Kafka's KafkaRaftClient: the principal this node authenticates as may not CLUSTER_ACTION.
-                who = f"User:{self._sasl.username}" if self._sasl is not None else "this node's principal"
-                raise ConfigError(f"controller {destination} answered CLUSTER_AUTHORIZATION_FAILED: {who} may not "
-                                  f"CLUSTER_ACTION on the cluster (make it a super user or grant it ClusterAction)")
+                raise unauthorized_by_controller(destination, self._sasl)
             if self._node is not None:
                 self._node.handle_response(destination, request, response, _wall_ms())
         self._wake.set()

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # josef.testing.tls needs trustme, which only TLS tests insta
     from josef.testing.tls import TlsFiles
 
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "ZooKeeperUnavailable", "classpath", "four_letter_word",
-           "read_znode", "zk_connect", "zookeeper"]
+           "fresh_chroot", "read_znode", "zk_connect", "zookeeper"]
 
 CLASSPATH_ENV = "JOSEF_ZOOKEEPER_CLASSPATH"
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -89,6 +89,11 @@ def four_letter_word(port: int, word: str = "srvr", timeout: float = 2.0) -> str
             return b"".join(chunks).decode(errors="replace")
     except OSError:
         return ""
+
+
+def fresh_chroot(connect: str) -> str:
+    """``connect`` (``host:port,...``) with a chroot nobody used yet: nodes given it share nothing with any other."""
+    return f"{connect}/josef-test-{uuid.uuid4().hex[:12]}"
 
 
 def read_znode(connect: str, path: str) -> bytes | None:
@@ -302,4 +307,4 @@ def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
         if server.proc is None:  # a test stopped it: the next one gets it back
             server.start()
         server.wait_serving()
-    return f"{zookeeper.connect}/josef-test-{uuid.uuid4().hex[:12]}"
+    return fresh_chroot(zookeeper.connect)

@@ -31,7 +31,13 @@ from josef.protocol.connection import Connection
 from josef.protocol.error_responses import error_codes, error_response
 from josef.protocol.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from josef.protocol.messages import decode_response, encode_request
-from josef.protocol.sasl_client import SaslAuthenticationFailed, outbound_sasl, refused_by_controller
+from josef.protocol.sasl_client import (
+    ClientSasl,
+    SaslAuthenticationFailed,
+    outbound_sasl,
+    refused_by_controller,
+    unauthorized_by_controller,
+)
 from josef.protocol.tls import outbound_context
 from josef.server.apis.envelope import address_bytes, principal_bytes
 from josef.server.dispatch import RequestContext
@@ -128,6 +134,9 @@ class ControllerChannel:
                         await self._drop(controller_id)
                     else:
                         if response is not _MOVED and ErrorCode.not_controller not in error_codes(response):
+                            if ctx is None and getattr(response, "error_code", None) == \
+                                    ErrorCode.cluster_authorization_failed:  # this node's own principal: no retry mends it
+                                raise unauthorized_by_controller(controller_id, self._outbound_sasl())
                             return response
                         await self._drop(controller_id)
             if time.monotonic() >= deadline:
@@ -165,12 +174,18 @@ class ControllerChannel:
             raise failure
         return answer
 
+    def _listener(self) -> str:
+        return (self._node.config["controller.listener.names"] or ["CONTROLLER"])[0]
+
+    def _outbound_sasl(self) -> ClientSasl | None:
+        return outbound_sasl(self._node.config, self._listener(), "sasl.mechanism.controller.protocol")
+
     async def _over_network(self, controller_id: int, endpoint: tuple[str, int], api_key: int,
                             ctx: RequestContext | None, request: Any) -> Any:
         conn = self._connections.get(controller_id)
         if conn is None or conn.closed:
-            listener = (self._node.config["controller.listener.names"] or ["CONTROLLER"])[0]
-            sasl = outbound_sasl(self._node.config, listener, "sasl.mechanism.controller.protocol")
+            listener = self._listener()
+            sasl = self._outbound_sasl()
             try:
                 conn = self._connections[controller_id] = await Connection.open(
                     *endpoint, client_id=f"broker-{self._node.node_id}-to-controller",

@@ -287,6 +287,14 @@ def refused_by_controller(node_id: int, controller_id: int, listener: str, sasl:
                        f"listener.name.{listener.lower()}.{sasl.mechanism.lower()}.sasl.jaas.config)")
 
 
+def unauthorized_by_controller(controller_id: int, sasl: ClientSasl | None) -> ConfigError:
+    """What a node stops with when a controller answers its own request CLUSTER_AUTHORIZATION_FAILED: the principal
+    it authenticates as may not CLUSTER_ACTION, which is configuration too (fatal, as in Kafka's KafkaRaftClient)."""
+    who = f"User:{sasl.username}" if isinstance(sasl, SaslCredentials) else "this node's principal"
+    return ConfigError(f"controller {controller_id} answered CLUSTER_AUTHORIZATION_FAILED: {who} may not "
+                       f"CLUSTER_ACTION on the cluster (make it a super user or grant it ClusterAction)")
+
+
 class SaslExchange(Protocol):
     def first(self) -> bytes:
         """The client's first message."""
