@@ -23,10 +23,11 @@ nox.options.error_on_missing_interpreters = True
 PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "metadata-zk", "coordinator-group",
             "coordinator-txn", "coordinator-share"]
-#: The backend matrix: (metadata quorum, log storage). Entries join as their packages do. The tiered cell
-#: (JOSEF_TEST_STORAGE=tiered) runs the tests whose brokers come from the backend fixtures, every topic tiered; see
-#: integration-tests/conftest.py for what it leaves out.
-METADATA = ["kraft"]
+#: The backend matrix: (metadata quorum, log storage). kraft/local runs every integration test; the zookeeper cells
+#: (JOSEF_TEST_METADATA=zookeeper, one ZooKeeper server for the session) the tests marked `metadata`, the tiered cells
+#: (JOSEF_TEST_STORAGE=tiered) the tests whose brokers come from the backend fixtures, every topic tiered; see
+#: integration-tests/conftest.py for what each leaves out.
+METADATA = ["kraft", "zookeeper"]
 STORAGE = ["local", "tiered"]
 #: Each package that runs the core's contract suites (josef.testing.storage, .remote_storage, .metadata_quorum,
 #: .authorizer, .coordinator) against its implementations: the test modules in its tests that do (basenames are unique
@@ -119,10 +120,9 @@ def compat(session: nox.Session) -> None:
 @nox.parametrize("storage", STORAGE)
 @nox.parametrize("metadata", METADATA)
 def integration(session: nox.Session, metadata: str, storage: str) -> None:
-    """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets.
-
-    The tiered cell runs the tests whose brokers come from the backend fixtures, every topic tiered (see
-    integration-tests/conftest.py)."""
+    """End-to-end tests with real clients (confluent-kafka, kafka-python, aiokafka, kcat) over real sockets, in one
+    cell of the backend matrix: kraft/local runs them all, the other cells what their backend changes (see METADATA
+    and integration-tests/conftest.py). The zookeeper cells need Java and Debian's zookeeper (.ci/run installs them)."""
     install_workspace(session)
     session.install(*CLIENT_DEPS, XDIST)
     session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", *INTEGRATION_WORKERS,

@@ -9,18 +9,32 @@ broker, and against a cluster of three combined nodes whose topics, the
 internal ones too, have three replicas and need two in sync, so the same
 assertions check that replication keeps them true.
 
+The nox matrix runs every test in the kraft/local cell, and in each other
+cell only what that cell's backends change: a test marked ``metadata`` (its
+subject is what the metadata backend serves) in the zookeeper cells, one
+marked ``storage`` (what the log storage serves: producing, fetching,
+offsets, compaction, transactions' markers, durability) in the tiered cells,
+one marked both in the zookeeper/tiered cell. The rest would run there
+exactly as in kraft/local.
+
 With ``JOSEF_TEST_STORAGE=tiered`` the brokers have tiered storage on a
 directory shared by the whole session, and every topic that may be tiered is
 (``log.remote.storage.enable``), with small segments and little kept locally,
 so what the tests produce is copied to remote storage and read back from
-there. Only the tests whose brokers come from these fixtures run in that cell:
-the others would run exactly as in the local one. Tests marked
-``default_broker_config`` assert Kafka's default configuration values and
-sources (``kafka-configs.sh`` output, DescribeConfigs sources), which that
-cell's brokers override on purpose; it leaves them out too, and the 3-broker
-runs of ``brokers`` tests: replication over tiered storage has cluster tests
-of its own (test_tiered_storage.py), and CI's time is better spent on the
-rest.
+there. Of the ``storage`` tests, only those whose brokers come from these
+fixtures run in that cell. Tests marked ``default_broker_config`` assert
+Kafka's default configuration values and sources (``kafka-configs.sh``
+output, DescribeConfigs sources), which that cell's brokers override on
+purpose; it leaves them out too, and the 3-broker runs of ``brokers`` tests:
+replication over tiered storage has cluster tests of its own
+(test_tiered_storage.py), and CI's time is better spent on the rest.
+
+With ``JOSEF_TEST_METADATA=zookeeper`` the session starts one Apache
+ZooKeeper server (josef_metadata_zk.testing) and every broker and cluster the
+tests start, through these fixtures or ``josef_cluster``, keeps its metadata
+there (a chroot of its own) instead of in KRaft. A test that chooses its
+quorum itself (``metadata.quorum``, ``controller.quorum.voters``,
+``zookeeper.connect``) keeps its choice.
 """
 
 from __future__ import annotations
@@ -35,13 +49,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
+from kazoo.client import KazooClient
 
 from josef.node.cluster import JosefCluster
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
+from josef_metadata_zk.testing import ZooKeeperEnsemble, fresh_chroot
 
 READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
 START_TIMEOUT_S = 30
@@ -70,7 +86,18 @@ def tiered() -> bool:
     return os.environ.get("JOSEF_TEST_STORAGE", "local") == "tiered"
 
 
+def on_zookeeper() -> bool:
+    return os.environ.get("JOSEF_TEST_METADATA", "kraft") == "zookeeper"
+
+
 REMOTE_ROOT = "JOSEF_TEST_REMOTE_ROOT"
+#: ``host:port`` of the zookeeper cell's ZooKeeper server, started by the controlling process for every xdist worker.
+ZOOKEEPER = "JOSEF_TEST_ZOOKEEPER"
+#: The zookeeper cell's sessions: 6 s, so that a killed or paused controller is replaced within seconds (Kafka's
+#: default, 18 s, would make every failover test wait that long); the server allows up to 20 s.
+ZOOKEEPER_SESSION_MS = "6000"
+_CHROOTS: dict[Path, str] = {}
+_ENSEMBLE = pytest.StashKey[ZooKeeperEnsemble]()
 
 
 def own_topics(names: Any) -> list[str]:
@@ -90,58 +117,110 @@ def remote_root() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "default_broker_config: asserts the default broker configuration, so the "
                             "tiered cell (whose brokers override segment and retention defaults) leaves it out")
-    if tiered() and not hasattr(config, "workerinput"):
+    config.addinivalue_line("markers", "metadata: exercises what the metadata backend serves, so it runs in the "
+                            "zookeeper cells of the backend matrix too")
+    config.addinivalue_line("markers", "storage: exercises what the log storage serves, so it runs in the tiered "
+                            "cells of the backend matrix too")
+    if hasattr(config, "workerinput"):
+        return
+    if tiered():
         os.environ[REMOTE_ROOT] = tempfile.mkdtemp(prefix="josef-remote-")
+    if on_zookeeper():
+        directory = Path(tempfile.mkdtemp(prefix="josef-zookeeper-"))
+        config.stash[_ENSEMBLE] = ensemble = ZooKeeperEnsemble(directory, max_session_ms=20_000)
+        ensemble.start()
+        os.environ[ZOOKEEPER] = ensemble.connect
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """In the tiered cell, how much the brokers copied to remote storage (the segments left there at the end)."""
-    if tiered() and not hasattr(terminalreporter.config, "workerinput"):
+    """In the tiered cells, how much the brokers copied to remote storage (the segments left there at the end); in the
+    zookeeper cells, how many clusters kept their metadata in ZooKeeper (chroots with an elected controller's epoch)."""
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    if tiered():
         segments = list(remote_root().rglob("*.log"))
         terminalreporter.write_line(f"tiered storage: {len(segments)} segment(s), "
                                     f"{sum(p.stat().st_size for p in segments)} bytes, in {remote_root()} at the end")
+    if on_zookeeper():
+        zk = KazooClient(hosts=os.environ[ZOOKEEPER])
+        zk.start(timeout=30)
+        try:
+            chroots = [c for c in zk.get_children("/") if zk.exists(f"/{c}/controller_epoch")]
+        finally:
+            zk.stop()
+            zk.close()
+        terminalreporter.write_line(f"zookeeper: {len(chroots)} cluster(s) kept their metadata in ZooKeeper "
+                                    f"({os.environ[ZOOKEEPER]})")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if tiered() and not hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if tiered():
         shutil.rmtree(remote_root(), ignore_errors=True)
+    ensemble = config.stash.get(_ENSEMBLE, None)
+    if ensemble is not None:
+        ensemble.stop()
+        shutil.rmtree(ensemble.servers[0].directory.parent, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In the tiered cell, only the tests whose brokers come from these fixtures (see the module's docstring)."""
-    if not tiered():
+    """Outside kraft/local, only the tests marked for every backend of the cell that is not the default; in the
+    tiered cells, of those, the ones whose brokers come from these fixtures (see the module's docstring)."""
+    if not tiered() and not on_zookeeper():
         return
     backend = {"broker_factory", "brokers_factory"}
     kept, other = [], []
     for item in items:
-        runs = backend & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("default_broker_config")
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("brokers_factory") == "3-brokers":
-            runs = False
+        runs = not on_zookeeper() or item.get_closest_marker("metadata") is not None
+        if tiered():
+            runs = runs and item.get_closest_marker("storage") is not None \
+                and backend & set(getattr(item, "fixturenames", ())) \
+                and not item.get_closest_marker("default_broker_config")
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None and callspec.params.get("brokers_factory") == "3-brokers":
+                runs = False
         (kept if runs else other).append(item)
     config.hook.pytest_deselected(items=other)
     items[:] = kept
 
 
-def backend_overrides() -> dict[str, str]:
-    """The metadata quorum and log storage under test, as the nox matrix names them."""
-    overrides = {"metadata.quorum": os.environ.get("JOSEF_TEST_METADATA", "kraft"), "log.storage": "local"}
+def metadata_overrides(data_dir: Path | None = None) -> dict[str, str | None]:
+    """The zookeeper cell's settings of a node or cluster: a chroot of its own on the session's server (the same one
+    for every process started on ``data_dir``), no KRaft voters; none in the kraft cells, which run on the default."""
+    if not on_zookeeper():
+        return {}
+    chroot = _CHROOTS.setdefault(data_dir, fresh_chroot(os.environ[ZOOKEEPER])) if data_dir else \
+        fresh_chroot(os.environ[ZOOKEEPER])
+    return {"metadata.quorum": "zookeeper", "zookeeper.connect": chroot, "controller.quorum.voters": None,
+            "zookeeper.session.timeout.ms": ZOOKEEPER_SESSION_MS}
+
+
+def storage_overrides() -> dict[str, str]:
+    """The log storage under test: local, or tiered on the session's remote directory."""
+    overrides = {"log.storage": "local"}
     if tiered():
         overrides.update(TIERED, **{"rsm.config.storage.root": str(remote_root())})
     return overrides
 
 
+def backend_overrides(data_dir: Path | None = None) -> dict[str, str | None]:
+    """The metadata quorum and log storage under test, as the nox matrix names them (None: a key left unset)."""
+    return {**storage_overrides(), **metadata_overrides(data_dir)}
+
+
+def chooses_quorum(overrides: Mapping[str, Any]) -> bool:
+    return bool({"metadata.quorum", "controller.quorum.voters", "zookeeper.connect"} & overrides.keys())
+
+
 class BrokerProcess:
     """``josef server start`` in a child process; stdout+stderr kept in ``log`` for failure reports."""
 
-    def __init__(self, data_dir: Path, **overrides: str) -> None:
+    def __init__(self, data_dir: Path, **overrides: str | None) -> None:
         self.data_dir = data_dir
-        self.overrides = {
-            "listeners": "PLAINTEXT://127.0.0.1:0",
-            "log.dirs": str(data_dir),
-            **backend_overrides(),
-            **overrides,
-        }
+        backend = {**storage_overrides(), **({} if chooses_quorum(overrides) else metadata_overrides(data_dir))}
+        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir), **backend, **overrides}
+        self.overrides = {key: value for key, value in settings.items() if value is not None}
         self.proc: subprocess.Popen[str] | None = None
         self.port = -1
         self.log: list[str] = []
@@ -212,6 +291,20 @@ class BrokerProcess:
 
 
 @pytest.fixture
+def josef_cluster(josef_cluster) -> Callable[..., JosefCluster]:
+    """The core's ``josef_cluster`` (josef.testing), whose clusters keep their metadata on the cell's backend unless
+    the test chooses a quorum itself."""
+
+    def make(*args: Any, node_overrides: Mapping[int, Mapping[str, str | None]] | None = None,
+             **overrides: Any) -> JosefCluster:
+        chosen = chooses_quorum(overrides) or any(chooses_quorum(o) for o in (node_overrides or {}).values())
+        return josef_cluster(*args, node_overrides=node_overrides,
+                             **{**({} if chosen else metadata_overrides()), **overrides})
+
+    return make
+
+
+@pytest.fixture
 def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     started: list[BrokerProcess] = []
 
@@ -275,7 +368,7 @@ def brokers_factory(request: pytest.FixtureRequest, broker_factory, josef_cluste
     def make(**overrides: str) -> BrokerProcess | ClusterBrokers:
         if request.param == "1-broker":
             return broker_factory(**overrides)
-        return ClusterBrokers(josef_cluster(combined=3, **{**backend_overrides(), **REPLICATED, **overrides}))
+        return ClusterBrokers(josef_cluster(combined=3, **{**storage_overrides(), **REPLICATED, **overrides}))
 
     return make
 

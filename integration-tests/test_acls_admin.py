@@ -22,6 +22,8 @@ from confluent_kafka.admin import (
 
 from josef_client.commands.acls import acls as acls_command
 
+pytestmark = pytest.mark.metadata
+
 STANDARD_AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                        "super.users": "User:ANONYMOUS"}
 TIMEOUT = 30

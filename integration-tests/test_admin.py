@@ -12,6 +12,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+pytestmark = [pytest.mark.metadata, pytest.mark.storage]
+
 
 def admin(broker):
     return AdminClient({"bootstrap.servers": broker.bootstrap_servers})

@@ -24,6 +24,8 @@ from confluent_kafka.admin import (
 from josef_client import Admin
 from josef_client import ConfigResource as JosefResource
 
+pytestmark = pytest.mark.metadata
+
 
 @pytest.fixture
 def configured(broker_factory):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import LogDirNotFoundError, NoError
 from kafka.structs import TopicPartitionReplica
+
+pytestmark = pytest.mark.storage
 
 TOPIC = "moving"
 COUNT = 300

@@ -2,10 +2,13 @@
 
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from josef.testing import eventually
+
+pytestmark = pytest.mark.storage
 
 COUNT = 30_000
 TOPIC = "rolled"

@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from josef_client import AsyncConsumer, Consumer, ConsumerRecord, TopicPartition
 
+pytestmark = pytest.mark.storage
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 COUNT = 2_000
 

@@ -14,12 +14,15 @@ import re
 import threading
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
+
+pytestmark = pytest.mark.storage
 
 KEYS = 1000
 UPDATES = 200_000

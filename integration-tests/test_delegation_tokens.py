@@ -26,6 +26,8 @@ from josef_client.consumer import Consumer
 from josef_client.producer import Producer
 from secured import ADMIN, ADMIN_PASSWORD, start_secured_cluster
 
+pytestmark = pytest.mark.metadata
+
 TOPIC, GROUP = "jobs", "job-runners"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 

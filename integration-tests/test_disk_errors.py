@@ -12,7 +12,8 @@ import sys
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)"),
+              pytest.mark.storage]
 
 
 def send(broker, topic, values):

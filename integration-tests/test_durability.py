@@ -4,6 +4,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+pytestmark = [pytest.mark.metadata, pytest.mark.storage]
+
 COUNT = 20_000
 
 

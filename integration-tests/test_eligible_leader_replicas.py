@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient, eventually
+
+pytestmark = pytest.mark.metadata
 
 FAST = {
     "controller.quorum.election.timeout.ms": "500",

@@ -9,6 +9,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTP
 
+pytestmark = pytest.mark.storage
+
 
 def create(broker, topic, partitions=1, **config):
     client = AdminClient({"bootstrap.servers": broker.bootstrap_servers})

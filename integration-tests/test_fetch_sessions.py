@@ -3,12 +3,15 @@
 
 import random
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from josef.testing import eventually, free_ports
+
+pytestmark = pytest.mark.storage
 
 PARTITIONS = 200
 RECORDS = 2000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from group_workers import consume_committing
@@ -10,6 +11,8 @@ from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from josef.testing import free_ports
+
+pytestmark = pytest.mark.metadata
 
 DEADLINE_S = 60
 PARTITIONS = 3

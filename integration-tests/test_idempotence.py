@@ -30,6 +30,8 @@ from josef.protocol.records import BatchHeader, build_batch, iter_batches
 from josef.server.dispatch import is_flexible
 from josef.testing import eventually
 
+pytestmark = [pytest.mark.metadata, pytest.mark.storage]
+
 PRODUCE, FETCH, LIST_OFFSETS, DELETE_RECORDS, INIT_PRODUCER_ID = 0, 1, 2, 21, 22
 
 

@@ -6,6 +6,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.storage
+
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 

@@ -11,7 +11,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
+
+pytestmark = pytest.mark.metadata
 
 TIMEOUT_S = 60
 

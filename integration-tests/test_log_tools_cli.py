@@ -14,8 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.storage
 
 TOPIC = "dumped"
 GROUP = "dumpers"

@@ -2,10 +2,13 @@
 
 import asyncio
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTP
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+pytestmark = pytest.mark.storage
 
 COUNT = 2_000
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
+
+pytestmark = pytest.mark.metadata
 
 QUOTA = 1024 * 1024  # bytes/s
 RUN_S = 20

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kafka.admin import KafkaAdminClient
@@ -21,6 +22,8 @@ from kafka.admin import KafkaAdminClient
 from josef.testing import eventually
 from test_leader_election import josef, partition_line
 from test_replication import FAST, Load, check_every_acknowledged_record, partitions_of, read_all
+
+pytestmark = pytest.mark.metadata
 
 THROTTLE = 500_000  # bytes/s
 PRELOAD = 6144  # records of 1 KiB: ~6 MiB to copy, 12 s at the throttle: longer than the checks made meanwhile take on a loaded machine

@@ -27,6 +27,8 @@ from josef.protocol.records import build_batch
 from josef.testing import RawClient, eventually
 from secured import client_settings, start_secured_cluster
 
+pytestmark = pytest.mark.metadata
+
 FAST = {
     "controller.quorum.election.timeout.ms": "500",
     "controller.quorum.fetch.timeout.ms": "1000",

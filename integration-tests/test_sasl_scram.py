@@ -24,6 +24,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from round_trips import confluent_round_trip, expected
 
+pytestmark = pytest.mark.metadata
+
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 SCRAM_OVERRIDES = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",

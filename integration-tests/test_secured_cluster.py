@@ -22,6 +22,8 @@ from secured import OUTSIDER, OUTSIDER_PASSWORD, client_settings, plain_jaas, st
 from test_replication import (FAST, Load, admin, check_every_acknowledged_record, create_topic, full_isr, partitions_of,
                               read_all, settings)
 
+pytestmark = pytest.mark.metadata
+
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 
 

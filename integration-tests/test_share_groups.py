@@ -8,11 +8,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient, eventually
+
+pytestmark = pytest.mark.metadata
 
 STATE = {"share.coordinator.state.topic.num.partitions": "3", "share.coordinator.state.topic.replication.factor": "3",
          "share.coordinator.snapshot.update.records.per.snapshot": "3"}

@@ -25,6 +25,8 @@ from josef_client import Admin as JosefAdmin
 from josef_client import TopicPartition as JosefTopicPartition
 from josef_client.admin import ElectionType
 
+pytestmark = [pytest.mark.metadata, pytest.mark.storage]
+
 #: A broker with tiered storage in a directory, visiting its partitions every 200 ms.
 TIERED = {
     "remote.log.storage.system.enable": "true",

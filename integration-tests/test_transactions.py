@@ -35,6 +35,8 @@ from kafka.structs import TopicPartition as KafkaPythonTopicPartition
 from josef.protocol.api_keys import ApiKey
 from josef.testing import RawClient
 
+pytestmark = [pytest.mark.metadata, pytest.mark.storage]
+
 DEADLINE_S = 60
 SENTINEL = b"sentinel"
 #: Short coordinator intervals, so an expired transaction is aborted within a second of its timeout.

@@ -9,6 +9,8 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.errors import InvalidUpdateVersionError
 
+pytestmark = pytest.mark.metadata
+
 MV = "metadata.version"
 ELR = "eligible.leader.replicas.version"
 
