@@ -52,3 +52,22 @@ def test_an_unreachable_server_is_a_clear_error():
     [port] = free_ports(1)
     failed = shell(f"127.0.0.1:{port}", "ls", "/", options=("--timeout", "1"))
     assert failed.exit_code != 0 and f"cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s" in failed.output
+
+
+def test_over_tls_with_kafka_s_zk_tls_config_file(tmp_path):
+    from josef.testing.tls import TlsFiles
+    from josef_metadata_zk.testing import ZooKeeperEnsemble
+
+    tls = TlsFiles.create(tmp_path / "tls")
+    config = tmp_path / "zk-tls.properties"
+    config.write_text("zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty\n"
+                      f"zookeeper.ssl.client.enable=true\nzookeeper.ssl.truststore.type=PEM\n"
+                      f"zookeeper.ssl.truststore.location={tls.ca_pem}\n")
+    with ZooKeeperEnsemble(tmp_path / "zookeeper", tls=tls) as ensemble:
+        listed = shell(ensemble.secure_connect, "-zk-tls-config-file", str(config), "ls", "/")
+        assert listed.exit_code == 0, listed.output
+        assert listed.stdout.splitlines() == [f"Connecting to {ensemble.secure_connect}", "[zookeeper]"]
+        plain = shell(ensemble.secure_connect, "ls", "/", options=("--timeout", "2"))  # no TLS: no answer
+        assert plain.exit_code != 0 and "cannot reach ZooKeeper" in plain.output
+    missing = shell("127.0.0.1:2181", "-zk-tls-config-file", str(tmp_path / "absent.properties"), "ls", "/")
+    assert missing.exit_code != 0 and "cannot read" in missing.output
