@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import own_topics
+from conftest import BrokerProcess, own_topics
 
 from josef_client import Admin, ConfigResource, NewTopic, TopicPartition
 
@@ -340,10 +340,26 @@ BAD_INPUT = [
 ]
 
 
+@pytest.fixture(scope="module")
+def refusing_broker(tmp_path_factory):
+    """One broker with a topic ``existing`` (2 partitions) for every bad-input case: each is refused before it changes
+    anything, so they need no broker of their own (starting one per case took most of this module's time)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("refusing-broker")).start()
+    try:
+        client = Admin(bootstrap_servers=broker.bootstrap_servers)
+        try:
+            client.create_topics([NewTopic("existing", 2)])
+        finally:
+            client.close()
+        yield broker
+    finally:
+        broker.kill()
+        print("--- broker log ---\n" + "".join(broker.log[-200:]))
+
+
 @pytest.mark.parametrize("args, pattern", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
-def test_bad_input_is_one_line_error(broker, admin, args, pattern):
-    admin.create_topics([NewTopic("existing", 2)])
-    one_line_error(josef(*args, "--bootstrap-server", broker.bootstrap_servers,
+def test_bad_input_is_one_line_error(refusing_broker, args, pattern):
+    one_line_error(josef(*args, "--bootstrap-server", refusing_broker.bootstrap_servers,
                          input="key:value\nno separator here\n"), pattern)
 
 
