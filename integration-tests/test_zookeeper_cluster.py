@@ -9,6 +9,9 @@ resumed, writes nothing more), and one server of a 3-server ensemble killed unde
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 
 from confluent_kafka.admin import AdminClient
@@ -39,6 +42,14 @@ def topics_seen_by(node, names: set[str]) -> bool:
     metadata = AdminClient({"bootstrap.servers": node.bootstrap_server}).list_topics(timeout=10)
     return all(name in metadata.topics and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
                for name in names)
+
+
+def quorum_tool(bootstrap_server: str, option: str) -> str:
+    """``josef metadata-quorum --bootstrap-server ... describe OPTION``'s output (Kafka's kafka-metadata-quorum.sh)."""
+    result = subprocess.run([sys.executable, "-m", "josef", "metadata-quorum", "--bootstrap-server", bootstrap_server,
+                             "describe", option], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def registered(zk_connect: str, node) -> dict | None:
@@ -91,6 +102,14 @@ def test_a_frozen_controller_is_replaced_and_writes_nothing_once_resumed(josef_c
     eventually(zookeeper_view_agrees, what="/brokers/topics/before/partitions/<p>/state matching the brokers' metadata")
     assignment = json.loads(read_znode(zk_connect, "/brokers/topics/before"))
     assert assignment["version"] == 3 and sorted(assignment["partitions"]) == [str(p) for p in range(PARTITIONS)]
+    # Kafka's quorum tool, through any broker: the active controller leads, at its controller epoch.
+    status = quorum_tool(cluster.node(controller_id).bootstrap_server, "--status")
+    assert f"LeaderId:               {new_id}\n" in status and f"LeaderEpoch:            {new_epoch}\n" in status
+    assert re.search(rf'CurrentVoters:\s+\[\{{"id": {new_id}, .*"endpoints": \["CONTROLLER://127', status), status
+    high_watermark = int(re.search(r"HighWatermark:\s+(\d+)", status).group(1))
+    assert high_watermark > 0
+    rows = quorum_tool(cluster.node(new_id).bootstrap_server, "--replication").splitlines()[1:]
+    assert sorted(row.split()[-1] for row in rows) == ["Leader", "Observer", "Observer"], rows
     acknowledged = check_every_acknowledged_record(load, read_all(cluster, "before"))
     print(f"\ncontroller {controller_id} frozen: node {new_id} elected after {took:.1f} s (epoch {epoch} -> "
           f"{new_epoch}); {acknowledged} acknowledged records read back")

@@ -13,6 +13,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from josef.metadata.meta_properties import read
 from josef_metadata_zk.testing import read_znode
+from test_zookeeper_cluster import quorum_tool
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -65,6 +66,8 @@ def test_a_broker_on_zookeeper_serves_clients_and_keeps_everything_across_kill_9
     assert read_znode(zk_connect, "/controller_epoch") == b"2"
     assert read_back(broker.bootstrap_servers, "on-zk", len(values)) == sorted(values)
     create_topic(broker.bootstrap_servers, "after-restart")  # the restarted node is the controller again
+    status = quorum_tool(broker.bootstrap_servers, "--status")  # answered by the node's own controller
+    assert "LeaderId:               1\n" in status and "LeaderEpoch:            2\n" in status, status
 
 
 def test_the_broker_goes_on_serving_while_zookeeper_is_down_and_metadata_changes_resume(zk_broker, zookeeper):

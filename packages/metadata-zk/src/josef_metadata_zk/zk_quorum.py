@@ -52,6 +52,8 @@ from josef.log import LogStorage
 from josef.metadata import meta_properties
 from josef.metadata.quorum import MetadataListener, NotControllerError
 from josef.metadata.records import Endpoint, MetadataRecord, random_uuid
+from josef.protocol.api_keys import ApiKey
+from josef.server.dispatch import RequestContext
 from josef_metadata_zk.commits import (
     CommitHeader,
     CorruptCommitError,
@@ -62,6 +64,7 @@ from josef_metadata_zk.commits import (
     read_header,
     read_snapshot_header,
 )
+from josef_metadata_zk.describe import describe_quorum
 from josef_metadata_zk.kafka_layout import Write, changed_layout, full_layout
 from josef_metadata_zk.znodes import (
     BROKER_IDS,
@@ -183,7 +186,17 @@ class ZooKeeperQuorum:
         return self.controllers().get(node_id)
 
     def apis(self) -> Sequence[tuple[int, Any, int, int]]:
-        return ()  # ZooKeeper replicates the log: no Raft APIs
+        # ZooKeeper replicates the log: no Raft APIs; DescribeQuorum for the tools (josef_metadata_zk.describe).
+        return ((ApiKey.DESCRIBE_QUORUM, self._describe_quorum, 0, 2),)
+
+    async def _describe_quorum(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+        assert self._listener is not None
+        endpoints = self._listener.endpoints()
+        return describe_quorum(request, node_id=self.node_id,
+                               controller_id=self.node_id if self.is_controller else self.controller_id,
+                               controller_epoch=self.controller_epoch, high_watermark=self._delivered_offset + 1,
+                               brokers=self._listener.current_image().brokers,
+                               endpoints=[e for e in endpoints if e.name in self._controller_listeners] or endpoints)
 
     @property
     def is_controller(self) -> bool:
