@@ -258,11 +258,15 @@ async def test_the_controller_hears_of_a_broker_whose_session_ended_and_only_of_
         end_points=(BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=39092, security_protocol=0),))
     with anyio.fail_after(TIMEOUT_S):
         async with running(Node(connect=zk_connect), Path()) as (q, listener):
-            await q.append([registration])
             hosts, root = split_connect(zk_connect)
             broker_session = KazooClient(hosts=hosts)
             broker_session.start(timeout=30)
+            # The znode may be seen before the registration it was written from: its epoch comes with the commit.
             broker_session.create(root + "/brokers/ids/5", b"{}", ephemeral=True, makepath=True)
+            with anyio.fail_after(10):
+                while 5 not in q._broker_sessions:
+                    await anyio.sleep(0.05)  # a watch's callback on kazoo's thread
+            await q.append([registration])
             await q.append([dataclasses.replace(registration, broker_epoch=9)])  # registered again in the same session
             broker_session.stop()  # the session ends, and the znode with it
             broker_session.close()

@@ -302,6 +302,15 @@ class ZooKeeperQuorum:
             if self.is_controller and epoch >= 0:
                 self._listener.on_broker_session_end(broker_id, epoch)
 
+    def _learn_broker_epochs(self) -> None:
+        """A /brokers/ids znode may appear before this node's image holds the registration it was written from (the
+        broker read it from ZooKeeper first): its epoch is taken from the first image that has one."""
+        assert self._listener is not None
+        brokers = self._listener.current_image().brokers
+        for broker_id, epoch in self._broker_sessions.items():
+            if epoch < 0 and broker_id in brokers:
+                self._broker_sessions[broker_id] = brokers[broker_id].epoch
+
     # Following the log -----------------------------------------------------------------------------
 
     async def _follow(self) -> None:
@@ -347,6 +356,7 @@ class ZooKeeperQuorum:
                 self._delivered.set()
                 self._delivered = anyio.Event()
                 self._note_registration()
+                self._learn_broker_epochs()
 
     # Kafka's layout ------------------------------------------------------------------------------------
 
