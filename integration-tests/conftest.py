@@ -190,8 +190,9 @@ def metadata_overrides(data_dir: Path | None = None) -> dict[str, str | None]:
     for every process started on ``data_dir``), no KRaft voters; none in the kraft cells, which run on the default."""
     if not on_zookeeper():
         return {}
-    chroot = _CHROOTS.setdefault(data_dir, fresh_chroot(os.environ[ZOOKEEPER])) if data_dir else \
-        fresh_chroot(os.environ[ZOOKEEPER])
+    chroot = _CHROOTS.get(data_dir) or fresh_chroot(os.environ[ZOOKEEPER])
+    if data_dir is not None:
+        _CHROOTS[data_dir] = chroot
     return {"metadata.quorum": "zookeeper", "zookeeper.connect": chroot, "controller.quorum.voters": None,
             "zookeeper.session.timeout.ms": ZOOKEEPER_SESSION_MS}
 
@@ -204,9 +205,9 @@ def storage_overrides() -> dict[str, str]:
     return overrides
 
 
-def backend_overrides(data_dir: Path | None = None) -> dict[str, str | None]:
+def backend_overrides() -> dict[str, str | None]:
     """The metadata quorum and log storage under test, as the nox matrix names them (None: a key left unset)."""
-    return {**storage_overrides(), **metadata_overrides(data_dir)}
+    return {**storage_overrides(), **metadata_overrides()}
 
 
 def chooses_quorum(overrides: Mapping[str, Any]) -> bool:

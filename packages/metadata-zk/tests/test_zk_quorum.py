@@ -20,6 +20,7 @@ from josef.metadata.records import BrokerEndpoint, BrokerFeature, Endpoint, Regi
 from josef.node.server_properties import load_config
 from josef.testing import free_ports
 from josef.testing.metadata_quorum import RecordingListener, controller_batches, running, topic_records
+from josef.testing.tls import TlsFiles
 from josef_metadata_zk.commits import CorruptCommitError, read_snapshot_header
 from josef_metadata_zk.testing import ZooKeeperEnsemble
 from josef_metadata_zk.znodes import COMMIT_PREFIX, METADATA_LOG, METADATA_PARTS, METADATA_SNAPSHOT, split_connect
@@ -380,8 +381,6 @@ def tls_settings(tls, node_cert=None, **extra: str) -> dict[str, str]:
 async def test_over_tls_a_node_s_certificate_owns_what_it_writes_and_others_only_read_it(tmp_path):
     """zookeeper.ssl.* to the ensemble's secureClientPort; with zookeeper.set.acl the node's znodes carry Kafka's
     secure ACL: all rights to the node's certificate (ZooKeeper's x509 identity), read to the world."""
-    from josef.testing.tls import TlsFiles
-
     tls = TlsFiles.create(tmp_path / "tls")
     node_cert = tls.client("josef-node", unit="brokers", organization="josef")
     with ZooKeeperEnsemble(tmp_path / "zookeeper", tls=tls) as ensemble, anyio.fail_after(TIMEOUT_S):
@@ -423,8 +422,6 @@ async def test_tls_misconfigurations_are_refused_with_the_key_to_fix(tmp_path, z
         "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": "/ca.pem",
         "zookeeper.ssl.keystore.location": "/node.jks", "zookeeper.ssl.keystore.type": "JKS"})
     # TLS to the plain port: no handshake, a clear error naming zookeeper.connect.
-    from josef.testing.tls import TlsFiles
-
     tls = TlsFiles.create(tmp_path / "tls")
     error = await start_fails(quorum(zk_connect, **tls_settings(tls, **{"zookeeper.connection.timeout.ms": "2000"})))
     assert isinstance(error, ConfigError) and "over TLS" in str(error) and zk_connect in str(error), error

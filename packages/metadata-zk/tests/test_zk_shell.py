@@ -11,6 +11,8 @@ from kazoo.client import KazooClient
 
 from josef.cli import build_cli
 from josef.testing import free_ports
+from josef.testing.tls import TlsFiles
+from josef_metadata_zk.testing import ZooKeeperEnsemble
 from josef_metadata_zk.znodes import split_connect
 
 
@@ -55,9 +57,6 @@ def test_an_unreachable_server_is_a_clear_error():
 
 
 def test_over_tls_with_kafka_s_zk_tls_config_file(tmp_path):
-    from josef.testing.tls import TlsFiles
-    from josef_metadata_zk.testing import ZooKeeperEnsemble
-
     tls = TlsFiles.create(tmp_path / "tls")
     config = tmp_path / "zk-tls.properties"
     config.write_text("zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty\n"

@@ -191,12 +191,16 @@ class ZooKeeperQuorum:
 
     async def _describe_quorum(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         assert self._listener is not None
-        endpoints = self._listener.endpoints()
         return describe_quorum(request, node_id=self.node_id,
                                controller_id=self.node_id if self.is_controller else self.controller_id,
                                controller_epoch=self.controller_epoch, high_watermark=self._delivered_offset + 1,
                                brokers=self._listener.current_image().brokers,
-                               endpoints=[e for e in endpoints if e.name in self._controller_listeners] or endpoints)
+                               endpoints=self._controller_endpoints() or self._listener.endpoints())
+
+    def _controller_endpoints(self) -> list[Endpoint]:
+        """This node's controller listeners, as /controller names them for the other nodes."""
+        assert self._listener is not None
+        return [e for e in self._listener.endpoints() if e.name in self._controller_listeners]
 
     @property
     def is_controller(self) -> bool:
@@ -614,7 +618,7 @@ class ZooKeeperQuorum:
         if self._closed or self._epoch_version is not None or not self._eligible:
             return
         assert self._listener is not None
-        endpoints = [e for e in self._listener.endpoints() if e.name in self._controller_listeners]
+        endpoints = self._controller_endpoints()
         try:
             won = await anyio.to_thread.run_sync(self._try_elect, endpoints)
         except KazooException as exc:
