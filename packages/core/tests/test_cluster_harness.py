@@ -52,6 +52,20 @@ def test_free_ports_lie_below_the_kernels_ephemeral_range():
     assert all(port < floor for port in free_ports(20))
 
 
+def test_parallel_test_workers_draw_free_ports_from_disjoint_slices(monkeypatch):
+    # A port free while its node is down for a restart must not go to another worker's cluster.
+    floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    drawn = {}
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        drawn[worker] = free_ports(30)
+    slice_size = (floor - 10_000) // 4
+    for index, worker in enumerate(("gw0", "gw1", "gw2"), start=1):
+        low = 10_000 + index * slice_size
+        assert all(low <= port < low + slice_size for port in drawn[worker]), (worker, drawn[worker])
+
+
 def test_split_cluster_writes_kafka_properties_for_every_node(tmp_path):
     cluster = JosefCluster(tmp_path, controllers=3, brokers=3,
                            overrides={"num.partitions": "6", "log.segment.bytes": "1048576"},

@@ -61,6 +61,18 @@ def _ephemeral_floor() -> int:
         return 0
 
 
+def _port_slice(low: int, high: int) -> tuple[int, int]:
+    """This process's part of ``[low, high)``: all of it, or one of N+1 parts in a run of N pytest-xdist workers
+    (the controlling process, which starts shared servers, has the first)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or count <= 0 or high <= low:
+        return low, high
+    index = int(worker[2:]) + 1
+    size = (high - low) // (count + 1)
+    return low + index * size, low + (index + 1) * size
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports of ``host`` that were free a moment ago, and stay likely to be free.
 
@@ -70,10 +82,12 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     workers' clients included), so ports are drawn at random below that range,
     where only callers of this function look, and checked by binding. Where
     the range is unknown, ``bind(0)`` picks them. A port this process already
-    handed out is not given twice.
+    handed out is not given twice, and parallel test workers (pytest-xdist's
+    ``PYTEST_XDIST_WORKER``) draw from disjoint slices of that range, so a
+    port free only while its node is down for a restart is not handed to
+    another worker's cluster.
     """
-    floor = _ephemeral_floor()
-    low = 10_000
+    low, floor = _port_slice(10_000, _ephemeral_floor())
     ports: list[int] = []
     with _ports_lock:
         for _ in range(n * 50 + 100):

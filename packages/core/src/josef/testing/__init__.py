@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from josef.node.cluster import JosefCluster, NodeProcess, free_ports
 from josef.protocol.api_keys import ApiKey
@@ -165,11 +166,21 @@ class RawClient:
     def list_offset(self, topic: str, timestamp: int, partition: int = 0) -> int:
         """The offset ListOffsets answers for one partition: ``timestamp`` -1 latest, -2 earliest, -4 earliest local
         (tiered storage: where the broker's disk starts), -5 latest tiered, -6 earliest pending upload, or a time
-        in ms. Ask the partition's leader."""
-        answer = self.call(ApiKey.LIST_OFFSETS, 11, {"replica_id": -1, "isolation_level": 0, "timeout": 30_000, "topics": [
-            {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                            "timestamp": timestamp}]}]})
-        result = answer.topics[0].partitions[0]
+        in ms. Ask the partition's leader.
+
+        A leader opens a partition it was just given in a worker thread and
+        answers NOT_LEADER_OR_FOLLOWER until then; that is retried for up to
+        30 s, as real clients retry it."""
+        deadline = time.monotonic() + 30
+        while True:
+            answer = self.call(ApiKey.LIST_OFFSETS, 11, {"replica_id": -1, "isolation_level": 0, "timeout": 30_000,
+                                                         "topics": [{"name": topic, "partitions": [
+                                                             {"partition_index": partition, "current_leader_epoch": -1,
+                                                              "timestamp": timestamp}]}]})
+            result = answer.topics[0].partitions[0]
+            if result.error_code != ErrorCode.not_leader_or_follower or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert result.error_code == 0, f"ListOffsets {topic}-{partition} at {timestamp}: {result.error_code!r}"
         return result.offset
 
