@@ -46,3 +46,17 @@ def test_a_damaged_commit_is_refused_naming_where_it_is(damage):
     with pytest.raises(CorruptCommitError, match="/josef/metadata/log/commit-0000000003"):
         header = read_header(bytes(data), "/josef/metadata/log/commit-0000000003")
         decode_records(header, header.inline, "/josef/metadata/log/commit-0000000003")
+
+
+def test_a_mirrored_commit_after_a_gap_says_which_offset_it_follows():
+    # A KRaft log mirrored during a migration: Raft's LeaderChange at offset 10 is not a metadata record.
+    batch = records(2)
+    for inline in (True, False):
+        commit = encode_commit(11, batch if inline else records(12_000, name_bytes=200), previous=9)
+        header = read_header(commit.data, "here")
+        assert (header.base_offset, header.previous_offset) == (11, 9)
+        assert bool(header.parts) is not inline
+    assert read_header(encode_commit(11, batch).data, "here").previous_offset == 10
+    assert encode_commit(11, batch, previous=10).data[2] == 0  # no gap: format 0, as before
+    with pytest.raises(ValueError, match="cannot follow"):
+        encode_commit(11, batch, previous=11)

@@ -77,6 +77,22 @@ def register_metadata_quorum(register: Register) -> None:
 
 
 @hookspec
+def register_metadata_migrations(register: Register) -> None:
+    """Offer a metadata backend as the source of a migration to KRaft (KIP-866; ZooKeeper's).
+
+    Called when a node with the controller role is assembled, and by
+    ``josef metadata migrate``. Call ``register(name, factory)`` with the
+    name the backend has in ``register_metadata_quorum``;
+    ``factory(config)`` receives the node's :class:`josef.config.Config` and
+    returns a :class:`josef.metadata.migration.MetadataMigration` when that
+    configuration asks to migrate from this backend (ZooKeeper's:
+    ``zookeeper.metadata.migration.enable=true``), else None. A node whose
+    own quorum is that backend is never asked. Plugin API 1.5. Returns
+    nothing.
+    """
+
+
+@hookspec
 def register_coordinators(register: Register) -> None:
     """Offer coordinators (group, transaction, share) that own a set of API keys.
 

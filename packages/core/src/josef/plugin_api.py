@@ -73,6 +73,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.coordinator.hashing": "*",
     "josef.metadata": "*",
     "josef.metadata.quorum": "*",
+    "josef.metadata.migration": "*",
     "josef.metadata.bootstrap": "*",
     "josef.metadata.image": "*",
     "josef.metadata.records": "*",

@@ -24,6 +24,7 @@ KINDS = {
     "register_log_storage": "log storage",
     "register_log_storage_layers": "log storage layers",
     "register_metadata_quorum": "metadata quorum",
+    "register_metadata_migrations": "metadata migrations",
     "register_coordinators": "coordinators",
     "register_authorizers": "authorizers",
     "register_policies": "policies",

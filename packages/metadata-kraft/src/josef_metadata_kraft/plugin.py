@@ -1,4 +1,4 @@
-"""Registers the KRaft quorum, its configuration keys and the ``josef storage`` commands."""
+"""Registers the KRaft quorum, its configuration keys, and the ``josef storage`` and ``josef metadata`` commands."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from josef.config import ConfigKey, ConfigType, at_least
 from josef.hookspecs import Register
 from josef_metadata_kraft.commands import storage
 from josef_metadata_kraft.kraft_quorum import KRaftQuorum
+from josef_metadata_kraft.migrate import metadata
 
 #: The plugin API versions this plugin works with (checked when the plugin manager loads it).
 JOSEF_PLUGIN_API = ">=1.5,<2"  # 1.5: metadata.log.max.record.bytes.between.snapshots is the core's
@@ -42,3 +43,4 @@ def register_configs(register: Register) -> None:
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     cli.add_command(storage)
+    cli.add_command(metadata)

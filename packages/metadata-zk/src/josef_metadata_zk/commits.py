@@ -1,7 +1,8 @@
 """The metadata log's commits as znodes: one persistent sequential znode under ``/josef/metadata/log`` per commit.
 
 A commit znode holds a header (magic ``JZ``, format 0, the offset of its
-first record, how many records, a CRC-32C of the records' bytes) and the
+first record, how many records, a CRC-32C of the records' bytes; format 1
+adds the offset of the log's record before it, after a gap) and the
 records, each Kafka's framed metadata record (ApiMessageAndVersion, as in
 the KRaft log) behind its int32 length. Records that would not fit under
 ZooKeeper's 1 MB znode limit (``jute.maxbuffer``, which also bounds a whole
@@ -32,7 +33,12 @@ from josef.metadata.records import MetadataRecord, UnknownRecordError, decode, e
 MAGIC = b"JZ"
 SNAPSHOT_MAGIC = b"JS"
 FORMAT = 0
+#: A commit that does not start right after the one before it: a KRaft quorum's, mirrored while a cluster
+#: migrates to KRaft (josef_metadata_zk.migration), where the Raft log's control records take offsets of their own.
+#: Its header is followed by the offset of the last record before it.
+FORMAT_AFTER_GAP = 1
 _HEADER = struct.Struct(">2sBqiIB")  # magic, format, base offset, record count, crc32c, 0 inline / 1 in parts
+_PREVIOUS = struct.Struct(">q")
 _PARTS = struct.Struct(">16si")  # the parts' uuid, how many
 _LENGTH = struct.Struct(">i")
 _SNAPSHOT = struct.Struct(">2sBqq")  # magic, format, last offset covered, last commit sequence covered
@@ -52,15 +58,23 @@ class EncodedCommit:
     parts: tuple[tuple[str, bytes], ...] = ()
 
 
-def encode_commit(base_offset: int, records: Sequence[MetadataRecord]) -> EncodedCommit:
+def encode_commit(base_offset: int, records: Sequence[MetadataRecord], previous: int | None = None) -> EncodedCommit:
+    """A commit of ``records`` from ``base_offset``; ``previous`` is the offset of the log's last record before it
+    when that is not ``base_offset - 1`` (a mirrored KRaft log's gap)."""
     payload = b"".join(_LENGTH.pack(len(frame)) + frame for frame in map(encode, records))
     checksum = crc32c.crc32c(payload)
+    version, after = FORMAT, b""
+    if previous is not None and previous != base_offset - 1:
+        if not -1 <= previous < base_offset - 1:
+            raise ValueError(f"a commit from offset {base_offset} cannot follow offset {previous}")
+        version, after = FORMAT_AFTER_GAP, _PREVIOUS.pack(previous)
     if len(payload) <= MAX_ZNODE_BYTES:
-        return EncodedCommit(_HEADER.pack(MAGIC, FORMAT, base_offset, len(records), checksum, 0) + payload)
+        return EncodedCommit(_HEADER.pack(MAGIC, version, base_offset, len(records), checksum, 0) + after + payload)
     parts_id = uuid.uuid4()
     parts = tuple((f"{parts_id.hex}-{i // MAX_ZNODE_BYTES:06d}", payload[i:i + MAX_ZNODE_BYTES])
                   for i in range(0, len(payload), MAX_ZNODE_BYTES))
-    data = _HEADER.pack(MAGIC, FORMAT, base_offset, len(records), checksum, 1) + _PARTS.pack(parts_id.bytes, len(parts))
+    data = (_HEADER.pack(MAGIC, version, base_offset, len(records), checksum, 1) + after
+            + _PARTS.pack(parts_id.bytes, len(parts)))
     return EncodedCommit(data, parts)
 
 
@@ -72,6 +86,8 @@ class CommitHeader:
     #: Names of the part znodes holding the records, in order; empty when they are inline (``inline``).
     parts: tuple[str, ...]
     inline: bytes
+    #: The offset of the log's last record before this commit: ``base_offset - 1`` but after a mirrored gap.
+    previous_offset: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -82,15 +98,24 @@ def read_header(data: bytes, where: str) -> CommitHeader:
     if len(data) < _HEADER.size:
         raise CorruptCommitError(f"{where}: {len(data)} bytes, too short for a commit header")
     magic, version, base, count, checksum, kind = _HEADER.unpack_from(data)
-    if magic != MAGIC or version != FORMAT or kind not in (0, 1) or base < 0 or count < 0:
+    if magic != MAGIC or version not in (FORMAT, FORMAT_AFTER_GAP) or kind not in (0, 1) or base < 0 or count < 0:
         raise CorruptCommitError(f"{where}: not a josef metadata commit (magic {magic!r}, format {version}, "
                                  f"base offset {base}, {count} records)")
+    at, previous = _HEADER.size, base - 1
+    if version == FORMAT_AFTER_GAP:
+        if len(data) < at + _PREVIOUS.size:
+            raise CorruptCommitError(f"{where}: {len(data)} bytes, too short for a commit after a gap")
+        (previous,) = _PREVIOUS.unpack_from(data, at)
+        at += _PREVIOUS.size
+        if not -1 <= previous < base - 1:
+            raise CorruptCommitError(f"{where}: its records start at offset {base} after offset {previous}")
     if kind == 0:
-        return CommitHeader(base, count, checksum, (), data[_HEADER.size:])
-    if len(data) != _HEADER.size + _PARTS.size:
-        raise CorruptCommitError(f"{where}: a commit in parts has {len(data)} bytes, not {_HEADER.size + _PARTS.size}")
-    parts_id, how_many = _PARTS.unpack_from(data, _HEADER.size)
-    return CommitHeader(base, count, checksum, tuple(f"{parts_id.hex()}-{i:06d}" for i in range(how_many)), b"")
+        return CommitHeader(base, count, checksum, (), data[at:], previous)
+    if len(data) != at + _PARTS.size:
+        raise CorruptCommitError(f"{where}: a commit in parts has {len(data)} bytes, not {at + _PARTS.size}")
+    parts_id, how_many = _PARTS.unpack_from(data, at)
+    return CommitHeader(base, count, checksum, tuple(f"{parts_id.hex()}-{i:06d}" for i in range(how_many)), b"",
+                        previous)
 
 
 def decode_records(header: CommitHeader, payload: bytes, where: str) -> list[MetadataRecord]:

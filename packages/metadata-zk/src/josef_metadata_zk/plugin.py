@@ -7,6 +7,7 @@ import click
 from josef import hookimpl
 from josef.config import ConfigKey, ConfigType, at_least
 from josef.hookspecs import Register
+from josef_metadata_zk.migration import migration_from_zookeeper
 from josef_metadata_zk.shell import zookeeper_shell
 from josef_metadata_zk.zk_quorum import ZooKeeperQuorum
 
@@ -18,6 +19,11 @@ JOSEF_PLUGIN_API = ">=1.5,<2"
 @hookimpl
 def register_metadata_quorum(register: Register) -> None:
     register("zookeeper", ZooKeeperQuorum)
+
+
+@hookimpl
+def register_metadata_migrations(register: Register) -> None:
+    register("zookeeper", migration_from_zookeeper)
 
 
 @hookimpl
@@ -48,6 +54,10 @@ def register_configs(register: Register) -> None:
                            f"The password of zookeeper.ssl.{kind}.location (of the key, for PEM)."))
         register(ConfigKey(f"zookeeper.ssl.{kind}.type", ConfigType.STRING, None,
                            f"The format of zookeeper.ssl.{kind}.location: PEM (JKS and PKCS12 are refused)."))
+    register(ConfigKey("zookeeper.metadata.migration.enable", ConfigType.BOOLEAN, False,
+                       "On a KRaft controller: the cluster is migrating from the ZooKeeper ensemble of "
+                       "zookeeper.connect (josef metadata migrate); the active controller is the one ZooKeeper's "
+                       "brokers reach, and mirrors every metadata commit into ZooKeeper until this is turned off."))
     register(ConfigKey("zookeeper.ssl.endpoint.identification.algorithm", ConfigType.STRING, "HTTPS",
                        "HTTPS: check the ZooKeeper server's host name against its certificate; empty: do not."))
 

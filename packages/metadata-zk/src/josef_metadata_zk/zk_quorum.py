@@ -35,17 +35,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.interfaces import IAsyncResult
 
 from josef.config import Config, ConfigError
 from josef.log import LogStorage
@@ -55,26 +53,21 @@ from josef.metadata.records import Endpoint, MetadataRecord, random_uuid
 from josef.protocol.api_keys import ApiKey
 from josef.server.dispatch import RequestContext
 from josef_metadata_zk.commits import (
-    CommitHeader,
     CorruptCommitError,
-    SnapshotHeader,
-    decode_records,
     encode_commit,
     encode_snapshot,
-    read_header,
-    read_snapshot_header,
 )
 from josef_metadata_zk.describe import describe_quorum
+from josef_metadata_zk.metadata_znodes import Deposed, MetadataZNodes, layout_batch
 from josef_metadata_zk.kafka_layout import Write, changed_layout, full_layout
 from josef_metadata_zk.znodes import (
     BROKER_IDS,
     CLUSTER_ID,
-    COMMIT_PREFIX,
     CONTROLLER,
     CONTROLLER_EPOCH,
     METADATA_LOG,
     METADATA_PARTS,
-    METADATA_SNAPSHOT,
+    MIGRATION,
     cluster_id_json,
     cluster_id_of,
     commit_sequence,
@@ -84,7 +77,7 @@ from josef_metadata_zk.znodes import (
     controller_of,
     split_connect,
 )
-from josef_metadata_zk.zk_client import ZooKeeperClientSettings, pipelined
+from josef_metadata_zk.zk_client import ZooKeeperClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +85,6 @@ log = logging.getLogger(__name__)
 LAYOUT_BATCH_BYTES = 256 * 1024
 #: How long to wait before asking ZooKeeper again after a failed request (it is down, or the session is being replaced).
 RETRY_S = 1.0
-
-
-class _Missing(Exception):
-    """A commit listed a moment ago, or a part of it, is gone: trimmed by a snapshot, unless none covers it."""
-
-
-class _Deposed(Exception):
-    """The controller epoch moved on: another node was elected since this one."""
 
 
 class ZooKeeperQuorum:
@@ -121,6 +106,7 @@ class ZooKeeperQuorum:
         self._local_cluster_id = _formatted_cluster_id(config)
         self._client = ZooKeeperClientSettings.from_config(config, self._hosts)
         self._zk: KazooClient | None = None
+        self._store: MetadataZNodes | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: MetadataListener | None = None
         self._cluster_id = ""
@@ -213,6 +199,7 @@ class ZooKeeperQuorum:
         self._tg = tg
         self._loop = asyncio.get_running_loop()
         self._zk = await anyio.to_thread.run_sync(self._open)
+        self._store = MetadataZNodes(self._zk, self._root, self._client.max_in_flight)
         await self._deliver_new()
         tg.start_soon(self._follow)
         tg.start_soon(self._campaign)
@@ -262,6 +249,8 @@ class ZooKeeperQuorum:
         self._zk.DataWatch(self._root + CONTROLLER, self._on_controller)
         if self._eligible:
             self._zk.ChildrenWatch(self._root + BROKER_IDS, self._on_brokers)
+            # A migration to KRaft rolled back (/josef/migration gone) lets this node stand again.
+            self._zk.DataWatch(self._root + MIGRATION, self._on_controller)
 
     # kazoo's callbacks (its thread): hand over to the event loop --------------------------------
 
@@ -336,7 +325,8 @@ class ZooKeeperQuorum:
         async with self._deliver_lock:
             if self._closed:
                 return
-            snapshot, commits = await anyio.to_thread.run_sync(self._read_new, self._delivered_seq,
+            assert self._store is not None
+            snapshot, commits = await anyio.to_thread.run_sync(self._store.read_new, self._delivered_seq,
                                                                self._delivered_offset)
             assert self._listener is not None
             if snapshot is not None:
@@ -345,7 +335,7 @@ class ZooKeeperQuorum:
                 self._listener.on_snapshot(header.offset, records)
                 self._delivered_seq, self._delivered_offset = header.sequence, header.offset
             for name, header, records in commits:
-                if header.base_offset != self._delivered_offset + 1:
+                if header.previous_offset != self._delivered_offset:
                     raise CorruptCommitError(
                         f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}: its records start at offset "
                         f"{header.base_offset}, but the log before it ends at {self._delivered_offset}")
@@ -376,14 +366,14 @@ class ZooKeeperQuorum:
             await self._layout_queued.wait()
             self._layout_queued = anyio.Event()
             while self._layout and not self._closed:
-                version, zk = self._epoch_version, self._zk
-                if version is None or zk is None:
+                version, store = self._epoch_version, self._store
+                if version is None or store is None or self._zk is None:
                     self._layout.clear()  # deposed: the next controller writes the whole view again
                     break
-                batch, term = _layout_batch(self._layout), self._layout_term
+                batch, term = layout_batch(self._layout, LAYOUT_BATCH_BYTES), self._layout_term
                 try:
-                    await anyio.to_thread.run_sync(self._write_batch, zk, batch, version)
-                except _Deposed:
+                    await anyio.to_thread.run_sync(store.write_layout, batch, version)
+                except Deposed:
                     if term == self._layout_term:
                         self._layout.clear()
                     continue
@@ -395,48 +385,6 @@ class ZooKeeperQuorum:
                     continue
                 if term == self._layout_term:
                     del self._layout[:len(batch)]
-
-    def _write_batch(self, zk: KazooClient, batch: list[Write], version: int) -> None:
-        """One multi-op conditioned on /controller_epoch still at ``version``: sets, and creates where the znode
-        is missing (its parents made first); or one recursive delete once the epoch is checked."""
-        epoch_path = self._root + CONTROLLER_EPOCH
-        if batch[0].data is None:
-            tx = zk.transaction()
-            tx.check(epoch_path, version)
-            if isinstance(tx.commit()[0], Exception):
-                raise _Deposed(f"/controller_epoch is no longer at version {version}")
-            try:
-                zk.delete(self._root + batch[0].path, recursive=True)
-            except NoNodeError:
-                pass
-            return
-        tx = zk.transaction()
-        tx.check(epoch_path, version)
-        for write in batch:
-            tx.set_data(self._root + write.path, write.data)
-        results = tx.commit()
-        if not any(isinstance(r, Exception) for r in results):
-            return
-        if not isinstance(results[0], RolledBackError):
-            raise _Deposed(f"/controller_epoch is no longer at version {version}")
-        # Parents first: one may be a znode of the batch too (a user's config above its clients'), then set.
-        parents = sorted({(self._root + w.path).rsplit("/", 1)[0] for w in batch})
-        for answer in self._pipelined(partial(zk.ensure_path_async, parent) for parent in parents):
-            answer.get()
-        present = [answer.get() is not None
-                   for answer in self._pipelined(partial(zk.exists_async, self._root + w.path) for w in batch)]
-        tx = zk.transaction()
-        tx.check(epoch_path, version)
-        for write, there in zip(batch, present):
-            if there:
-                tx.set_data(self._root + write.path, write.data)
-            else:
-                tx.create(self._root + write.path, write.data)
-        results = tx.commit()
-        if any(isinstance(r, Exception) for r in results):
-            if not isinstance(results[0], RolledBackError):
-                raise _Deposed(f"/controller_epoch is no longer at version {version}")
-            raise KazooException(f"Kafka's znodes changed while being written: {results}")  # asked again
 
     # Broker registration -------------------------------------------------------------------------------
 
@@ -495,76 +443,6 @@ class ZooKeeperQuorum:
             return False
         zk.set(path, data, version=stat.version)
         return True
-
-    def _read_new(self, sequence: int, offset: int) -> tuple[tuple[SnapshotHeader, list[MetadataRecord]] | None,
-                                                          list[tuple[str, CommitHeader, list[MetadataRecord]]]]:
-        """The commits after commit ``sequence`` (whose last record is at ``offset``), with the snapshot to load
-        before them when there is one newer than ``offset`` and they do not follow on from it (or nothing was
-        delivered yet)."""
-        snapshot = self._read_snapshot() if offset < 0 else None
-        for _ in range(3):  # a snapshot written meanwhile may trim what was listed: read again from it
-            if snapshot is not None:
-                sequence, offset = snapshot[0].sequence, snapshot[0].offset
-            names = [n for n in self._list_commits() if commit_sequence(n) > sequence]
-            missing = None
-            try:
-                commits = self._read_commits(names)
-            except _Missing as exc:
-                commits, missing = None, exc
-            if commits is not None and (not commits or commits[0][1].base_offset == offset + 1):
-                return snapshot, commits
-            newer = self._read_snapshot()
-            if newer is None or newer[0].offset <= offset:
-                if missing is not None:
-                    raise CorruptCommitError(f"{missing}: it, or a part of it, is missing, and no snapshot covers it")
-                return snapshot, commits  # the caller names the commit that does not follow on
-            snapshot = newer
-        raise CorruptCommitError(f"ZooKeeper znodes under {self._root}{METADATA_LOG}: the log kept changing under "
-                                 "three reads in a row")
-
-    def _list_commits(self) -> list[str]:
-        assert self._zk is not None
-        return sorted(self._zk.get_children(self._root + METADATA_LOG), key=commit_sequence)
-
-    def _read_commits(self, names: list[str]) -> list[tuple[str, CommitHeader, list[MetadataRecord]]]:
-        """``(name, header, records)`` of each commit; :class:`_Missing` when one, or a part of it, is gone."""
-        assert self._zk is not None
-        zk = self._zk
-        pending = self._pipelined(partial(zk.get_async, f"{self._root}{METADATA_LOG}/{name}") for name in names)
-        out = []
-        for name, answer in zip(names, pending):
-            where = f"ZooKeeper znode {self._root}{METADATA_LOG}/{name}"
-            try:
-                header = read_header(answer.get()[0], where)
-                payload = self._payload(header)
-            except NoNodeError:
-                raise _Missing(where) from None
-            out.append((name, header, decode_records(header, payload, where)))
-        return out
-
-    def _payload(self, header: CommitHeader) -> bytes:
-        """A commit's (or snapshot's) record bytes: inline, or its parts joined (NoNodeError if one is gone)."""
-        assert self._zk is not None
-        if not header.parts:
-            return header.inline
-        return b"".join(self._zk.get(f"{self._root}{METADATA_PARTS}/{part}")[0] for part in header.parts)
-
-    def _read_snapshot(self) -> tuple[SnapshotHeader, list[MetadataRecord]] | None:
-        """The latest snapshot and its records; None when there is none yet."""
-        assert self._zk is not None
-        where = f"ZooKeeper znode {self._root}{METADATA_SNAPSHOT}"
-        for _ in range(3):  # its parts go once a newer snapshot replaced it: read the newer one
-            try:
-                data = self._zk.get(self._root + METADATA_SNAPSHOT)[0]
-            except NoNodeError:
-                return None
-            header = read_snapshot_header(data, where)
-            try:
-                payload = self._payload(header.records)
-            except NoNodeError:
-                continue
-            return header, decode_records(header.records, payload, where)
-        raise CorruptCommitError(f"{where}: a part of its records is missing")
 
     # The controller ----------------------------------------------------------------------------------
 
@@ -650,6 +528,9 @@ class ZooKeeperQuorum:
         tx = zk.transaction()
         tx.create(self._root + CONTROLLER, controller_json(self.node_id, endpoints), ephemeral=True)
         tx.set_data(self._root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        # Fails while /josef/migration is there: the cluster is moving to KRaft, whose controller holds /controller.
+        tx.create(self._root + MIGRATION, b"")
+        tx.delete(self._root + MIGRATION)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
             return None  # another node was elected, or the epoch moved under us: its watch tells us who
@@ -668,8 +549,9 @@ class ZooKeeperQuorum:
             base = self._next_offset
             commit = encode_commit(base, records)
             try:
-                await anyio.to_thread.run_sync(self._write, commit, version)
-            except _Deposed as exc:
+                assert self._store is not None
+                await anyio.to_thread.run_sync(self._store.write_commit, commit, version)
+            except Deposed as exc:
                 self._epoch_version = None
                 log.warning("node %d is no longer the active controller: its write was refused, %s", self.node_id, exc)
                 raise NotControllerError(f"node {self.node_id} was deposed as controller: {exc}") from None
@@ -705,11 +587,12 @@ class ZooKeeperQuorum:
             self._since_snapshot = 0
             started = anyio.current_time()
             encoded = await anyio.to_thread.run_sync(lambda: encode_snapshot(offset, sequence, list(image.records())))
-            trimmed = await anyio.to_thread.run_sync(self._write_snapshot, encoded, version, sequence)
+            assert self._store is not None
+            trimmed = await anyio.to_thread.run_sync(self._store.write_snapshot, encoded, version, sequence)
             log.info("metadata snapshot at offset %d written to ZooKeeper (%d bytes in %d znodes, %.2f s); "
                      "%d commits it covers deleted", offset, len(encoded.data) + sum(len(d) for _, d in encoded.parts),
                      1 + len(encoded.parts), anyio.current_time() - started, trimmed)
-        except _Deposed:
+        except Deposed:
             pass  # another node leads: its own snapshots will come
         except KazooException as exc:
             if not self._closed:
@@ -721,66 +604,6 @@ class ZooKeeperQuorum:
     async def snapshot_written(self) -> None:
         """Wait until the snapshot being written, if any, is (tests: it is written in the background)."""
         await self._snapshot_done.wait()
-
-    def _write_snapshot(self, encoded: Any, version: int, sequence: int) -> int:
-        """Set the snapshot znode (conditioned on the controller epoch), then trim; how many commits were deleted."""
-        assert self._zk is not None
-        zk = self._zk
-        path = self._root + METADATA_SNAPSHOT
-        try:
-            old_data, old_stat = zk.get(path)
-            old = read_snapshot_header(old_data, f"ZooKeeper znode {path}")
-        except NoNodeError:
-            old, old_stat = None, None
-        for name, data in encoded.parts:
-            zk.create(f"{self._root}{METADATA_PARTS}/{name}", data)
-        tx = zk.transaction()
-        tx.check(self._root + CONTROLLER_EPOCH, version)
-        if old_stat is None:
-            tx.create(path, encoded.data)
-        else:
-            tx.set_data(path, encoded.data, version=old_stat.version)
-        if any(isinstance(r, Exception) for r in tx.commit()):
-            for name, _ in encoded.parts:
-                zk.delete(f"{self._root}{METADATA_PARTS}/{name}")
-            raise _Deposed("/controller_epoch moved, or another snapshot was written meanwhile")
-        for part in old.records.parts if old is not None else ():
-            self._delete_quietly(f"{self._root}{METADATA_PARTS}/{part}")
-        covered = [n for n in self._list_commits() if commit_sequence(n) <= sequence]
-        pending = self._pipelined(partial(zk.get_async, f"{self._root}{METADATA_LOG}/{name}") for name in covered)
-        for name, answer in zip(covered, pending):
-            where = f"{self._root}{METADATA_LOG}/{name}"
-            try:
-                for part in read_header(answer.get()[0], where).parts:
-                    self._delete_quietly(f"{self._root}{METADATA_PARTS}/{part}")
-            except (NoNodeError, CorruptCommitError):
-                pass  # gone already; or unreadable, and covered by the snapshot all the same
-            self._delete_quietly(where)
-        return len(covered)
-
-    def _pipelined(self, calls: Iterable[Callable[[], IAsyncResult]]) -> Iterator[IAsyncResult]:
-        return pipelined(calls, self._client.max_in_flight)
-
-    def _delete_quietly(self, path: str) -> None:
-        assert self._zk is not None
-        try:
-            self._zk.delete(path)
-        except NoNodeError:
-            pass
-
-    def _write(self, commit: Any, version: int) -> None:
-        assert self._zk is not None
-        zk = self._zk
-        for name, data in commit.parts:
-            zk.create(f"{self._root}{METADATA_PARTS}/{name}", data)
-        tx = zk.transaction()
-        tx.check(self._root + CONTROLLER_EPOCH, version)
-        tx.create(f"{self._root}{METADATA_LOG}/{COMMIT_PREFIX}", commit.data, sequence=True)
-        results = tx.commit()
-        if any(isinstance(r, Exception) for r in results):
-            for name, _ in commit.parts:
-                zk.delete(f"{self._root}{METADATA_PARTS}/{name}")
-            raise _Deposed(f"/controller_epoch is no longer at version {version}")
 
     async def _abdicate(self) -> bool:
         """Stop being the controller and delete our /controller; False if ZooKeeper could not be told."""
@@ -830,21 +653,3 @@ def _stop(zk: KazooClient) -> None:
     finally:
         zk.close()
 
-
-def _layout_batch(writes: list[Write]) -> list[Write]:
-    """The first writes of ``writes`` that go in one multi-op: a delete alone, else sets and creates of up to
-    :data:`LAYOUT_BATCH_BYTES` of paths and data (a request over ZooKeeper's 1 MB ``jute.maxbuffer`` loses the
-    connection)."""
-    if writes[0].data is None:
-        return writes[:1]
-    batch: list[Write] = []
-    size = 0
-    for write in writes:
-        if write.data is None:
-            break
-        cost = len(write.path) + len(write.data) + 64
-        if batch and size + cost > LAYOUT_BATCH_BYTES:
-            break
-        batch.append(write)
-        size += cost
-    return batch

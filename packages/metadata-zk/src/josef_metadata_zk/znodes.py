@@ -10,7 +10,8 @@ version check at every election), ``/cluster/id``, ``/brokers/ids/<id>``
 ``/josef/metadata/log`` holds the metadata log as persistent sequential
 znodes, one per commit (:mod:`josef_metadata_zk.commits`); a commit larger
 than a znode may hold has its bytes in ``/josef/metadata/parts``;
-``/josef/metadata/snapshot`` is the latest snapshot of the metadata image.
+``/josef/metadata/snapshot`` is the latest snapshot of the metadata image;
+``/josef/migration`` is there while the cluster migrates to KRaft.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ BROKER_IDS = "/brokers/ids"
 METADATA_LOG = "/josef/metadata/log"
 METADATA_PARTS = "/josef/metadata/parts"
 METADATA_SNAPSHOT = "/josef/metadata/snapshot"
+#: There while the cluster migrates to KRaft (josef_metadata_zk.migration): no ZooKeeper-mode node is elected then.
+MIGRATION = "/josef/migration"
 #: Prefix of a commit's sequential znode name: ``commit-0000000042``.
 COMMIT_PREFIX = "commit-"
 

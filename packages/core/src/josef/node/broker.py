@@ -44,6 +44,7 @@ from josef.metadata import bootstrap
 from josef.metadata.controller import Controller, ControllerError, ProducerIdBlock
 from josef.metadata.features import SupportedFeature
 from josef.metadata.image import MetadataDelta, MetadataImage
+from josef.metadata.migration import MetadataMigration, configured_migration
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord
 from josef.plugins import collect, get_plugin_manager
@@ -136,6 +137,8 @@ class Broker:
         self.quorum: MetadataQuorum
         #: The controller part; None on a broker-only node.
         self.controller: Controller | None = None
+        #: The backend this controller migrates the cluster from, mirroring its commits there (KIP-866); or None.
+        self.migration: MetadataMigration | None = None
         self.channel = ControllerChannel(self)
         #: Requests to other brokers (transaction markers, partition verification).
         self.peers = PeerChannel(self)
@@ -190,6 +193,7 @@ class Broker:
                 self.dispatcher.register(key, forward, low, high)
         if self.is_controller:
             self.controller = Controller(self.quorum, self.config, lambda: self.image)
+            self.migration = self._migration_source()
         if self.is_broker:
             self.replicas = ReplicaManager(self)
         try:
@@ -197,6 +201,8 @@ class Broker:
                 for sasl in self.sasl.values():  # e.g. OAUTHBEARER's JWKS, fetched before any listener accepts
                     await tg.start(sasl.run)
                 await self._listen(tg, controller=True)
+                if self.migration is not None:
+                    await self.migration.start(self, tg, lambda: self.quorum.controller_id == self.node_id)
                 await self.quorum.start(self, tg)
                 self._apply_dynamic_broker_config()
                 if self.controller is not None:
@@ -220,6 +226,14 @@ class Broker:
             with anyio.CancelScope(shield=True):
                 await self._shutdown()
 
+    def _migration_source(self) -> MetadataMigration | None:
+        """The backend this controller's configuration migrates the cluster from (KIP-866), if any."""
+        migration = configured_migration(self.pm, self.config)
+        if migration is not None:
+            log.info("migrating the cluster's metadata to KRaft: this controller mirrors its commits into the old "
+                     "backend while it is the active controller")
+        return migration
+
     def request_stop(self) -> None:
         """Stop cleanly: a controlled shutdown (leadership moved away while the node still runs), then close.
 
@@ -233,6 +247,8 @@ class Broker:
     def on_commit(self, offset: int, records: Sequence[MetadataRecord]) -> None:
         previous = self.image
         self.image, delta = previous.apply(offset, records)
+        if self.migration is not None:
+            self.migration.on_commit(offset, records, previous, self.image)
         self._published(delta)
 
     def on_snapshot(self, offset: int, records: Sequence[MetadataRecord]) -> None:
@@ -388,6 +404,8 @@ class Broker:
         self.coordinators.close()
         await self.channel.close()
         await self.peers.close()
+        if self.migration is not None:
+            await self.migration.close()
         if hasattr(self, "quorum"):
             await self.quorum.close()
         if hasattr(self, "replicas"):
