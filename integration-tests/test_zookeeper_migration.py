@@ -162,6 +162,16 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
             # ... and are mirrored into ZooKeeper, Kafka's layout included: the rollback point.
             eventually(lambda: read_znode(zk_connect, "/brokers/topics/during") is not None,
                        what="the new topic in ZooKeeper's layout")
+            # The active KRaft controller killed: another takes /controller and the mirroring over.
+            active = next(node for node in controllers if node.node_id == controller_in_zookeeper(zk_connect))
+            active.kill()
+            eventually(lambda: controller_in_zookeeper(zk_connect) in set(KRAFT_IDS) - {active.node_id}, 60,
+                       what="another KRaft controller named in /controller")
+            create_topic(cluster, "after-failover")
+            eventually(lambda: read_znode(zk_connect, "/brokers/topics/after-failover") is not None,
+                       what="the next topic in ZooKeeper's layout")
+            active.start()
+            load.progress()
             # The brokers, one at a time, restarted as KRaft brokers: the same ports, data and node ids.
             for node in cluster.nodes:
                 node.stop()
@@ -189,7 +199,7 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
         assert not live.fatal, live.fatal
         acknowledged = check_every_acknowledged_record(load, read_all(cluster, "orders"))
         client = admin(cluster)
-        assert {"orders", "payments", "during", "after"} <= set(client.list_topics(timeout=10).topics)
+        assert {"orders", "payments", "during", "after-failover", "after"} <= set(client.list_topics(timeout=10).topics)
         assert [b for b in client.describe_acls(AclBindingFilter(
             ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
             AclPermissionType.ANY)).result(30)] == [acl]

@@ -18,7 +18,8 @@ from josef.metadata.quorum import NotControllerError
 from josef.node.server_properties import load_config
 from josef.testing.metadata_quorum import topic_records
 from josef_metadata_zk.migration import ZooKeeperMigration, migration_from_zookeeper
-from josef_metadata_zk.znodes import MIGRATION
+from josef_metadata_zk.commits import read_snapshot_header
+from josef_metadata_zk.znodes import METADATA_SNAPSHOT, MIGRATION
 
 pytestmark = pytest.mark.anyio
 TIMEOUT_S = 60
@@ -57,7 +58,8 @@ def test_only_a_controller_that_asks_for_it_migrates():
 async def test_take_over_mirror_and_roll_back(zk_connect):
     admin = Admin(zk_connect)
     node = quorum(zk_connect, 1, **{"process.roles": "broker,controller"})
-    mirror = kraft_controller(zk_connect)
+    # Every mirrored commit is followed by a snapshot that trims the mirrored log.
+    mirror = kraft_controller(zk_connect, **{"metadata.log.max.record.bytes.between.snapshots": "1"})
     try:
         with anyio.fail_after(TIMEOUT_S):
             async with anyio.create_task_group() as tg:
@@ -89,6 +91,9 @@ async def test_take_over_mirror_and_roll_back(zk_connect):
                 assert follower.offset == state.offset + 3 and follower.problems == []
                 await until(lambda: admin.zk.exists(admin.root + "/brokers/topics/under-kraft"),
                             "Kafka's layout for the mirrored topic")
+                await until(lambda: admin.zk.exists(admin.root + METADATA_SNAPSHOT) is not None
+                            and read_snapshot_header(admin.get(METADATA_SNAPSHOT), "").offset == after.offset,
+                            "a snapshot of the mirrored log")
 
                 # Rolled back: the mirror is fenced, the ZooKeeper-mode node is elected and numbers on.
                 await mirror.close()

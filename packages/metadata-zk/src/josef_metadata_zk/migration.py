@@ -98,6 +98,7 @@ class ZooKeeperMigration:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._settings = ZooKeeperClientSettings.from_config(config, hosts)
+        self._snapshot_bytes: int = config["metadata.log.max.record.bytes.between.snapshots"]
         self._controller_listeners = set(config["controller.listener.names"])
         self.node_id: int = config["node.id"]
         self._zk: KazooClient | None = None
@@ -111,8 +112,12 @@ class ZooKeeperMigration:
         #: The version of /controller_epoch this node set when it claimed /controller; None while it holds none.
         self._version: int | None = None
         self._epoch = -1
-        #: The offset of the last record in ZooKeeper's log, once this node holds /controller.
+        #: The offset of the last record in ZooKeeper's log, and its commit's sequence, once this node holds /controller.
         self._mirrored = -1
+        self._sequence = -1
+        #: Bytes mirrored since ZooKeeper's last snapshot: past metadata.log.max.record.bytes.between.snapshots,
+        #: a snapshot trims the mirrored log, as the ZooKeeper quorum's controller does.
+        self._since_snapshot = 0
         self._layout: list[Write] = []
         self._closed = False
 
@@ -235,10 +240,11 @@ class ZooKeeperMigration:
         image = self._listener.current_image()
         last, sequence = await anyio.to_thread.run_sync(self._log_end)
         if image.offset > last:
-            encoded = encode_snapshot(image.offset, sequence, list(image.records()))
+            encoded = await anyio.to_thread.run_sync(
+                lambda: encode_snapshot(image.offset, sequence, list(image.records())))
             await anyio.to_thread.run_sync(self._store.write_snapshot, encoded, self._version, sequence)
             last = image.offset
-        self._mirrored = last
+        self._mirrored, self._sequence, self._since_snapshot = last, sequence, 0
         self._layout = full_layout(image, self._epoch)
         log.info("node %d is the controller ZooKeeper names (controller epoch %d): mirroring the metadata from "
                  "offset %d", self.node_id, self._epoch, last)
@@ -285,9 +291,17 @@ class ZooKeeperMigration:
             if offset > self._mirrored:
                 base = offset - len(records) + 1
                 commit = encode_commit(base, records, previous=self._mirrored)
-                await anyio.to_thread.run_sync(self._store.write_commit, commit, self._version)
+                self._sequence = await anyio.to_thread.run_sync(self._store.write_commit, commit, self._version)
                 self._mirrored = offset
                 self._layout += changed_layout(before, after, records, self._epoch)
+                self._since_snapshot += len(commit.data) + sum(len(data) for _, data in commit.parts)
+                if self._since_snapshot >= self._snapshot_bytes:
+                    sequence = self._sequence
+                    encoded = await anyio.to_thread.run_sync(
+                        lambda: encode_snapshot(offset, sequence, list(after.records())))
+                    await anyio.to_thread.run_sync(self._store.write_snapshot, encoded, self._version,
+                                                   self._sequence)
+                    self._since_snapshot = 0
             self._queue.popleft()
         while self._layout and self._version is not None and not self._closed:
             batch = layout_batch(self._layout, LAYOUT_BATCH_BYTES)
