@@ -12,6 +12,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from josef.metadata.meta_properties import read
+from josef.testing import eventually
 from josef_metadata_zk.testing import read_znode
 from test_zookeeper_cluster import quorum_tool
 
@@ -92,15 +93,31 @@ def test_the_broker_goes_on_serving_while_zookeeper_is_down_and_metadata_changes
     assert read_back(broker.bootstrap_servers, "after-outage", 100) == sorted(after)
 
 
-def test_a_kafka_3_zookeeper_mode_server_properties_runs_on_zookeeper(josef_cluster, zk_connect):
-    """``zookeeper.connect`` and ``broker.id``, no ``process.roles`` nor ``metadata.quorum``: ZooKeeper mode, as Kafka
-    3.x chose it (``broker.id`` is ``node.id``'s synonym, as in Kafka)."""
-    cluster = josef_cluster(combined=1, node_overrides={1: {
-        "zookeeper.connect": zk_connect, "broker.id": "1", "node.id": None, "process.roles": None,
-        "controller.quorum.voters": None, "metadata.quorum": None}})
-    [node] = cluster.nodes
-    assert not {"process.roles", "metadata.quorum", "node.id"} & set(node.properties)
-    assert json.loads(read_znode(zk_connect, "/controller"))["brokerid"] == 1
-    create_topic(node.bootstrap_server, "on-zk-by-default")
-    produce(node.bootstrap_server, "on-zk-by-default", [b"one", b"two", b"three"])
-    assert read_back(node.bootstrap_server, "on-zk-by-default", 3) == [b"one", b"three", b"two"]
+def test_a_cluster_of_kafka_3_zookeeper_mode_server_properties_runs_on_zookeeper(josef_cluster, zk_connect):
+    """Three Kafka 3.x ZooKeeper-mode ``server.properties``: ``broker.id``, ``zookeeper.connect``, one PLAINTEXT
+    listener; no ``process.roles``, ``metadata.quorum`` nor controller listener. Every node may be elected, as in
+    Kafka 3.x, and the others reach the controller on its broker listener, which ``/controller`` names."""
+    cluster = josef_cluster(combined=3, start=False)
+    for node in cluster.nodes:
+        plaintext = node.listener("PLAINTEXT")
+        for key in ("node.id", "process.roles", "controller.quorum.voters", "controller.listener.names",
+                    "listener.security.protocol.map", "metadata.quorum"):
+            node.properties.pop(key, None)
+        node.properties.update({"broker.id": str(node.node_id), "zookeeper.connect": zk_connect,
+                                "zookeeper.session.timeout.ms": "6000",
+                                "listeners": f"PLAINTEXT://{plaintext[0]}:{plaintext[1]}"})
+    cluster.start()
+    controller = json.loads(read_znode(zk_connect, "/controller"))
+    first = cluster.node(controller["brokerid"])
+    assert controller["endpoints"] == [f"PLAINTEXT://{first.bootstrap_server}"]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("kafka-3", 3, 3)])["kafka-3"].result(30)
+    values = [b"record-%04d" % i for i in range(300)]
+    produce(cluster.bootstrap_servers, "kafka-3", values)
+    first.kill()  # its session expires, another node is elected and the brokers follow it there
+    eventually(lambda: json.loads(read_znode(zk_connect, "/controller") or b'{"brokerid": -1}')["brokerid"]
+               not in (-1, first.node_id), 60, what="another node elected controller")
+    survivors = ",".join(n.bootstrap_server for n in cluster.nodes if n is not first)
+    create_topic(survivors, "after-failover", timeout=60)
+    first.start()
+    assert read_back(cluster.bootstrap_servers, "kafka-3", len(values)) == sorted(values)

@@ -37,7 +37,9 @@ def anyio_backend() -> str:
 
 def quorum(connect: str, node_id: int = 1, **extra: str) -> ZooKeeperQuorum:
     return ZooKeeperQuorum(load_config(None, {"node.id": str(node_id), "metadata.quorum": "zookeeper",
-                                              "zookeeper.connect": connect, "log.dirs": "/nonexistent", **extra}))
+                                              "zookeeper.connect": connect, "log.dirs": "/nonexistent",
+                                              "listeners": "PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093",
+                                              **extra}))
 
 
 

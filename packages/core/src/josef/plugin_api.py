@@ -74,6 +74,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.metadata": "*",
     "josef.metadata.quorum": "*",
     "josef.metadata.migration": "*",
+    "josef.node.broker_config": ("inter_broker_listener_name",),
     "josef.metadata.bootstrap": "*",
     "josef.metadata.image": "*",
     "josef.metadata.records": "*",

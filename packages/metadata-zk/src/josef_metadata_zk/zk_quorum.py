@@ -50,6 +50,7 @@ from josef.log import LogStorage
 from josef.metadata import meta_properties
 from josef.metadata.quorum import MetadataListener, NotControllerError
 from josef.metadata.records import Endpoint, MetadataRecord, random_uuid
+from josef.node.broker_config import inter_broker_listener_name
 from josef.protocol.api_keys import ApiKey
 from josef.server.dispatch import RequestContext
 from josef_metadata_zk.commits import (
@@ -103,6 +104,11 @@ class ZooKeeperQuorum:
         #: Kafka 3.x made every broker eligible; here the nodes with the controller role, as in KRaft.
         self._eligible = "controller" in config["process.roles"]
         self._controller_listeners = set(config["controller.listener.names"])
+        own = {item.partition("://")[0].strip() for item in config["listeners"]}
+        #: A Kafka 3.x ZooKeeper-mode node has no controller listener: its controller is reached on the inter-broker
+        #: listener, which /controller then names (the broker's listeners answer the controller's APIs too).
+        self.controller_on_broker_listener = not own & self._controller_listeners
+        self._inter_broker_listener = inter_broker_listener_name(config)
         self._local_cluster_id = _formatted_cluster_id(config)
         self._client = ZooKeeperClientSettings.from_config(config, self._hosts)
         self._zk: KazooClient | None = None
@@ -186,6 +192,8 @@ class ZooKeeperQuorum:
     def _controller_endpoints(self) -> list[Endpoint]:
         """This node's controller listeners, as /controller names them for the other nodes."""
         assert self._listener is not None
+        if self.controller_on_broker_listener:
+            return [e for e in self._listener.endpoints() if e.name == self._inter_broker_listener]
         return [e for e in self._listener.endpoints() if e.name in self._controller_listeners]
 
     @property

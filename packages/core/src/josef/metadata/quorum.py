@@ -84,6 +84,12 @@ class MetadataQuorum(Protocol):
         before ``start``, on nodes with the controller role.
         """
 
+    # Optional (plugin API 1.5): ``controller_on_broker_listener``, a bool; absent means False. True when other
+    # nodes reach this node's controller on its inter-broker listener, as Kafka 3.x's ZooKeeper-mode nodes were
+    # (no controller listener): the node's broker listeners then answer the controller's own APIs too
+    # (registration, heartbeats, AlterPartition, producer ids, Envelope), and its brokers reach the active
+    # controller with the inter-broker listener's security settings.
+
     async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup) -> None:
         """Load the local snapshot and log, deliver what is known committed to ``listener``, then return.
 

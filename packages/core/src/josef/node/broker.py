@@ -174,6 +174,11 @@ class Broker:
     def cluster_id(self) -> str:
         return self.quorum.cluster_id
 
+    @property
+    def controller_on_broker_listener(self) -> bool:
+        """Controllers are reached on broker listeners (the quorum's optional ``controller_on_broker_listener``)."""
+        return bool(getattr(self.quorum, "controller_on_broker_listener", False))
+
     # Lifecycle ------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -194,6 +199,10 @@ class Broker:
         if self.is_controller:
             self.controller = Controller(self.quorum, self.config, lambda: self.image)
             self.migration = self._migration_source()
+            if self.is_broker and self.controller_on_broker_listener:
+                for key, api in self.controller_dispatcher.apis.items():
+                    if key not in self.dispatcher.apis:  # a Kafka 3.x ZooKeeper-mode node: no controller listener
+                        self.dispatcher.register(key, api.handler, api.min_version, api.max_version)
         if self.is_broker:
             self.replicas = ReplicaManager(self)
         try:
@@ -201,6 +210,10 @@ class Broker:
                 for sasl in self.sasl.values():  # e.g. OAUTHBEARER's JWKS, fetched before any listener accepts
                     await tg.start(sasl.run)
                 await self._listen(tg, controller=True)
+                if self.controller_on_broker_listener and self.is_broker:
+                    # Other nodes reach this node's controller on its broker listener: bound before the quorum starts,
+                    # so that an election names it (Kafka 3.x's ZooKeeper mode started its socket server first too).
+                    await self._listen(tg, controller=False)
                 if self.migration is not None:
                     await self.migration.start(self, tg, lambda: self.quorum.controller_id == self.node_id)
                 await self.quorum.start(self, tg)
@@ -285,7 +298,8 @@ class Broker:
         image reached this broker's registration, so it holds every topic
         that existed, and logs it lacks are truly stray.
         """
-        await self._listen(tg, controller=False)
+        if not self.controller_on_broker_listener:
+            await self._listen(tg, controller=False)
         await self.lifecycle.register()
         tg.start_soon(self.lifecycle.run)
         await self.lifecycle.unfenced.wait()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import anyio
 from kio.schema.errors import ErrorCode
 
+from josef.node.broker_config import inter_broker_listener_name
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
 from josef.protocol.error_responses import error_codes, error_response
@@ -175,10 +176,18 @@ class ControllerChannel:
         return answer
 
     def _listener(self) -> str:
+        """The listener whose security settings reach the controller: the controller listener, or the inter-broker
+        listener where controllers are reached on broker listeners (a Kafka 3.x ZooKeeper-mode cluster)."""
+        if self._node.controller_on_broker_listener:
+            name = inter_broker_listener_name(self._node.config)
+            if name is not None:
+                return name
         return (self._node.config["controller.listener.names"] or ["CONTROLLER"])[0]
 
     def _outbound_sasl(self) -> ClientSasl | None:
-        return outbound_sasl(self._node.config, self._listener(), "sasl.mechanism.controller.protocol")
+        mechanism = ("sasl.mechanism.inter.broker.protocol" if self._node.controller_on_broker_listener
+                     else "sasl.mechanism.controller.protocol")
+        return outbound_sasl(self._node.config, self._listener(), mechanism)
 
     async def _over_network(self, controller_id: int, endpoint: tuple[str, int], api_key: int,
                             ctx: RequestContext | None, request: Any) -> Any:
