@@ -117,6 +117,8 @@ def remote_root() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "default_broker_config: asserts the default broker configuration, so the "
                             "tiered cell (whose brokers override segment and retention defaults) leaves it out")
+    config.addinivalue_line("markers", "own_quorum: chooses its metadata quorum itself, so a zookeeper cell would "
+                            "run it exactly as kraft/local does; it runs in the kraft cells only")
     config.addinivalue_line("markers", "metadata: exercises what the metadata backend serves, so it runs in the "
                             "zookeeper cells of the backend matrix too")
     config.addinivalue_line("markers", "storage: exercises what the log storage serves, so it runs in the tiered "
@@ -172,7 +174,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     backend = {"broker_factory", "brokers_factory"}
     kept, other = [], []
     for item in items:
-        runs = not on_zookeeper() or item.get_closest_marker("metadata") is not None
+        runs = not on_zookeeper() or (item.get_closest_marker("metadata") is not None
+                                      and item.get_closest_marker("own_quorum") is None)
         if tiered():
             runs = runs and item.get_closest_marker("storage") is not None \
                 and backend & set(getattr(item, "fixturenames", ())) \

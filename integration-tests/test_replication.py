@@ -171,7 +171,7 @@ def zookeeper_settings(zk_connect: str) -> dict[str, str | None]:
             "zookeeper.session.timeout.ms": "6000"}
 
 
-@pytest.mark.parametrize("setup", ["plaintext", "sasl_ssl", "zookeeper"])
+@pytest.mark.parametrize("setup", ["plaintext", "sasl_ssl", pytest.param("zookeeper", marks=pytest.mark.own_quorum)])
 def test_no_acknowledged_write_is_lost_through_kills_pauses_and_controlled_shutdowns(josef_cluster, tmp_path, setup,
                                                                                      request):
     """On KRaft, one controller and three brokers; on ZooKeeper, three combined nodes any of which may be elected
