@@ -81,6 +81,15 @@ def migrate(*paths: str, rollback: bool = False) -> subprocess.CompletedProcess[
                  *(["--rollback"] if rollback else []))
 
 
+def start_kraft_controllers(controllers: list[NodeProcess], zk_connect: str) -> None:
+    """Start them together (a quorum needs its voters up) and wait until the active one holds ZooKeeper's /controller."""
+    for node in controllers:
+        node.start(wait=False)
+    for node in controllers:
+        node.wait_ready()
+    eventually(lambda: controller_in_zookeeper(zk_connect) in KRAFT_IDS, 60, what="a KRaft controller in /controller")
+
+
 class LiveConsumer:
     """A group member consuming the topic with auto-commit until stopped; counts what it got, keeps any error."""
 
@@ -149,12 +158,7 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
             assert "is the first snapshot of KRaft controllers 3000, 3001, 3002" in migrated.stdout
             again = migrate(*paths)
             assert again.returncode != 0 and "already" in again.stderr, again.stderr
-            for node in controllers:
-                node.start(wait=False)
-            for node in controllers:
-                node.wait_ready()
-            eventually(lambda: controller_in_zookeeper(zk_connect) in KRAFT_IDS, 60,
-                       what="a KRaft controller named in /controller")
+            start_kraft_controllers(controllers, zk_connect)
             load.progress()
             # Metadata changes go on through the KRaft controller while the brokers are still on ZooKeeper.
             create_topic(cluster, "during")
@@ -261,12 +265,7 @@ def test_until_it_is_finalized_a_migration_rolls_back_to_zookeeper(josef_cluster
     controllers, _, paths = kraft_controllers(tmp_path, zk_connect)
     try:
         assert migrate(*paths).returncode == 0
-        for node in controllers:
-            node.start(wait=False)
-        for node in controllers:
-            node.wait_ready()
-        eventually(lambda: controller_in_zookeeper(zk_connect) in KRAFT_IDS, 60,
-                   what="a KRaft controller named in /controller")
+        start_kraft_controllers(controllers, zk_connect)
         create_topic(cluster, "under-kraft")
         full_isr(cluster, "under-kraft")
     finally:

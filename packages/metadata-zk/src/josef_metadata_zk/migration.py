@@ -30,13 +30,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from josef.config import Config, ConfigError
 from josef.metadata.image import MetadataImage
@@ -46,7 +46,7 @@ from josef.metadata.records import MetadataRecord
 from josef_metadata_zk.commits import encode_commit, encode_snapshot, read_header
 from josef_metadata_zk.kafka_layout import Write, changed_layout, full_layout
 from josef_metadata_zk.metadata_znodes import Deposed, MetadataZNodes, layout_batch
-from josef_metadata_zk.zk_client import ZooKeeperClientSettings
+from josef_metadata_zk.zk_client import ZooKeeperClientSettings, stop, stop_in_thread
 from josef_metadata_zk.znodes import (
     CLUSTER_ID,
     CONTROLLER,
@@ -67,22 +67,23 @@ POLL_S = 0.5
 LAYOUT_BATCH_BYTES = 256 * 1024
 
 
-def connect(settings: ZooKeeperClientSettings, where: str) -> KazooClient:
-    zk = settings.client()
-    try:
-        zk.start(timeout=settings.connection_s)
-    except KazooTimeoutError:
-        zk.close()
-        raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={where} within "
-                          f"{settings.connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
-    return zk
-
-
-def _close(zk: KazooClient) -> None:
-    try:
-        zk.stop()
-    finally:
-        zk.close()
+def _bump_epoch(zk: KazooClient, root: str, change: Callable[[Any], None]) -> tuple[int, int]:
+    """One multi-op that bumps /controller_epoch (checking its version), deletes /controller if anyone holds it, and
+    makes ``change`` to the transaction: the controller in office can write nothing more. The new epoch, and the
+    version of /controller_epoch that holds it."""
+    for _ in range(10):  # the controller may change under us: read again
+        data, stat = zk.get(root + CONTROLLER_EPOCH)
+        epoch = int(data or b"0") + 1
+        holder = zk.exists(root + CONTROLLER)
+        tx = zk.transaction()
+        tx.set_data(root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        if holder is not None:
+            tx.delete(root + CONTROLLER, version=holder.version)
+        change(tx)
+        results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return epoch, results[0].version
+    raise MigrationError("the controller kept changing in ZooKeeper: try again")
 
 
 class ZooKeeperMigration:
@@ -119,12 +120,14 @@ class ZooKeeperMigration:
         #: a snapshot trims the mirrored log, as the ZooKeeper quorum's controller does.
         self._since_snapshot = 0
         self._layout: list[Write] = []
+        #: /josef/migration was found gone (said once).
+        self._rolled_back = False
         self._closed = False
 
     # Taking over (josef metadata migrate) --------------------------------------------------------------
 
     def take_over(self) -> MigratedMetadata:
-        zk = connect(self._settings, self._connect)
+        zk = self._settings.connect(self._connect)
         try:
             try:
                 cluster_id = cluster_id_of(zk.get(self._root + CLUSTER_ID)[0])
@@ -134,56 +137,33 @@ class ZooKeeperMigration:
             if zk.exists(self._root + MIGRATION):
                 raise MigrationError(f"the cluster at zookeeper.connect={self._connect} is already migrating to KRaft "
                                      f"({MIGRATION}: {zk.get(self._root + MIGRATION)[0].decode()})")
-            for _ in range(10):  # the controller may change under us: read again
-                data, stat = zk.get(self._root + CONTROLLER_EPOCH)
-                epoch = int(data or b"0") + 1
-                holder = zk.exists(self._root + CONTROLLER)
-                tx = zk.transaction()
-                tx.set_data(self._root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
-                if holder is not None:
-                    tx.delete(self._root + CONTROLLER, version=holder.version)
-                tx.create(self._root + MIGRATION, json.dumps({
-                    "version": 1, "state": "migrating", "controller_epoch": epoch,
-                    "timestamp": str(int(time.time() * 1000))}).encode())
-                if not any(isinstance(r, Exception) for r in tx.commit()):
-                    break
-            else:
-                raise MigrationError("the controller kept changing in ZooKeeper: try again")
+            marker = {"version": 1, "state": "migrating", "timestamp": str(int(time.time() * 1000))}
+            epoch, _ = _bump_epoch(zk, self._root,
+                                   lambda tx: tx.create(self._root + MIGRATION, json.dumps(marker).encode()))
             offset, records = MetadataZNodes(zk, self._root, self._settings.max_in_flight).read_all()
             log.info("ZooKeeper's controllers fenced (controller epoch %d); its metadata log ends at offset %d "
                      "(%d records in the image)", epoch, offset, len(records))
             return MigratedMetadata(cluster_id, offset, records)
         finally:
-            _close(zk)
+            stop(zk)
 
     def roll_back(self) -> int:
         """Bump the epoch (the KRaft controller's next write is refused), delete /controller and /josef/migration,
         so ZooKeeper-mode nodes stand again."""
-        zk = connect(self._settings, self._connect)
+        zk = self._settings.connect(self._connect)
         try:
-            for _ in range(10):
-                if not zk.exists(self._root + MIGRATION):
-                    raise MigrationError(f"the cluster at zookeeper.connect={self._connect} is not migrating "
-                                         f"({MIGRATION} is missing)")
-                data, stat = zk.get(self._root + CONTROLLER_EPOCH)
-                epoch = int(data or b"0") + 1
-                holder = zk.exists(self._root + CONTROLLER)
-                tx = zk.transaction()
-                tx.set_data(self._root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
-                if holder is not None:
-                    tx.delete(self._root + CONTROLLER, version=holder.version)
-                tx.delete(self._root + MIGRATION)
-                if not any(isinstance(r, Exception) for r in tx.commit()):
-                    return epoch
-            raise MigrationError("the controller kept changing in ZooKeeper: try again")
+            if not zk.exists(self._root + MIGRATION):
+                raise MigrationError(f"the cluster at zookeeper.connect={self._connect} is not migrating "
+                                     f"({MIGRATION} is missing)")
+            return _bump_epoch(zk, self._root, lambda tx: tx.delete(self._root + MIGRATION))[0]
         finally:
-            _close(zk)
+            stop(zk)
 
     # Mirroring, on a KRaft controller -------------------------------------------------------------------
 
     async def start(self, listener: MetadataListener, tg: anyio.abc.TaskGroup, active: Callable[[], bool]) -> None:
         self._listener, self._active = listener, active
-        self._zk = await anyio.to_thread.run_sync(connect, self._settings, self._connect)
+        self._zk = await anyio.to_thread.run_sync(self._settings.connect, self._connect)
         self._store = MetadataZNodes(self._zk, self._root, self._settings.max_in_flight)
         tg.start_soon(self._mirror)
 
@@ -197,9 +177,7 @@ class ZooKeeperMigration:
         self._closed = True
         self._version = None
         zk, self._zk = self._zk, None
-        if zk is not None:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_close, zk)
+        await stop_in_thread(zk)
 
     async def _mirror(self) -> None:
         while not self._closed:
@@ -255,22 +233,20 @@ class ZooKeeperMigration:
         assert self._zk is not None
         zk = self._zk
         if not zk.exists(self._root + MIGRATION):
-            log.error("the migration to KRaft was rolled back (%s is gone): node %d does not mirror into ZooKeeper",
-                      MIGRATION, self.node_id)
+            if not self._rolled_back:
+                log.error("the migration to KRaft was rolled back (%s is gone): node %d does not mirror into "
+                          "ZooKeeper; stop the KRaft controllers", MIGRATION, self.node_id)
+            self._rolled_back = True
             return None
-        epoch_data, stat = zk.get(self._root + CONTROLLER_EPOCH)
-        epoch = int(epoch_data or b"0") + 1
-        holder = zk.exists(self._root + CONTROLLER)
-        tx = zk.transaction()
-        tx.check(self._root + MIGRATION, -1)
-        if holder is not None:
-            tx.delete(self._root + CONTROLLER, version=holder.version)
-        tx.create(self._root + CONTROLLER, data, ephemeral=True)
-        tx.set_data(self._root + CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
-        results = tx.commit()
-        if any(isinstance(r, Exception) for r in results):
-            return None
-        return epoch, results[-1].version
+
+        def claim(tx: Any) -> None:
+            tx.check(self._root + MIGRATION, -1)
+            tx.create(self._root + CONTROLLER, data, ephemeral=True)
+
+        try:
+            return _bump_epoch(zk, self._root, claim)
+        except MigrationError:
+            return None  # others claimed it meanwhile (or the migration was rolled back): looked at again later
 
     def _log_end(self) -> tuple[int, int]:
         """The offset of the last record in ZooKeeper's log, and the sequence number of its last commit."""

@@ -25,8 +25,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import attrs
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
@@ -65,6 +68,34 @@ class ZooKeeperClientSettings:
     def client(self) -> KazooClient:
         """A kazoo client, not started; every znode it creates gets :attr:`acl`."""
         return KazooClient(hosts=self.hosts, timeout=self.session_s, default_acl=list(self.acl), **self.tls)
+
+    def connect(self, where: str) -> KazooClient:
+        """A started client; a clear error naming ``zookeeper.connect`` (``where``) when the ensemble cannot be
+        reached within ``zookeeper.connection.timeout.ms``."""
+        zk = self.client()
+        try:
+            zk.start(timeout=self.connection_s)
+        except KazooTimeoutError:
+            zk.close()
+            tls = " over TLS (zookeeper.ssl.client.enable)" if self.tls else ""
+            raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={where}{tls} within "
+                              f"{self.connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
+        return zk
+
+
+def stop(zk: KazooClient) -> None:
+    """End the session (its ephemeral znodes go at once) and release the client."""
+    try:
+        zk.stop()
+    finally:
+        zk.close()
+
+
+async def stop_in_thread(zk: KazooClient | None) -> None:
+    """:func:`stop` from the event loop, in a worker thread, even while the caller is being cancelled."""
+    if zk is not None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(stop, zk)
 
 
 def _tls_options(config: Config) -> dict[str, Any]:

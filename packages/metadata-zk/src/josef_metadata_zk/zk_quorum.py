@@ -43,7 +43,6 @@ import anyio.abc
 import anyio.to_thread
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from josef.config import Config, ConfigError
 from josef.log import LogStorage
@@ -78,7 +77,7 @@ from josef_metadata_zk.znodes import (
     controller_of,
     split_connect,
 )
-from josef_metadata_zk.zk_client import ZooKeeperClientSettings
+from josef_metadata_zk.zk_client import ZooKeeperClientSettings, stop_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -219,14 +218,7 @@ class ZooKeeperQuorum:
 
     def _open(self) -> KazooClient:
         """Connect, create the chroot and josef's paths when missing, and read (or make) the cluster id."""
-        zk = self._client.client()
-        try:
-            zk.start(timeout=self._client.connection_s)
-        except KazooTimeoutError:
-            zk.close()
-            tls = " over TLS (zookeeper.ssl.client.enable)" if self._client.tls else ""
-            raise ConfigError(f"cannot reach ZooKeeper at zookeeper.connect={self._connect}{tls} within "
-                              f"{self._client.connection_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
+        zk = self._client.connect(self._connect)
         try:
             for path in (METADATA_LOG, METADATA_PARTS, "/cluster", BROKER_IDS):
                 zk.ensure_path(self._root + path)
@@ -640,9 +632,7 @@ class ZooKeeperQuorum:
         self._epoch_version = None
         self._controller = None
         zk, self._zk = self._zk, None
-        if zk is not None:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_stop, zk)
+        await stop_in_thread(zk)
 
 
 def _formatted_cluster_id(config: Config) -> str | None:
@@ -653,11 +643,4 @@ def _formatted_cluster_id(config: Config) -> str | None:
         return None  # an unreadable disk: the broker's own start-up check reports it
     return props.cluster_id if props is not None else None
 
-
-def _stop(zk: KazooClient) -> None:
-    """End the session (its ephemeral znodes, /controller among them, go at once) and release the client."""
-    try:
-        zk.stop()
-    finally:
-        zk.close()
 
