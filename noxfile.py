@@ -62,13 +62,15 @@ def install_workspace(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("package", PACKAGES)
-def unit(session: nox.Session, package: str) -> None:
-    """One package's own tests."""
+def unit(session: nox.Session) -> None:
+    """Every package's own tests, in one environment (every session installs the whole workspace: one saves eight
+    installs and pytest start-ups). One package's: ``uvx nox -s unit -- packages/client/tests``."""
     install_workspace(session)
     # The contract sessions run those.
-    contracts = [f"--ignore=packages/{package}/tests/{m}" for m in CONTRACTS.get(package, ((), ()))[0]]
-    session.run("pytest", f"packages/{package}/tests", *contracts, *UNIT_WORKERS, *session.posargs)
+    contracts = [f"--ignore=packages/{package}/tests/{m}" for package, (modules, _) in CONTRACTS.items()
+                 for m in modules]
+    paths = session.posargs or [f"packages/{package}/tests" for package in PACKAGES]
+    session.run("pytest", *paths, *contracts, *UNIT_WORKERS)
 
 
 @nox.session(python=PYTHON)
@@ -125,7 +127,7 @@ def integration(session: nox.Session, metadata: str, storage: str) -> None:
     and integration-tests/conftest.py). The zookeeper cells need Java and Debian's zookeeper (.ci/run installs them)."""
     install_workspace(session)
     session.install(*CLIENT_DEPS, XDIST)
-    session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", *INTEGRATION_WORKERS,
+    session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", "--durations=15", *INTEGRATION_WORKERS,
                 *session.posargs, env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})
 
 
