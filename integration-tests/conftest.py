@@ -34,7 +34,9 @@ ZooKeeper server (josef_metadata_zk.testing) and every broker and cluster the
 tests start, through these fixtures or ``josef_cluster``, keeps its metadata
 there (a chroot of its own) instead of in KRaft. A test that chooses its
 quorum itself (``metadata.quorum``, ``controller.quorum.voters``,
-``zookeeper.connect``) keeps its choice.
+``zookeeper.connect``) keeps its choice; one marked ``own_quorum`` (whose
+every cluster chooses its quorum) would repeat kraft/local's run exactly
+there, and is left out.
 """
 
 from __future__ import annotations
