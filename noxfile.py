@@ -62,15 +62,14 @@ def install_workspace(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
-def unit(session: nox.Session) -> None:
-    """Every package's own tests, in one environment (every session installs the whole workspace: one saves eight
-    installs and pytest start-ups). One package's: ``uvx nox -s unit -- packages/client/tests``."""
+@nox.parametrize("package", PACKAGES)
+def unit(session: nox.Session, package: str) -> None:
+    """One package's own tests, in a process of their own: one package's tests set process-wide state another's
+    would meet (an event loop policy, for one)."""
     install_workspace(session)
     # The contract sessions run those.
-    contracts = [f"--ignore=packages/{package}/tests/{m}" for package, (modules, _) in CONTRACTS.items()
-                 for m in modules]
-    paths = session.posargs or [f"packages/{package}/tests" for package in PACKAGES]
-    session.run("pytest", *paths, *contracts, *UNIT_WORKERS)
+    contracts = [f"--ignore=packages/{package}/tests/{m}" for m in CONTRACTS.get(package, ((), ()))[0]]
+    session.run("pytest", f"packages/{package}/tests", *contracts, *UNIT_WORKERS, *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,7 +1,7 @@
 """Migrating a running ZooKeeper-backed cluster to KRaft (KIP-866): ``josef metadata migrate``.
 
-Three combined ZooKeeper-mode nodes hold topics, a consumer group's offsets, a transactional producer's state, ACLs
-and SCRAM credentials; three new KRaft controllers take the metadata over under a running producer and consumer,
+Three combined ZooKeeper-mode nodes hold topics, a topic config, a client quota, a consumer group's offsets, a
+transactional producer's state, ACLs and SCRAM credentials; three new KRaft controllers take the metadata over under a running producer and consumer,
 the brokers are restarted one at a time as KRaft brokers, then the controllers without the migration. Every
 acknowledged record is read back, the producer never fails a delivery, and everything the cluster held is there.
 """
@@ -19,12 +19,16 @@ from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from josef_client import Admin as JosefAdmin
 from josef_metadata_zk.testing import read_znode
 from test_replication import (
     FAST,
@@ -43,6 +47,7 @@ from josef.testing import eventually
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:ANONYMOUS"}
 KRAFT_IDS = (3000, 3001, 3002)
+QUOTA_ENTITY = (("user", "alice"),)
 
 
 def controller_in_zookeeper(zk_connect: str) -> int:
@@ -136,6 +141,11 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
     upsert = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                           b"alice-secret")
     client.alter_user_scram_credentials([upsert])["alice"].result(30)
+    retention = ConfigResource("topic", "orders", incremental_configs=[
+        ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([retention])[retention].result(30)
+    with JosefAdmin({"bootstrap.servers": bootstrap}) as josef_admin:
+        josef_admin.alter_client_quotas({QUOTA_ENTITY: {"producer_byte_rate": 1048576.0}})
     committer = Consumer({"bootstrap.servers": bootstrap, "group.id": "committed", "enable.auto.commit": False})
     committed = [TopicPartition("orders", p, 10 + p) for p in range(3)]
     committer.commit(offsets=committed, asynchronous=False)
@@ -207,6 +217,10 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
         assert [b for b in client.describe_acls(AclBindingFilter(
             ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
             AclPermissionType.ANY)).result(30)] == [acl]
+        orders = ConfigResource("topic", "orders")
+        assert client.describe_configs([orders])[orders].result(30)["retention.ms"].value == "86400000"
+        with JosefAdmin({"bootstrap.servers": bootstrap}) as josef_admin:
+            assert josef_admin.describe_client_quotas()[QUOTA_ENTITY] == {"producer_byte_rate": 1048576.0}
         described = client.describe_user_scram_credentials(["alice"])["alice"].result(30)
         assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
             (ScramMechanism.SCRAM_SHA_512, 8192)]

@@ -197,9 +197,12 @@ class ZooKeeperMigration:
             except KazooException as exc:
                 if self._closed:
                     return
-                log.warning("mirroring the metadata into ZooKeeper failed (%r); trying again in %.1f s", exc, POLL_S)
+                # A write of unknown outcome (the connection lost after sending it): claim again, which reads where
+                # ZooKeeper's log really ends and brings it up to the image, rather than write a commit twice.
+                log.warning("mirroring the metadata into ZooKeeper failed (%r); claiming /controller again in %.1f s",
+                            exc, POLL_S)
+                self._resign()
                 await anyio.sleep(POLL_S)
-                self._queued.set()
 
     def _resign(self) -> None:
         self._version = None
