@@ -104,9 +104,10 @@ class ZooKeeperQuorum:
         self._eligible = "controller" in config["process.roles"]
         self._controller_listeners = set(config["controller.listener.names"])
         own = {item.partition("://")[0].strip() for item in config["listeners"]}
-        #: A Kafka 3.x ZooKeeper-mode node has no controller listener: its controller is reached on the inter-broker
-        #: listener, which /controller then names (the broker's listeners answer the controller's APIs too).
-        self.controller_on_broker_listener = not own & self._controller_listeners
+        #: A Kafka 3.x ZooKeeper-mode node (every one may be elected) has no controller listener: its controller is
+        #: reached on the inter-broker listener, which /controller then names (the broker's listeners answer the
+        #: controller's APIs too). A broker-only node reaches controllers that have one as a KRaft broker does.
+        self.controller_on_broker_listener = self._eligible and not own & self._controller_listeners
         self._inter_broker_listener = inter_broker_listener_name(config)
         self._local_cluster_id = _formatted_cluster_id(config)
         self._client = ZooKeeperClientSettings.from_config(config, self._hosts)
