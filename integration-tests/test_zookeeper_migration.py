@@ -231,8 +231,8 @@ def test_a_zookeeper_cluster_migrates_to_kraft_under_load_and_loses_nothing(jose
         finally:
             checker.close()
         # The transactional id keeps its producer id (its epoch goes up); a new one gets an id from a later block.
-        again = Producer({"bootstrap.servers": bootstrap, "transactional.id": "payments"})
-        again.init_transactions(30)
+        resumed = Producer({"bootstrap.servers": bootstrap, "transactional.id": "payments"})
+        resumed.init_transactions(30)
         assert producer_id(bootstrap, "payments") == first_producer_id
         fresh = Producer({"bootstrap.servers": bootstrap, "transactional.id": "refunds"})
         fresh.init_transactions(30)

@@ -1,6 +1,6 @@
 """``josef metadata migrate``: move a running cluster's metadata to a KRaft quorum (KIP-866).
 
-The steps, for an operator (docs/zookeeper.md has the whole procedure):
+The steps, for an operator (packages/metadata-zk/README.md has the whole procedure):
 
 1. Write each new KRaft controller's properties: ``process.roles=controller``,
    ``controller.quorum.voters`` naming all of them, the old backend's

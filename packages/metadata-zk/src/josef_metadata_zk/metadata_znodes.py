@@ -40,6 +40,9 @@ from josef_metadata_zk.znodes import (
     commit_sequence,
 )
 
+#: The most paths and data one multi-op of Kafka's layout carries: well under ZooKeeper's 1 MB request limit.
+LAYOUT_BATCH_BYTES = 256 * 1024
+
 Snapshot = tuple[SnapshotHeader, list[MetadataRecord]]
 Commit = tuple[str, CommitHeader, list[MetadataRecord]]
 
@@ -101,6 +104,23 @@ class MetadataZNodes:
             offset = header.last_offset
             records += more
         return offset, records
+
+    def log_end(self) -> tuple[int, int]:
+        """The offset of the log's last record and the sequence number of its last commit (-1, -1 when empty),
+        from the headers of the snapshot and the last commit only."""
+        offset = sequence = -1
+        try:
+            where = f"ZooKeeper znode {self.root}{METADATA_SNAPSHOT}"
+            header = read_snapshot_header(self.zk.get(self.root + METADATA_SNAPSHOT)[0], where)
+            offset, sequence = header.offset, header.sequence
+        except NoNodeError:
+            pass
+        names = self.list_commits()
+        if names:
+            where = f"ZooKeeper znode {self.root}{METADATA_LOG}/{names[-1]}"
+            last = read_header(self.zk.get(f"{self.root}{METADATA_LOG}/{names[-1]}")[0], where)
+            offset, sequence = max(offset, last.last_offset), max(sequence, commit_sequence(names[-1]))
+        return offset, sequence
 
     def list_commits(self) -> list[str]:
         return sorted(self.zk.get_children(self.root + METADATA_LOG), key=commit_sequence)
@@ -250,7 +270,7 @@ class MetadataZNodes:
             pass
 
 
-def layout_batch(writes: list[Write], limit: int) -> list[Write]:
+def layout_batch(writes: list[Write], limit: int = LAYOUT_BATCH_BYTES) -> list[Write]:
     """The first writes of ``writes`` that go in one multi-op: a delete alone, else sets and creates of up to
     ``limit`` bytes of paths and data (a request over ZooKeeper's 1 MB ``jute.maxbuffer`` loses the connection)."""
     if writes[0].data is None:

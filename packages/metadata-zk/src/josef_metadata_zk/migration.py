@@ -43,7 +43,7 @@ from josef.metadata.image import MetadataImage
 from josef.metadata.migration import MigratedMetadata, MigrationError
 from josef.metadata.quorum import MetadataListener
 from josef.metadata.records import MetadataRecord
-from josef_metadata_zk.commits import encode_commit, encode_snapshot, read_header
+from josef_metadata_zk.commits import encode_commit, encode_snapshot
 from josef_metadata_zk.kafka_layout import Write, changed_layout, full_layout
 from josef_metadata_zk.metadata_znodes import Deposed, MetadataZNodes, layout_batch
 from josef_metadata_zk.zk_client import ZooKeeperClientSettings, stop, stop_in_thread
@@ -51,10 +51,8 @@ from josef_metadata_zk.znodes import (
     CLUSTER_ID,
     CONTROLLER,
     CONTROLLER_EPOCH,
-    METADATA_LOG,
     MIGRATION,
     cluster_id_of,
-    commit_sequence,
     controller_json,
     split_connect,
 )
@@ -63,8 +61,6 @@ log = logging.getLogger(__name__)
 
 #: How often a controller looks whether it became (or stopped being) the active one, and waits after a failure.
 POLL_S = 0.5
-#: The most bytes of Kafka's layout in one multi-op (as the ZooKeeper quorum writes it).
-LAYOUT_BATCH_BYTES = 256 * 1024
 
 
 def _bump_epoch(zk: KazooClient, root: str, change: Callable[[Any], None]) -> tuple[int, int]:
@@ -219,7 +215,7 @@ class ZooKeeperMigration:
         self._epoch, self._version = claimed
         # Commits from here on are queued; what is in the image and not in ZooKeeper goes as a snapshot.
         image = self._listener.current_image()
-        last, sequence = await anyio.to_thread.run_sync(self._log_end)
+        last, sequence = await anyio.to_thread.run_sync(self._store.log_end)
         if image.offset > last:
             encoded = await anyio.to_thread.run_sync(
                 lambda: encode_snapshot(image.offset, sequence, list(image.records())))
@@ -251,18 +247,6 @@ class ZooKeeperMigration:
         except MigrationError:
             return None  # others claimed it meanwhile (or the migration was rolled back): looked at again later
 
-    def _log_end(self) -> tuple[int, int]:
-        """The offset of the last record in ZooKeeper's log, and the sequence number of its last commit."""
-        assert self._store is not None
-        names = self._store.list_commits()
-        snapshot = self._store.read_snapshot()
-        offset, sequence = (snapshot[0].offset, snapshot[0].sequence) if snapshot is not None else (-1, -1)
-        if names:
-            where = f"ZooKeeper znode {self._root}{METADATA_LOG}/{names[-1]}"
-            header = read_header(self._store.zk.get(f"{self._root}{METADATA_LOG}/{names[-1]}")[0], where)
-            offset, sequence = max(offset, header.last_offset), max(sequence, commit_sequence(names[-1]))
-        return offset, sequence
-
     async def _write_queued(self) -> None:
         assert self._store is not None
         while self._queue and self._version is not None and not self._closed:
@@ -283,7 +267,7 @@ class ZooKeeperMigration:
                     self._since_snapshot = 0
             self._queue.popleft()
         while self._layout and self._version is not None and not self._closed:
-            batch = layout_batch(self._layout, LAYOUT_BATCH_BYTES)
+            batch = layout_batch(self._layout)
             await anyio.to_thread.run_sync(self._store.write_layout, batch, self._version)
             del self._layout[:len(batch)]
 

@@ -81,8 +81,6 @@ from josef_metadata_zk.zk_client import ZooKeeperClientSettings, stop_in_thread
 
 log = logging.getLogger(__name__)
 
-#: The most paths and data one multi-op of Kafka's layout carries: well under ZooKeeper's 1 MB request limit.
-LAYOUT_BATCH_BYTES = 256 * 1024
 #: How long to wait before asking ZooKeeper again after a failed request (it is down, or the session is being replaced).
 RETRY_S = 1.0
 
@@ -371,7 +369,7 @@ class ZooKeeperQuorum:
                 if version is None or store is None or self._zk is None:
                     self._layout.clear()  # deposed: the next controller writes the whole view again
                     break
-                batch, term = layout_batch(self._layout, LAYOUT_BATCH_BYTES), self._layout_term
+                batch, term = layout_batch(self._layout), self._layout_term
                 try:
                     await anyio.to_thread.run_sync(store.write_layout, batch, version)
                 except Deposed:

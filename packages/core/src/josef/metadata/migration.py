@@ -27,6 +27,8 @@ import attrs
 
 from josef.metadata.image import MetadataImage
 from josef.metadata.records import MetadataRecord
+from josef.node.broker_config import metadata_quorum_name
+from josef.plugins import collect
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -83,9 +85,6 @@ class MetadataMigration(Protocol):
 def configured_migration(pm: pluggy.PluginManager, config: Config) -> MetadataMigration | None:
     """The migration ``config`` asks for (``register_metadata_migrations``): from a backend other than the node's own
     quorum whose factory accepts the configuration; None when it asks for none."""
-    from josef.node.broker_config import metadata_quorum_name
-    from josef.plugins import collect
-
     own = metadata_quorum_name(config)
     for name, factory in collect(pm, "register_metadata_migrations", "metadata migration").items():
         migration = factory(config) if name != own else None
