@@ -10,6 +10,7 @@ import attrs
 import pytest
 from kio.schema.errors import ErrorCode
 
+from josef.metrics.topics import BrokerTopicMetrics
 from josef.config import INT64_MAX, Config, ConfigDef, ConfigError
 from josef.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from josef.plugins import get_plugin_manager
@@ -141,7 +142,7 @@ def test_a_follower_leaves_throttled_partitions_out_of_its_fetches_while_over_th
     quota.bound = 1000
     quota.mark_throttled("moving", ["0:5"])
     fetchers = ReplicaFetchers(5, Config.build(definition(), {}), lambda _: None, lambda: 1, lambda _: None,
-                               "PLAINTEXT", quota)
+                               "PLAINTEXT", quota, BrokerTopicMetrics())
     leader = FakeLeader(chunk=1500)
 
     async def fetch() -> None:

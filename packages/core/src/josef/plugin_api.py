@@ -58,6 +58,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
                      "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
                      "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "TelemetrySubscription"),
+    "josef.metrics": ("Collector", "NodeMetrics", "QUANTILES", "add_quantiles", "summary"),
     "josef.remote_storage": "*",
     "josef.remote_log_metadata": "*",
     "josef.remote_log_metadata.records": "*",

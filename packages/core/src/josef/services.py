@@ -25,6 +25,7 @@ from josef.plugin_api import deprecated_property
 if TYPE_CHECKING:
     from josef.coordinator.runtime import CoordinatorRuntime
     from josef.led_partitions import LedPartitions
+    from josef.metrics import NodeMetrics
     from josef.node.broker import Broker
     from josef.server.dispatch import Handler
 
@@ -78,6 +79,14 @@ class BrokerServices:
         from josef.led_partitions import LedPartitions
 
         return LedPartitions(self._broker)
+
+    @property
+    def metrics(self) -> NodeMetrics:
+        """The node's metrics (plugin API 1.5): ``metrics.register(collector)`` exports a prometheus-client
+        collector's families on ``/metrics`` (:mod:`josef.metrics`). A plugin object the node builds (a
+        coordinator, a log storage, a metadata quorum, a telemetry receiver) that has ``collect()`` is
+        exported without asking."""
+        return self._broker.metrics
 
     @property
     def coordinators(self) -> CoordinatorRuntime:

@@ -47,6 +47,10 @@ from josef.metadata.image import MetadataDelta, MetadataImage
 from josef.metadata.migration import MetadataMigration, configured_migration
 from josef.metadata.quorum import MetadataQuorum
 from josef.metadata.records import BROKER_RESOURCE, Endpoint, MetadataRecord
+from josef.metrics import NodeMetrics
+from josef.metrics.node_state import NodeStateMetrics
+from josef.metrics.requests import RequestMetrics
+from josef.metrics.topics import BrokerTopicMetrics
 from josef.plugins import collect, get_plugin_manager
 from josef.policy import Policies
 from josef.producer.producer_ids import ProducerIdManager
@@ -61,6 +65,7 @@ from josef.server.quotas import Quotas
 from josef.server.sasl import LISTENER_SASL_KEY
 from josef.server.dispatch import Dispatcher
 from josef.server.fetch_session import FetchSessionCache
+from josef.server.http import HttpListener
 from josef.telemetry import ClientTelemetry
 
 log = logging.getLogger(__name__)
@@ -113,7 +118,16 @@ class Broker:
         self.dispatcher = Dispatcher(self)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.controller_dispatcher = Dispatcher(self)
+        #: What ``/metrics`` exports (josef.metrics): the counters handlers add to, and the node's state.
+        self.metrics = NodeMetrics()
+        self.request_metrics = RequestMetrics()
+        self.topic_metrics = BrokerTopicMetrics()
+        for collector in (self.request_metrics, self.topic_metrics, NodeStateMetrics(self)):
+            self.metrics.register(collector)
+        self.http = HttpListener(self, config["http.listeners"])
         self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
+        for receiver in self.telemetry.receivers:
+            self.metrics.register_if_collector(receiver)
         if self.is_broker:
             register_broker_apis(self.dispatcher, telemetry_receivers=bool(self.telemetry.receivers))
         if self.is_controller:
@@ -128,6 +142,7 @@ class Broker:
         self._plugin_tasks: list[Callable[[], Awaitable[None]]] | anyio.abc.TaskGroup = []
         self.coordinators = CoordinatorRuntime(self, {name: factory(self.services) for name, factory in factories.items()})
         for coordinator in self.coordinators.coordinators.values():
+            self.metrics.register_if_collector(coordinator)
             for key, handler, low, high in coordinator.apis():
                 self.dispatcher.register(key, handler, low, high, replace=key in TAKEOVER_APIS)
         if self.coordinators.coordinators:
@@ -175,6 +190,11 @@ class Broker:
         return self.quorum.cluster_id
 
     @property
+    def stopping(self) -> bool:
+        """A stop was requested: the node is moving its leadership away and will close."""
+        return self._stop_requested.is_set()
+
+    @property
     def controller_on_broker_listener(self) -> bool:
         """Controllers are reached on broker listeners (the quorum's optional ``controller_on_broker_listener``)."""
         return bool(getattr(self.quorum, "controller_on_broker_listener", False))
@@ -190,6 +210,8 @@ class Broker:
             self.storage = layer(self.storage, self.config, self.services) or self.storage
         self.quorum = collect(self.pm, "register_metadata_quorum", "metadata quorum").get(
             metadata_quorum_name(self.config))(self.config, base)
+        for plugin_object in {id(o): o for o in (base, self.storage, self.quorum)}.values():
+            self.metrics.register_if_collector(plugin_object)
         for key, handler, low, high in self.quorum.apis():
             if self.is_controller:
                 self.controller_dispatcher.register(key, handler, low, high)
@@ -207,6 +229,7 @@ class Broker:
             self.replicas = ReplicaManager(self)
         try:
             async with anyio.create_task_group() as tg:
+                await self.http.start()
                 for sasl in self.sasl.values():  # e.g. OAUTHBEARER's JWKS, fetched before any listener accepts
                     await tg.start(sasl.run)
                 await self._listen(tg, controller=True)
@@ -424,4 +447,5 @@ class Broker:
             await self.quorum.close()
         if hasattr(self, "replicas"):
             self.replicas.close()
+        await self.http.close()
         log.info("josef %s %s stopped", "broker" if self.is_broker else "controller", self.node_id)

@@ -200,6 +200,8 @@ CORE_KEYS = (
               security_protocol_map),
     ConfigKey("controller.listener.names", LST, ["CONTROLLER"],
               "Listeners that serve the controller (its quorum's and brokers' requests), not clients."),
+    ConfigKey("http.listeners", LST, [], "Where the node serves /metrics, /health/live, /health/ready (and the "
+              "console): http://HOST:PORT, port 0 picks a free one; empty: no HTTP listener."),
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),

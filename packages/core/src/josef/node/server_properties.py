@@ -21,6 +21,7 @@ SINGLE_NODE_DEFAULTS = {
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    "http.listeners": "http://127.0.0.1:9644",
 }
 
 

@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 from josef.config import Config
 from josef.log import LogDirError
 from josef.metadata.records import uuid_to_text
+from josef.metrics.topics import REPLICATION_BYTES_IN, BrokerTopicMetrics
 from josef.replication.partition import Partition
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.connection import Connection
@@ -86,6 +87,8 @@ class FetchState:
     #: The leader answered OFFSET_MOVED_TO_TIERED_STORAGE: what we lack is only in remote storage now, so we start
     #: over at the leader's local log start (Kafka's buildRemoteLogAuxState), asked for with ListOffsets.
     tiered: bool = False
+    #: The leader's high watermark less our log end at the last fetch (Kafka's FetcherLagMetrics ConsumerLag).
+    lag: int = 0
 
 
 class ReplicaFetcher:
@@ -351,10 +354,12 @@ class ReplicaFetcher:
                 self._delay(state)
                 return
             state.in_sync = partition.log.log_end_offset >= part.high_watermark
+            state.lag = max(0, part.high_watermark - partition.log.log_end_offset)
             if self.manager.quota.is_throttled(tp):
                 self.manager.quota.record(appended)
             if appended:
                 self.manager.appended(tp)
+                self.manager.meters.of(tp.topic)[REPLICATION_BYTES_IN] += appended
         elif code == ErrorCode.offset_out_of_range:
             self._out_of_range(state, part)
         elif code == ErrorCode.offset_moved_to_tiered_storage:
@@ -386,8 +391,9 @@ class ReplicaFetchers:
 
     def __init__(self, broker_id: int, config: Config, endpoint_of: Callable[[int], tuple[str, int] | None],
                  broker_epoch: Callable[[], int], appended: Callable[[TopicPartition], None], listener: str,
-                 quota: ReplicationQuota) -> None:
+                 quota: ReplicationQuota, meters: BrokerTopicMetrics) -> None:
         self.broker_id = broker_id
+        self.meters = meters
         self.config = config
         self.endpoint_of = endpoint_of
         self.broker_epoch = broker_epoch
@@ -426,6 +432,12 @@ class ReplicaFetchers:
                 self._tg.start_soon(fetcher.run)
         fetcher.add(partition)
         self._following[tp] = fetcher
+
+    def lags(self) -> list[tuple[str, TopicPartition, int]]:
+        """Each followed partition's lag behind its leader's high watermark at its last fetch, in offsets, with
+        its fetcher's name as Kafka's ``clientId`` (``ReplicaFetcherThread-<index>-<leader>``)."""
+        return [(f"ReplicaFetcherThread-{fetcher.index}-{fetcher.leader_id}", tp, fetcher.partitions[tp].lag)
+                for tp, fetcher in self._following.items() if tp in fetcher.partitions]
 
     def stop_following(self, tp: TopicPartition) -> None:
         fetcher = self._following.pop(tp, None)

@@ -121,8 +121,11 @@ class ReplicaManager:
         self.follower_quota = ReplicationQuota(self.broker_id, *window)
         self._apply_quota_rates()
         self.fetchers = ReplicaFetchers(self.broker_id, self.config, self._endpoint_of, lambda: broker.lifecycle.epoch,
-                                        self.appended, broker.inter_broker_listener, self.follower_quota)
+                                        self.appended, broker.inter_broker_listener, self.follower_quota,
+                                        broker.topic_metrics)
         self._high_watermarks: dict[TopicPartition, int] = {}
+        #: ISR changes of partitions this broker leads that the controller accepted (Kafka's IsrShrinks/ExpandsPerSec).
+        self.isr_shrinks = self.isr_expands = 0
         self._tg: anyio.abc.TaskGroup | None = None
         #: Log directories known to have failed, and the hosted partitions whose logs were in them.
         self.offline_dirs: frozenset[str] = frozenset()
@@ -511,8 +514,13 @@ class ReplicaManager:
         if code != ErrorCode.none or result is None:
             log.info("the controller refused the ISR %s for %s: %s", list(isr), partition.tp, code.name)
             return
+        before = len(partition.isr)
         partition.isr_committed(tuple(result.isr), result.leader_epoch, result.partition_epoch,
                                 result.leader_recovery_state == RECOVERING)
+        if len(partition.isr) < before:
+            self.isr_shrinks += 1
+        elif len(partition.isr) > before:
+            self.isr_expands += 1
         self._wake_all(partition.tp)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -52,6 +52,11 @@ from josef.server.tls import ListenerTls
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+#: The request header's first fields: API key and version.
+_KEY_VERSION = struct.Struct(">hh")
+#: A request whose answer the writer task sends: (answer, API key, version, arrival, handler start, handler end,
+#: throttle), times in ``time.monotonic()`` seconds.
+_Pending = tuple[Reply, int, int, float, float, float, float]
 _RECEIVE_CHUNK = 1 << 20
 #: Answers a connection may owe before it stops reading (clients pipeline 5 by default).
 MAX_PENDING_REPLIES = 8
@@ -100,6 +105,7 @@ class Connection:
             max_frame = min(max_frame, dispatcher.broker.config["sasl.server.max.receive.size"])
         self.max_frame = max_frame
         self._wire = _Wire.attach(stream, max_frame, self.peer, self.session.authenticated)
+        self._requests = dispatcher.broker.request_metrics
 
     async def _read_frame(self) -> bytes | bytearray | memoryview | None:
         """The next request, without its size prefix; None when the connection closes first."""
@@ -159,33 +165,49 @@ class Connection:
 
     async def _serve_requests(self) -> None:
         """Read, handle, answer. An answer ready while none is queued is written here at once; the writer
-        task takes over behind one that waits (:class:`josef.server.dispatch.Later`), to keep the order."""
-        send, receive = anyio.create_memory_object_stream[Reply](MAX_PENDING_REPLIES)
+        task takes over behind one that waits (:class:`josef.server.dispatch.Later`), to keep the order.
+
+        Each request's times go to Kafka's RequestMetrics (:mod:`josef.metrics.requests`): a few clock reads
+        and one record per request."""
+        send, receive = anyio.create_memory_object_stream[_Pending](MAX_PENDING_REPLIES)
         writer = self._writer = _Writer(self.stream, self._wire)
+        wire = self._wire
+        session = self.session
+        clock = time.monotonic
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._write_replies, receive)
             async with send:
                 while True:
-                    if self.session.throttled_until:
+                    if session.throttled_until:
                         await self._sit_out_throttle()
                     frame = await self._read_frame()
                     if frame is None:
                         writer.flush_held()
                         return
                     self._owed += 1
-                    reply = await self.dispatcher.handle(self.session, frame)
-                    if self.max_frame != self._authenticated_max_frame and self.session.authenticated:
+                    started = clock()
+                    arrived = wire.arrived if wire is not None else started
+                    reply = await self.dispatcher.handle(session, frame)
+                    handled = clock()
+                    key, version = _KEY_VERSION.unpack_from(frame)
+                    throttle = max(session.throttled_until - handled, 0.0)
+                    if self.max_frame != self._authenticated_max_frame and session.authenticated:
                         self._authenticated()
                     if reply is None:
                         self._owed -= 1
+                        self._requests.of(key).record(version, (started - arrived, handled - started, 0.0, throttle,
+                                                                0.0, 0.0, handled - arrived))
                     elif not self._queued and isinstance(reply, list):
                         if not (self._next_frame_received() and writer.hold(reply)):
                             await writer.write([reply])
                         self._answered(1)
+                        sent = clock()
+                        self._requests.of(key).record(version, (started - arrived, handled - started, 0.0, throttle,
+                                                                0.0, sent - handled, sent - arrived))
                     else:
                         writer.flush_held()
                         self._queued += 1
-                        await send.send(reply)
+                        await send.send((reply, key, version, arrived, started, handled, throttle))
                     if self.session.close_after_reply:  # its last answer goes out with the rest, then it closes
                         writer.flush_held()
                         log.debug("closing connection from %s after its last answer", self.peer)
@@ -220,25 +242,37 @@ class Connection:
         """Whether the next request is already here whole (pipelined behind the one just answered)."""
         return self._wire is not None and self._wire.has_frame()  # (without a _Wire nothing is held anyway)
 
-    async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[Reply]) -> None:
+    async def _write_replies(self, replies: anyio.abc.ObjectReceiveStream[_Pending]) -> None:
         """Write the queued answers in request order, each once it is ready; answers ready together go out in one write."""
-        writer = self._writer
         async with replies:
-            async for reply in replies:
-                ready = [reply if isinstance(reply, list) else await reply]
+            async for pending in replies:
+                ready = [await self._ready(pending)]
                 while True:
                     try:
-                        reply = replies.receive_nowait()
+                        pending = replies.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    if not isinstance(reply, list):
-                        await writer.write(ready)
-                        self._answered(len(ready), queued=True)
+                    if not isinstance(pending[0], list):
+                        await self._write_ready(ready)
                         ready = []
-                        reply = await reply
-                    ready.append(reply)
-                await writer.write(ready)
-                self._answered(len(ready), queued=True)
+                    ready.append(await self._ready(pending))
+                await self._write_ready(ready)
+
+    async def _ready(self, pending: _Pending) -> tuple[Frame, _Pending, float]:
+        """The answer of a queued request, once there, with the time it was (its handler's wait ends there)."""
+        reply = pending[0]
+        frame = reply if isinstance(reply, list) else await reply
+        return frame, pending, time.monotonic()
+
+    async def _write_ready(self, ready: list[tuple[Frame, _Pending, float]]) -> None:
+        """Write answers in one go, and record each one's request times."""
+        start = time.monotonic()
+        await self._writer.write([frame for frame, _, _ in ready])
+        self._answered(len(ready), queued=True)
+        sent = time.monotonic()
+        for _, (_, key, version, arrived, started, handled, throttle), ready_at in ready:
+            self._requests.of(key).record(version, (started - arrived, handled - started, ready_at - handled, throttle,
+                                                    start - ready_at, sent - start, sent - arrived))
 
     def _answered(self, count: int, queued: bool = False) -> None:
         self._owed -= count
@@ -284,6 +318,9 @@ class _Wire(FrameReader):
         self.write_event.set()
         self.peer = peer
         self._frames: deque[bytes | bytearray] = deque()
+        #: When each waiting request arrived whole; ``arrived``: when the one :meth:`read_frame` returned last did.
+        self._arrivals: deque[float] = deque()
+        self.arrived = 0.0
         self._queued = 0
         self._error: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -328,6 +365,7 @@ class _Wire(FrameReader):
             finally:
                 self._waiter = None
         frame = self._frames.popleft()
+        self.arrived = self._arrivals.popleft()
         self._queued -= len(frame)
         if self._paused and self._queued < self.READ_BUFFER_BYTES // 2 and self._error is None:
             self._paused = False
@@ -336,6 +374,7 @@ class _Wire(FrameReader):
 
     def frame_received(self, frame: bytes | bytearray) -> None:
         self._frames.append(frame)
+        self._arrivals.append(time.monotonic())
         self._queued += len(frame)
         if self._queued > self.READ_BUFFER_BYTES and not self._paused:
             self._paused = True

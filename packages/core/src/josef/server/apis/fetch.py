@@ -40,6 +40,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.log import OffsetMovedToTieredStorageError
+from josef.metrics.topics import BYTES_OUT, FAILED_FETCH, REPLICATION_BYTES_OUT, TOTAL_FETCH
 from josef.replication.partition import FOLLOWER, READ_COMMITTED, Partition, PartitionError
 from josef.protocol.fetch_codec import TOPIC_ID_VERSION, FetchPartition, FetchRequest, response_encoder
 from josef.protocol.topic_partition import TopicPartition
@@ -177,7 +178,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
             key = (topic_id if ctx.api_version >= TOPIC_ID_VERSION else name, part.partition)
             cached[key] = CachedPartition(name, topic_id, part, r.high_watermark, r.log_start_offset)
         session_id = sessions.create(_now_ms(), replica_id >= 0, ctx.api_version >= TOPIC_ID_VERSION, cached)
-    return _encode(ctx, answered, session_id)
+    return _encode(ctx, answered, session_id, replica_id >= 0)
 
 
 def _changed(session: FetchSession, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]]
@@ -295,11 +296,13 @@ async def _read_remote(ctx: RequestContext, result: _Result, budget: int, first:
 
 
 def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]],
-            session_id: int) -> Encoded:
+            session_id: int, follower: bool) -> Encoded:
     """The response: consecutive partitions of one topic under one topic entry, as Kafka groups them."""
     encoder = response_encoder(ctx.api_version)
     out: list[Any] = []
     n_topics = 0
+    meters = ctx.broker.topic_metrics
+    bytes_meter = REPLICATION_BYTES_OUT if follower else BYTES_OUT
     i, n = 0, len(answered)
     while i < n:
         (name, topic_id, _), _ = answered[i]
@@ -307,11 +310,21 @@ def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, Fet
         while j < n and answered[j][0][0] == name and answered[j][0][1] == topic_id:
             j += 1
         encoder.topic(out, name, topic_id, j - i)
+        size = failed = 0
         for (_, _, part), r in answered[i:j]:
             encoder.partition(out, part.partition, r.error_code, r.high_watermark, r.last_stable_offset,
                               r.log_start_offset, r.records, r.aborted, r.preferred_read_replica, r.diverging_epoch,
                               r.current_leader)
+            if r.records:
+                size += len(r.records)
+            if r.error_code != _NONE:
+                failed += 1
         encoder.topic_end(out)
+        if name is not None:
+            counts = meters.of(name)
+            counts[bytes_meter] += size
+            counts[TOTAL_FETCH] += j - i
+            counts[FAILED_FETCH] += failed
         n_topics += 1
         i = j
     leaders = [{"leader_id": r.current_leader[0], "leader_epoch": r.current_leader[1]}

@@ -35,6 +35,10 @@ from josef.server.dispatch import Encoded, Later, RequestContext
 
 log = logging.getLogger(__name__)
 
+#: Errors of batches refused for what they are, whose bytes count as Kafka's BytesRejectedPerSec.
+_REJECTED = frozenset({ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
+                       ErrorCode.invalid_record, ErrorCode.invalid_timestamp})
+
 #: From this Produce version on, clients use Transactions V2 and the leader adds the partition itself.
 ADD_PARTITION_VERSION = 12
 
@@ -42,6 +46,7 @@ ADD_PARTITION_VERSION = 12
 async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Later | None:
     acks = request.acks
     replicas = ctx.broker.replicas
+    meters = ctx.broker.topic_metrics
     verdicts = await _verify_partitions(ctx, request)
     refused = request.refused_topics
     topics = []
@@ -67,6 +72,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
             except Exception as exc:
                 code, message = error_of(exc)
                 log.debug("produce to %s-%s failed: %s", name, data.index, message)
+                if name is not None:
+                    meters.produce_failed(name, len(data.records or b""), code in _REJECTED)
                 result["error_code"], result["error_message"] = code, message
                 result["current_leader"] = current_leader(ctx, name, data.index, code)
                 if isinstance(exc, RecordErrors):
@@ -74,6 +81,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
                                                for index, why in exc.errors]
                 continue
             replicas.appended(partition.tp)
+            meters.produced(name, info.record_count, len(data.records))
             result["base_offset"] = info.first_offset
             result["log_append_time"] = append_time
             result["log_start_offset"] = partition.log.log_start_offset

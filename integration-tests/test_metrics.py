@@ -1,0 +1,138 @@
+"""A 3-node cluster's /metrics and health checks, read as Prometheus and a Kubernetes probe read them.
+
+Producing and consuming moves Kafka's BrokerTopicMetrics by exactly what
+was written and read (summed over the brokers, as a dashboard sums them);
+a killed broker makes under-replicated and offline partitions show on the
+others and go once it is back; the restarted broker's ``/health/ready``
+says 503 until it has caught up and is unfenced.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from confluent_kafka import Consumer, Producer
+from kafka.admin import KafkaAdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from josef.node.cluster import free_ports
+
+RECORDS = 2000
+VALUE = b"v" * 100
+TIMEOUT_S = 60
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a node's /metrics, by (name, sorted labels)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples that have ``labels`` (among others: every version of a request)."""
+    wanted = set(labels.items())
+    return sum(v for (n, have), v in samples.items() if n == name and wanted <= set(have)
+               and ("topic" in labels or not any(k == "topic" for k, _ in have)))
+
+
+def total(ports, name: str, **labels: str) -> float:
+    return sum(value(scrape(p), name, **labels) for p in ports)
+
+
+def ready(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def eventually(check, what: str, timeout: float = TIMEOUT_S, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(every)
+
+
+def test_counters_move_by_what_was_produced_and_a_dead_broker_shows(josef_cluster):
+    ports = dict(zip((1, 2, 3), free_ports(3)))
+    cluster = josef_cluster(combined=3, node_overrides={
+        n: {"http.listeners": f"http://127.0.0.1:{port}"} for n, port in ports.items()},
+        **{"replica.lag.time.max.ms": "2000", "broker.session.timeout.ms": "3000",
+           "broker.heartbeat.interval.ms": "200"})
+    b = cluster.bootstrap_servers
+    admin = KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=30000)
+    admin.create_topics([NewTopic("metered", 3, 3, topic_configs={"min.insync.replicas": "2"}),
+                         NewTopic("single", -1, -1, replica_assignments={0: [3]})])
+    admin.close()
+    everyone = list(ports.values())
+    before = {m: total(everyone, f"kafka_server_brokertopicmetrics_{m}_total", topic="metered")
+              for m in ("messagesin", "bytesin", "bytesout", "replicationbytesin")}
+    produce_requests = total(everyone, "kafka_network_requestmetrics_requests_total", request="Produce")
+
+    producer = Producer({"bootstrap.servers": b, "acks": "all", "linger.ms": 5})
+    for i in range(RECORDS):
+        producer.produce("metered", VALUE, key=str(i).encode())
+    assert producer.flush(TIMEOUT_S) == 0
+    consumer = Consumer({"bootstrap.servers": b, "group.id": "readers", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["metered"])
+    read = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while read < RECORDS and time.monotonic() < deadline:
+        read += sum(1 for m in consumer.consume(500, 1) if m.error() is None)
+    consumer.close()
+    assert read == RECORDS
+
+    after = {m: total(everyone, f"kafka_server_brokertopicmetrics_{m}_total", topic="metered") for m in before}
+    moved = {m: after[m] - before[m] for m in before}
+    assert moved["messagesin"] == RECORDS
+    assert moved["bytesin"] > RECORDS * len(VALUE)
+    assert moved["bytesout"] >= moved["bytesin"]  # every batch read once at least
+    assert moved["replicationbytesin"] == 2 * moved["bytesin"]  # two followers copied every batch
+    assert total(everyone, "kafka_network_requestmetrics_requests_total", request="Produce") > produce_requests
+    one = scrape(ports[1])
+    assert value(one, "kafka_network_requestmetrics_totaltimems_count", request="Produce") > 0
+    assert value(one, "kafka_network_requestmetrics_totaltimems", request="Produce", quantile="0.99") > 0
+    assert value(one, "kafka_controller_kafkacontroller_globaltopiccount") >= 2
+    assert sum(value(scrape(p), "kafka_controller_kafkacontroller_activecontrollercount") for p in everyone) == 1
+    assert all(value(scrape(p), "kafka_server_replicamanager_underreplicatedpartitions") == 0 for p in everyone)
+
+    # A broker dies: the others lead its partitions, under-replicated; its single-replica partition is offline.
+    node3 = cluster.node(3)
+    offset_when_killed = ready(ports[1])[1]["metadata_offset"]
+    node3.kill()
+    survivors = [ports[1], ports[2]]
+    eventually(lambda: total(survivors, "kafka_server_replicamanager_underreplicatedpartitions") >= 3,
+               "the survivors report metered's 3 partitions under-replicated")
+    eventually(lambda: all(value(scrape(p), "kafka_controller_kafkacontroller_offlinepartitionscount") == 1
+                           for p in survivors), "the controllers report single-0 offline")
+
+    # It comes back: not ready until it has caught up and is unfenced, then the counts fall back to 0.
+    node3.start(wait=False)
+    answers = []
+    eventually(lambda: _probe(ports[3], answers), "the restarted broker says it is ready", timeout=90, every=0.01)
+    assert any(status == 503 for status, _ in answers), answers
+    assert all(facts["fenced"] or not facts["started"] for status, facts in answers if status == 503)
+    assert answers[-1][1]["metadata_offset"] >= offset_when_killed
+    eventually(lambda: total(everyone, "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+               "every partition is fully replicated again")
+    eventually(lambda: all(value(scrape(p), "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+                           for p in everyone), "single-0 has a leader again")
+    assert total(everyone, "kafka_server_replicamanager_isrexpands_total") >= 3
+
+
+def _probe(port: int, answers: list) -> bool:
+    """One readiness probe of a starting node (refused connections are not answers); True once ready."""
+    try:
+        status, facts = ready(port)
+    except (urllib.error.URLError, ConnectionError):
+        return False
+    answers.append((status, facts))
+    return status == 200
