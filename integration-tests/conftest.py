@@ -225,7 +225,8 @@ class BrokerProcess:
     def __init__(self, data_dir: Path, **overrides: str | None) -> None:
         self.data_dir = data_dir
         backend = {**storage_overrides(), **({} if chooses_quorum(overrides) else metadata_overrides(data_dir))}
-        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir), **backend, **overrides}
+        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "http.listeners": "http://127.0.0.1:0",
+                    "log.dirs": str(data_dir), **backend, **overrides}
         self.overrides = {key: value for key, value in settings.items() if value is not None}
         self.proc: subprocess.Popen[str] | None = None
         self.port = -1

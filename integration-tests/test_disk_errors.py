@@ -64,6 +64,7 @@ def test_read_only_disk_stops_start_up_with_a_clear_error(tmp_path, small_disk):
     try:
         result = subprocess.run(
             [sys.executable, "-m", "josef", "server", "start", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+             "--override", "http.listeners=http://127.0.0.1:0",
              "--override", f"log.dirs={small_disk}"], capture_output=True, text=True, timeout=60)
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)

@@ -86,6 +86,7 @@ def test_start_up_stops_on_an_incompatible_plugin(tmp_path):
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
     started = subprocess.run(
         [sys.executable, "-m", "josef", "server", "start", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", "http.listeners=http://127.0.0.1:0",
          "--override", f"log.dirs={tmp_path / 'data'}"], env=env, capture_output=True, text=True, timeout=60)
     assert started.returncode == 1
     assert started.stderr.strip() == (

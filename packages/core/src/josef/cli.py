@@ -34,16 +34,18 @@ def start(properties: Path | None, overrides: tuple[str, ...], log_level: str) -
     """Start a broker from PROPERTIES (server.properties).
 
     With no file, runs the embedded default: one process acting as broker and
-    KRaft controller, storing in log.dir, listening on localhost:9092, and
-    formatting its storage on first start.
+    KRaft controller, storing in log.dir, listening on localhost:9092 (with
+    /metrics and health checks on http://127.0.0.1:9644), and formatting its
+    storage on first start.
     """
     from josef.node.runner import run_forever
-    from josef.node.server_properties import load_config
+    from josef.node.server_properties import QUICK_START_DEFAULTS, load_config
 
     logging.basicConfig(level=log_level, format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
     pm = get_plugin_manager()
     try:
-        config = load_config(properties, overrides, pm)
+        quick_start = [f"{k}={v}" for k, v in QUICK_START_DEFAULTS.items()] if properties is None else []
+        config = load_config(properties, (*quick_start, *overrides), pm)
         run_forever(config, auto_format=properties is None, pm=pm)
     except (ConfigError, PluginError, LogDirError) as exc:
         raise click.ClickException(str(exc)) from None

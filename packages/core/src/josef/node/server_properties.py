@@ -21,8 +21,11 @@ SINGLE_NODE_DEFAULTS = {
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
-    "http.listeners": "http://127.0.0.1:9644",
 }
+#: What ``josef server start`` without a properties file adds to :data:`SINGLE_NODE_DEFAULTS`: metrics and health
+#: checks where a laptop's Prometheus or browser looks. Not for brokers tests start in a process of their own
+#: (many at once), which bind what they are given.
+QUICK_START_DEFAULTS = {"http.listeners": "http://127.0.0.1:9644"}
 
 
 def load_config(

@@ -86,7 +86,8 @@ class BrokerProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.host, self.port = "127.0.0.1", port
         self.log_path = self.directory / "broker.log"
-        overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(self.directory / "data"),
+        overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "http.listeners": "http://127.0.0.1:0",
+                     "log.dirs": str(self.directory / "data"),
                      **(extra or {})}
         args = [sys.executable, "-m", "josef", "server", "start"]
         for key, value in overrides.items():
