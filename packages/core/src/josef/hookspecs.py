@@ -228,6 +228,21 @@ def register_client_telemetry(register: Register) -> None:
 
 
 @hookspec
+def register_http_routes(register: Register) -> None:
+    """Serve pages or an API on the node's HTTP listener (``http.listeners``) next to ``/metrics`` (plugin API 1.5).
+
+    Called when a node with an HTTP listener starts it. Call
+    ``register(name, factory)``; ``factory(services)`` gets the node's
+    :class:`josef.services.BrokerServices` (on a controller-only node its
+    broker parts are absent: check ``services.is_broker``) and returns an
+    ``aiohttp.web.Application``, mounted at ``/<name>/``; ``/`` redirects to
+    the first by name. Its handlers run on the node's event loop
+    and must not block; the listener's authentication (``http.authentication``)
+    applies to them as to ``/metrics``. Returns nothing.
+    """
+
+
+@hookspec
 def register_features(register: Register) -> None:
     """Declare the feature flags (KIP-584) this plugin implements, with the levels it supports.
 

@@ -30,6 +30,7 @@ KINDS = {
     "register_policies": "policies",
     "register_remote_storage": "remote storage",
     "register_client_telemetry": "client telemetry",
+    "register_http_routes": "http routes",
     "register_assignors": "assignors",
     "register_partitioners": "partitioners",
     "register_interceptors": "interceptors",

@@ -52,6 +52,11 @@ class BrokerServices:
         return self._broker.node_id
 
     @property
+    def is_broker(self) -> bool:
+        """The node has the broker role (``process.roles``): it hosts partitions and coordinators."""
+        return self._broker.is_broker
+
+    @property
     def config(self) -> Config:
         """The broker's configuration, with dynamic changes applied (read it each time; do not keep values)."""
         return self._broker.config

@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from josef.config import ConfigError
+from josef.plugins import collect
 
 if TYPE_CHECKING:
     from josef.node.broker import Broker
@@ -82,6 +83,12 @@ def application(broker: Broker) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health/live", _live)
     app.router.add_get("/health/ready", _ready)
+    routes = collect(broker.pm, "register_http_routes", "http routes").items()
+    for name, factory in routes:
+        app.add_subapp(f"/{name}/", factory(broker.services))
+    if routes:
+        home = f"/{routes[0][0]}/"
+        app.router.add_get("/", lambda _: web.HTTPFound(home))
     return app
 
 
