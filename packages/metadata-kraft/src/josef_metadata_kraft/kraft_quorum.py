@@ -27,12 +27,13 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from josef.config import Config, ConfigError
 from josef.log import LogConfig, LogStorage
@@ -74,6 +75,8 @@ log = logging.getLogger(__name__)
 METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
 #: Records per append from which they are encoded in a worker thread rather than on the event loop.
 ENCODE_IN_THREAD = 500
+#: Appends the commit-latency metrics are computed over.
+COMMIT_LATENCY_SAMPLES = 128
 #: The metadata log keeps everything until a snapshot covers it: retention never deletes it.
 METADATA_LOG_CONFIG = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
 #: The Raft APIs and the versions the core speaks: Kafka 4.x's newest between voters, every DescribeQuorum for tools.
@@ -177,6 +180,8 @@ class KRaftQuorum:
         self._commits = anyio.Event()
         self._connections: dict[int, Connection] = {}
         self._connecting: dict[int, anyio.Lock] = {}
+        #: How long this node's last appends as leader took to commit, in ms (Kafka's commit-latency-avg/max).
+        self._commit_latencies: collections.deque[float] = collections.deque(maxlen=COMMIT_LATENCY_SAMPLES)
 
     # MetadataQuorum --------------------------------------------------------------------
 
@@ -233,6 +238,7 @@ class KRaftQuorum:
                 raise NotControllerError(f"node {self._node_id} lost the leadership while encoding records")
         else:
             payloads, decoded = _encode_all(records), None
+        appended_at = time.monotonic()
         try:
             offset = node.append(payloads, _wall_ms(), timestamp_ms=_wall_ms())
         except NotLeaderError as exc:
@@ -246,7 +252,40 @@ class KRaftQuorum:
             if self._leader_id != self._node_id:
                 raise NotControllerError(f"node {self._node_id} lost the leadership before offset {offset} committed")
             await self._commits.wait()
+        self._commit_latencies.append((time.monotonic() - appended_at) * 1000)
         return offset
+
+    def collect(self) -> Iterator[Metric]:
+        """Kafka's raft-metrics as Strimzi's JMX rules name them (``kafka_server_raftmetrics_current_leader``...)."""
+        node = self._node
+        if node is None:
+            return
+        hw = node.high_watermark
+        latencies = self._commit_latencies
+        for name, doc, value in (
+            ("current_leader", "The quorum's leader as this node knows it (-1: none).", self._leader_id),
+            ("current_epoch", "The quorum's epoch as this node knows it.", node.epoch),
+            ("current_vote", "The voter this node voted for in the current epoch (-1: none).",
+             -1 if node.voted_id is None else node.voted_id),
+            ("high_watermark", "The metadata log's high watermark (-1: not known yet).", -1 if hw is None else hw),
+            ("log_end_offset", "The end offset of this node's metadata log.", node.log.end_offset),
+            ("commit_latency_avg", f"Average ms from this leader's append to its commit, over the last "
+                                   f"{COMMIT_LATENCY_SAMPLES} appends.", sum(latencies) / len(latencies) if latencies
+             else float("nan")),
+            ("commit_latency_max", f"Largest ms from this leader's append to its commit, over the last "
+                                   f"{COMMIT_LATENCY_SAMPLES} appends.", max(latencies, default=float("nan"))),
+        ):
+            yield GaugeMetricFamily(f"kafka_server_raftmetrics_{name}", doc, value=value)
+        state = GaugeMetricFamily("kafka_server_raftmetrics_current_state", "This node's role in the quorum: 1 "
+                                  "for the current one (Kafka's current-state).", labels=["current_state"])
+        state.add_metric([self._state_name(node)], 1)
+        yield state
+
+    def _state_name(self, node: RaftNode) -> str:
+        """Kafka's current-state: leader, candidate, voted, follower, unattached, observer, resigned, prospective."""
+        if not node.is_voter and node.role is not Role.LEADER:
+            return "observer"
+        return node.role.value
 
     async def close(self) -> None:
         for node_id in list(self._connections):
