@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -17,10 +17,13 @@ from josef_coordinator_group.api_membership import MembershipApis
 from josef_coordinator_group.api_offsets import OffsetApis
 from josef_coordinator_group.api_txn_offsets import TxnOffsetApis
 from josef_coordinator_group.configs import GroupSettings
+from josef_coordinator_group.metrics import GroupMetrics
 from josef_coordinator_group.server_assignors import SERVER_PREFIX
 from josef_coordinator_group.shard import GroupShard
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from josef.services import BrokerServices
     from josef.server.dispatch import Handler
 
@@ -45,6 +48,13 @@ class GroupCoordinator:
         self._share = ShareGroupApis(self)
         self.share_offsets = ShareOffsetApis(self)
         self._assignors: dict[str, object] | None = None
+        self._metrics = GroupMetrics(self)
+        if services is not None:  # (None: a declaration of APIs only)
+            services.spawn(self._metrics.refresh_forever)
+
+    def collect(self) -> Iterable[Metric]:
+        """Groups by state, committed offsets and lag, on the node's /metrics (:mod:`josef_coordinator_group.metrics`)."""
+        return self._metrics.collect()
 
     def settings(self) -> GroupSettings:
         return GroupSettings.from_config(self.services.config)
