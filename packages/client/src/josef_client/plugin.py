@@ -38,8 +38,12 @@ def register_assignors(register: Register) -> None:
 
 @hookimpl
 def register_commands(cli: click.Group) -> None:
-    """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups, transactions..."""
+    """The Kafka-style tools: topics, configs, console-producer, console-consumer, perf, consumer-groups, transactions...
+
+    and ``cluster status``, added to the core's ``cluster`` group (where ``cluster start`` runs a local cluster).
+    """
     from josef_client.commands import register
+    from josef_client.commands.cluster_status import cluster_status
     from josef_client.commands.leader_election import leader_election
     from josef_client.commands.metadata_quorum import metadata_quorum
     from josef_client.commands.reassign_partitions import reassign_partitions
@@ -47,3 +51,6 @@ def register_commands(cli: click.Group) -> None:
     register(cli)
     for command in (metadata_quorum, leader_election, reassign_partitions):
         cli.add_command(command)
+    cluster = cli.commands.get("cluster")
+    if isinstance(cluster, click.Group):  # a core without the group has nowhere to put it
+        cluster.add_command(cluster_status)
