@@ -110,7 +110,7 @@ def plugins(properties: Path | None, overrides: tuple[str, ...], as_json: bool) 
 
 @cli.group("cluster")
 def cluster_group() -> None:
-    """Run a local cluster of josef processes, for development."""
+    """A cluster: run a local one for development (start); check a running one's health (status, with josef-client)."""
 
 
 @cluster_group.command("start")
