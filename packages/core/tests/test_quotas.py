@@ -75,6 +75,11 @@ def test_a_producer_over_its_byte_rate_is_told_and_muted_for_as_long(josef_broke
     assert versions.error_code == ErrorCode.none
     assert time.monotonic() - started >= throttle_ms / 1000 * 0.95  # the connection read nothing meanwhile
     admin.close()
+    samples = {(s.name, s.labels["client_id"]): s.value for family in josef_broker.broker.metrics.families()
+               if family.name.startswith("kafka_server_produce_") for s in family.samples}
+    assert samples[("kafka_server_produce_throttle_time", "raw")] == round(throttle_ms)
+    assert samples[("kafka_server_produce_throttled_responses_total", "raw")] == 1
+    assert samples[("kafka_server_produce_byte_rate", "raw")] > 50_000
 
 
 def test_another_client_of_the_same_broker_is_not_slowed(josef_broker):

@@ -61,7 +61,7 @@ from josef.server.apis import TAKEOVER_APIS, forward, register_broker_apis, regi
 from josef.server.apis.envelope import QUORUM_APIS_ON_BROKERS
 from josef.server.apis.coordinators import find_coordinator
 from josef.server.authorization import Authorization
-from josef.server.quotas import Quotas
+from josef.server.quotas import QuotaMetrics, Quotas
 from josef.server.sasl import LISTENER_SASL_KEY
 from josef.server.dispatch import Dispatcher
 from josef.server.fetch_session import FetchSessionCache
@@ -175,9 +175,12 @@ class Broker:
         self.principal_builder: PrincipalBuilder = collect(self.pm, "register_principal_builders", "principal builder").get(
             config["principal.builder.class"])(config)
         # The request pipeline: authorization, client quotas, then the stages plugins add.
+        quotas = []
         for dispatcher in (self.dispatcher, self.controller_dispatcher):
             dispatcher.add_stage(Authorization(self.authorizer))
-            dispatcher.add_stage(Quotas(config, controller=dispatcher is self.controller_dispatcher))
+            quotas.append(Quotas(config, controller=dispatcher is self.controller_dispatcher))
+            dispatcher.add_stage(quotas[-1])
+        self.metrics.register(QuotaMetrics(quotas))
         for name, factory in collect(self.pm, "register_request_stages", "request stage").items():
             stage = factory(self.services)
             for dispatcher in (self.dispatcher, self.controller_dispatcher):

@@ -39,10 +39,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from josef.config import Config
 from josef.metadata.client_quotas import CLIENT_ID, USER
@@ -93,6 +94,8 @@ class Quotas:
         self._mutation_samples = config["controller.quota.window.num"]
         self._mutation_window_s = float(config["controller.quota.window.size.seconds"])
         self._rates: dict[Sensor, Rate] = {}
+        #: The last throttle each sensor earned, in ms, and how many responses it throttled (for /metrics).
+        self.throttles: dict[Sensor, tuple[int, int]] = {}
 
     def _rate(self, sensor: Sensor) -> Rate:
         rate = self._rates.get(sensor)
@@ -110,7 +113,12 @@ class Quotas:
         sensor, bound = found
         rate = self._rate(sensor)
         rate.record(value, now)
-        return self._throttle(rate, bound, now, bounded)
+        return self._throttled_by(sensor, self._throttle(rate, bound, now, bounded))
+
+    def _throttled_by(self, sensor: Sensor, throttle_ms: int) -> int:
+        if throttle_ms > 0:
+            self.throttles[sensor] = (throttle_ms, self.throttles.get(sensor, (0, 0))[1] + 1)
+        return throttle_ms
 
     def _throttle(self, rate: Rate, bound: float, now: float, bounded: bool) -> int:
         observed = rate.measure(now)
@@ -118,6 +126,12 @@ class Quotas:
             return 0
         throttle_ms = round((observed - bound) / bound * rate.span(now) * 1000) if bound > 0 else 1 << 30
         return min(throttle_ms, int(self._window_s * 1000)) if bounded else throttle_ms
+
+    def measured(self, now: float) -> Iterator[tuple[Sensor, float, int, int]]:
+        """Each sensor's rate now, its last throttle (ms) and how many responses it throttled: for /metrics."""
+        for sensor, rate in list(self._rates.items()):
+            last, count = self.throttles.get(sensor, (0, 0))
+            yield sensor, rate.measure(now), last, count
 
     async def __call__(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         if not ctx.broker.image.client_quotas or ctx.api_key in EXEMPT:
@@ -153,13 +167,14 @@ class Quotas:
             return await handler(ctx, request)
         sensor, bound = found
         rate, now = self._rate(sensor), time.monotonic()
-        throttle = self._throttle(rate, bound, now, bounded=False)
+        throttle = self._throttled_by(sensor, self._throttle(rate, bound, now, bounded=False))
         if throttle > 0 and ctx.api_version >= MUTATIONS[ctx.api_key]:
             refused = error_response(ctx.api_key, ctx.api_version, request, ErrorCode.throttling_quota_exceeded,
                                      "The throttling quota has been exceeded.")
             return _with_throttle(ctx, refused, throttle)
         rate.record(_partitions_mutated(ctx, request), now)
-        return self._throttled(ctx, await handler(ctx, request), self._throttle(rate, bound, now, bounded=False))
+        return self._throttled(ctx, await handler(ctx, request),
+                               self._throttled_by(sensor, self._throttle(rate, bound, now, bounded=False)))
 
 
 def _partitions_mutated(ctx: RequestContext, request: Any) -> int:
@@ -188,3 +203,40 @@ def _with_throttle(ctx: RequestContext, body: Any, throttle_ms: int) -> Any:
     if any(f.name == "throttle_time" for f in dataclasses.fields(body)):
         body = dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
     return body
+
+
+#: Kafka's quota sensors' JMX type and rate attribute (``kafka.server:type=Produce,user=...,client-id=...``
+#: ``byte-rate``), by quota.
+_SENSOR_METRICS = {PRODUCE: ("produce", "byte_rate"), FETCH: ("fetch", "byte_rate"),
+                   REQUEST: ("request", "request_time"), MUTATION: ("controllermutation", "mutation_rate")}
+
+
+class QuotaMetrics:
+    """The client-quota sensors of a node's dispatchers, as Kafka's JMX names them once exported: the measured rate
+    (``kafka_server_produce_byte_rate{user,client_id}``...), the last throttle given (``..._throttle_time``, ms) and
+    the responses throttled (``..._throttled_responses_total``). Only clients some quota applies to have sensors."""
+
+    def __init__(self, stages: Iterable[Quotas]) -> None:
+        self._stages = list(stages)
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        families: dict[str, Metric] = {}
+        for kind, attribute in _SENSOR_METRICS.values():
+            labels = ["user", "client_id"]
+            families[f"{kind}_{attribute}"] = GaugeMetricFamily(
+                f"kafka_server_{kind}_{attribute}", f"The {kind} quota's measured {attribute.replace('_', ' ')}, "
+                f"over the quota window.", labels=labels)
+            families[f"{kind}_throttle_time"] = GaugeMetricFamily(
+                f"kafka_server_{kind}_throttle_time", f"The last {kind} quota throttle given, in ms.", labels=labels)
+            families[f"{kind}_throttled"] = CounterMetricFamily(
+                f"kafka_server_{kind}_throttled_responses", f"Responses throttled by the {kind} quota.",
+                labels=labels)
+        for stage in self._stages:
+            for (key, user, client_id), rate, last, count in stage.measured(now):
+                kind, attribute = _SENSOR_METRICS[key]
+                labels = [user, client_id]
+                families[f"{kind}_{attribute}"].add_metric(labels, rate)
+                families[f"{kind}_throttle_time"].add_metric(labels, last)
+                families[f"{kind}_throttled"].add_metric(labels, count)
+        return iter(families.values())
