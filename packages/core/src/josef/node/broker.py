@@ -124,7 +124,7 @@ class Broker:
         self.topic_metrics = BrokerTopicMetrics()
         for collector in (self.request_metrics, self.topic_metrics, NodeStateMetrics(self)):
             self.metrics.register(collector)
-        self.http = HttpListener(self, config["http.listeners"])
+        self.http = HttpListener(self, config)
         self.telemetry = ClientTelemetry.from_plugins(self.pm, config["telemetry.max.bytes"])
         for receiver in self.telemetry.receivers:
             self.metrics.register_if_collector(receiver)

@@ -202,6 +202,10 @@ CORE_KEYS = (
               "Listeners that serve the controller (its quorum's and brokers' requests), not clients."),
     ConfigKey("http.listeners", LST, [], "Where the node serves /metrics, /health/live, /health/ready (and the "
               "console): http://HOST:PORT, port 0 picks a free one; empty: no HTTP listener."),
+    ConfigKey("http.authentication", S, None, "Who may read the HTTP listener's /metrics and pages: none, basic "
+              "(HTTP Basic against the SCRAM credentials) or mtls (https:// listeners' client certificates); "
+              "unset: basic on a node with secured listeners or an authorizer, else none. Health checks are "
+              "always open.", one_of("none", "basic", "mtls")),
     ConfigKey("advertised.listeners", LST, None, "Addresses given to clients in Metadata responses; defaults to listeners.", _listeners),
     ConfigKey("socket.request.max.bytes", I, 104857600, "The largest request frame the broker accepts; larger frames close the connection.", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000, "Idle connections are closed after this long."),
