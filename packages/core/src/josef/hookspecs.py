@@ -219,11 +219,24 @@ def register_client_telemetry(register: Register) -> None:
 
     Called when a broker is assembled. Call ``register(name, factory)``;
     ``factory()`` returns a :class:`josef.telemetry.ClientTelemetryReceiver`.
-    Every registered receiver is active: clients are asked for the union of
-    their ``requested_metrics`` at the shortest ``push_interval_ms``, and
-    each push is handed to every receiver on the event loop (``receive`` must
-    not block). With none installed, the broker does not advertise the
-    telemetry APIs, as Kafka's does not, so clients never ask. Returns nothing.
+    Every registered receiver is active: each push of metrics is handed to
+    every receiver on the event loop as ``receive_push(push)``, a
+    :class:`josef.telemetry.ClientTelemetryPush` carrying the decompressed
+    OTLP payload and the client it came from (instance id, client id,
+    software name and version, address, principal, listener), and
+    ``receive_push`` must not block; one that raises is logged and the
+    client answered INVALID_RECORD, as Kafka does. (A receiver of plugin API
+    1.4, with ``receive(client_instance_id, payload, terminating)`` instead,
+    still works.)
+
+    What clients are asked for comes from the client-metrics config
+    resources (``josef client-metrics``, kafka-client-metrics.sh): the
+    metrics of every resource whose ``match`` selects the client, at the
+    shortest of their intervals. While there is no such resource, clients
+    are asked for the union of the receivers' optional ``requested_metrics``
+    at the shortest ``push_interval_ms``. With no receiver installed, the
+    broker does not advertise the telemetry APIs, as Kafka's does not, so
+    clients never ask. Returns nothing.
     """
 
 
@@ -238,7 +251,10 @@ def register_http_routes(register: Register) -> None:
     ``aiohttp.web.Application``, mounted at ``/<name>/``; ``/`` redirects to
     the first by name. Its handlers run on the node's event loop
     and must not block; the listener's authentication (``http.authentication``)
-    applies to them as to ``/metrics``. Returns nothing.
+    applies to them as to ``/metrics``: a handler finds who asks in
+    ``request["principal"]``, and ``request["authorization_context"]`` to
+    ask ``services.authorizer`` whether they may do more than read. Returns
+    nothing.
     """
 
 
