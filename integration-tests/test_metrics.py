@@ -10,9 +10,11 @@ says 503 until it has caught up and is unfenced.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -20,6 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from josef.node.cluster import free_ports
 
+REPO = Path(__file__).resolve().parent.parent
+METRICS_DOC = REPO / "docs" / "metrics.md"
+DASHBOARD = REPO / "examples" / "grafana" / "josef-overview.json"
 RECORDS = 2000
 LAGGING = 50
 VALUE = b"v" * 100
@@ -110,6 +115,13 @@ def test_counters_move_by_what_was_produced_and_a_dead_broker_shows(josef_cluste
     assert value(one, "kafka_controller_kafkacontroller_globaltopiccount") >= 2
     assert sum(value(scrape(p), "kafka_controller_kafkacontroller_activecontrollercount") for p in everyone) == 1
     assert all(value(scrape(p), "kafka_server_replicamanager_underreplicatedpartitions") == 0 for p in everyone)
+    exported = _families(ports[1]) | _families(ports[2]) | _families(ports[3])
+    undocumented = {f for f in exported if f.startswith(("kafka_", "josef_")) and f"`{f}`" not in METRICS_DOC.read_text()}
+    assert not undocumented, f"docs/metrics.md does not list {sorted(undocumented)}"
+    dashboard = json.loads(DASHBOARD.read_text())
+    used = {re.sub(r"_(count|sum)$", "", name) for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"\b((?:kafka|process)_[a-z0-9_]+)", target["expr"])}
+    assert used and not used - exported, f"the example dashboard uses names no node exports: {sorted(used - exported)}"
 
     # A broker dies: the others lead its partitions, under-replicated; its single-replica partition is offline.
     node3 = cluster.node(3)
@@ -133,6 +145,13 @@ def test_counters_move_by_what_was_produced_and_a_dead_broker_shows(josef_cluste
     eventually(lambda: all(value(scrape(p), "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
                            for p in everyone), "single-0 has a leader again")
     assert total(everyone, "kafka_server_replicamanager_isrexpands_total") >= 3
+
+
+def _families(port: int) -> set[str]:
+    """The names a node's /metrics exports, as Prometheus queries them (a counter with its _total)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {s.name if family.type != "summary" else family.name
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def _probe(port: int, answers: list) -> bool:
