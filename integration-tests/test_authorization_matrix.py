@@ -216,6 +216,17 @@ ROWS: list[Row] = [
         {"entity": [{"entity_type": "user", "entity_name": "x"}],
          "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}]},
         (cluster(Op.ALTER_CONFIGS),), E.cluster_authorization_failed),
+    # Client-metrics resources (KIP-714) are the cluster's, as in Kafka's ConfigHelper and KafkaApis.
+    Row(K.INCREMENTAL_ALTER_CONFIGS, 1, lambda s: {"validate_only": True, "resources": [
+        {"resource_type": 16, "resource_name": "mx-metrics",
+         "configs": [{"name": "interval.ms", "config_operation": 0, "value": "1000"}]}]},
+        (cluster(Op.ALTER_CONFIGS),), E.cluster_authorization_failed, "a client-metrics resource"),
+    Row(K.DESCRIBE_CONFIGS, 4, lambda s: {"resources": [{"resource_type": 16, "resource_name": "mx-metrics",
+                                                         "configuration_keys": None}],
+                                          "include_synonyms": False, "include_documentation": False},
+        (cluster(Op.DESCRIBE_CONFIGS),), E.cluster_authorization_failed, "a client-metrics resource"),
+    Row(K.LIST_CONFIG_RESOURCES, 1, lambda s: {"resource_types": [16]},
+        (cluster(Op.DESCRIBE_CONFIGS),), E.cluster_authorization_failed),
     Row(K.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, lambda s: {"users": None},
         (cluster(Op.DESCRIBE),), E.cluster_authorization_failed),
     Row(K.ALTER_USER_SCRAM_CREDENTIALS, 0, lambda s: {"deletions": [], "upsertions": [

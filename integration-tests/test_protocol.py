@@ -54,7 +54,8 @@ def test_api_versions_lists_exactly_what_is_implemented(broker):
     # FindCoordinator is answered once a coordinator is installed (the workspace installs the group one).
     assert versions[10] == (0, 6) and versions[11] == (0, 9) and versions[8] == (2, 10) and versions[15] == (0, 6)
     assert versions[75] == (0, 0) and versions[48] == (0, 1)
-    assert 71 not in versions and 72 not in versions  # client telemetry: no receiver is installed
+    # Client telemetry (KIP-714): the workspace installs a receiver (josef-client-telemetry); ListConfigResources.
+    assert versions[71] == (0, 0) and versions[72] == (0, 0) and versions[74] == (0, 1)
 
 
 def test_unknown_api_versions_version_gets_v0_answer(broker):

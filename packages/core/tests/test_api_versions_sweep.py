@@ -52,6 +52,7 @@ def bodies(topic_id: uuid.UUID, records: bytes) -> dict:
             {"name": "retention.ms", "config_operation": 0, "value": "100000"}]}], "validate_only": True},
         60: {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False},
         61: {"topics": [{"name": topic, "partition_indexes": [0]}]},
+        74: {"resource_types": []},
         75: {"topics": [{"name": topic}], "response_partition_limit": 10, "cursor": None},
         48: {"components": [{"entity_type": "user", "match_type": 2, "match": None}], "strict": False},
         49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": "sweep"}],

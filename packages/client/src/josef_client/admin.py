@@ -73,6 +73,10 @@ class ResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    BROKER_LOGGER = 8
+    #: A client-metrics subscription (KIP-714): what ``josef client-metrics`` manages.
+    CLIENT_METRICS = 16
+    GROUP = 32
 
 
 class OffsetSpec:
@@ -207,6 +211,10 @@ class ConfigResource:
     @classmethod
     def broker(cls, broker_id: int | str = "") -> ConfigResource:
         return cls(ResourceType.BROKER, str(broker_id))
+
+    @classmethod
+    def client_metrics(cls, name: str) -> ConfigResource:
+        return cls(ResourceType.CLIENT_METRICS, name)
 
 
 @attrs.frozen
@@ -735,6 +743,19 @@ class AsyncAdmin:
             return out
 
         return _finish(await self._by_resource(wanted, call), raise_errors)
+
+    async def list_config_resources(self, types: Iterable[ResourceType] = ()) -> list[ConfigResource]:
+        """The config resources of ``types`` (all the broker lists when none), as Kafka's Admin.listConfigResources.
+
+        ListConfigResources v1 (KIP-1142); a broker with only v0 (Kafka's
+        ListClientMetricsResources) lists client-metrics resources alone.
+        """
+        conn = await self._any()
+        response = await conn.request(ApiKey.LIST_CONFIG_RESOURCES, {"resource_types": [int(t) for t in types]})
+        if response.error_code != ErrorCode.none:
+            raise _error(response.error_code, None, "list config resources")
+        return [ConfigResource(getattr(r, "resource_type", ResourceType.CLIENT_METRICS), r.resource_name)
+                for r in response.config_resources]
 
     async def alter_configs(self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp] | Mapping[str, str | None]], *,
                             validate_only: bool = False, raise_errors: bool = True) -> dict[ConfigResource, KafkaError | None]:

@@ -43,13 +43,14 @@ def register_commands(cli: click.Group) -> None:
     and ``cluster status``, added to the core's ``cluster`` group (where ``cluster start`` runs a local cluster).
     """
     from josef_client.commands import register
+    from josef_client.commands.client_metrics import client_metrics
     from josef_client.commands.cluster_status import cluster_status
     from josef_client.commands.leader_election import leader_election
     from josef_client.commands.metadata_quorum import metadata_quorum
     from josef_client.commands.reassign_partitions import reassign_partitions
 
     register(cli)
-    for command in (metadata_quorum, leader_election, reassign_partitions):
+    for command in (metadata_quorum, leader_election, reassign_partitions, client_metrics):
         cli.add_command(command)
     cluster = cli.commands.get("cluster")
     if isinstance(cluster, click.Group):  # a core without the group has nowhere to put it

@@ -1,4 +1,4 @@
-"""``josef configs``: topic and broker configs, client quotas and users' SCRAM credentials, as ``kafka-configs.sh`` does.
+"""``josef configs``: topic, broker and client-metrics configs, client quotas and users' SCRAM credentials, as ``kafka-configs.sh`` does.
 
 ``--add-config`` takes Kafka's syntax, ``k1=v1,k2=[a,b,c]`` (square brackets
 around a value that contains commas); ``--delete-config`` takes ``k1,k2``.
@@ -19,6 +19,10 @@ AlterClientQuotas. A user and a client id combine, as in Kafka:
 ``--entity-type users --entity-name alice --entity-type clients --entity-name app``
 (names go to the types in order; ``--entity-default`` gives the remaining
 type its default entity), or ``--user alice --client-defaults``.
+
+For ``--entity-type client-metrics`` (or ``--client-metrics NAME``) the
+configs are a client-metrics subscription's (KIP-714: ``metrics``,
+``interval.ms``, ``match``), what ``josef client-metrics`` manages.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ if TYPE_CHECKING:
     from josef_client.admin import AsyncAdmin, ConfigEntry, ConfigResource, QuotaEntity
 
 ENTITY_TYPES = {"topics": "topics", "topic": "topics", "brokers": "brokers", "broker": "brokers",
-                "users": "users", "user": "users", "clients": "clients", "client": "clients", "ips": "ips", "ip": "ips"}
+                "users": "users", "user": "users", "clients": "clients", "client": "clients", "ips": "ips", "ip": "ips",
+                "client-metrics": "client-metrics"}
 #: The client quota entity type of each of the tool's quota entity kinds.
 QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 #: Kafka's ConfigCommand pattern of a SCRAM credential's value.
@@ -53,7 +58,7 @@ _IP_QUOTAS = {"connection_creation_rate"}
 
 @click.group("configs", cls=Group, actions=("describe", "alter"))
 def configs() -> None:
-    """Describe and alter topic and broker configs, client quotas and users' SCRAM credentials (kafka-configs).
+    """Describe and alter topic, broker and client-metrics configs, client quotas and users' SCRAM credentials (kafka-configs).
 
     Kafka's spelling works too: josef configs --describe --entity-type topics ...
     """
@@ -65,10 +70,11 @@ def entity_options(func):  # type: ignore[no-untyped-def]
         command_config_option,
         click.option("--entity-type", "entity_types", multiple=True,
                      type=click.Choice(sorted(ENTITY_TYPES), case_sensitive=False),
-                     help="topics, brokers, users, clients or ips (users and clients together for a user's client)."),
+                     help="topics, brokers, users, clients, ips or client-metrics (users and clients together for a "
+                          "user's client)."),
         click.option("--entity-name", "entity_names", multiple=True,
-                     help="A topic name, broker id, user, client id or ip, for the entity types in order (describe: "
-                          "all of them when left out)."),
+                     help="A topic name, broker id, user, client id, ip or client-metrics resource name, for the entity "
+                          "types in order (describe: all of them when left out)."),
         click.option("--entity-default", is_flag=True,
                      help="The default entity of the type without a name (brokers, users, clients or ips)."),
         click.option("--topic", "topic_name", help="Shorthand for --entity-type topics --entity-name TOPIC."),
@@ -76,6 +82,8 @@ def entity_options(func):  # type: ignore[no-untyped-def]
         click.option("--user", "user_name", help="Shorthand for --entity-type users --entity-name USER."),
         click.option("--client", "client_name", help="Shorthand for --entity-type clients --entity-name CLIENT_ID."),
         click.option("--ip", "ip_name", help="Shorthand for --entity-type ips --entity-name IP."),
+        click.option("--client-metrics", "client_metrics_name",
+                     help="Shorthand for --entity-type client-metrics --entity-name NAME."),
         click.option("--user-defaults", is_flag=True, help="Shorthand for --entity-type users --entity-default."),
         click.option("--client-defaults", is_flag=True, help="Shorthand for --entity-type clients --entity-default."),
         click.option("--ip-defaults", is_flag=True, help="Shorthand for --entity-type ips --entity-default."),
@@ -92,7 +100,8 @@ def _entities(options: dict) -> list[Entity]:  # type: ignore[type-arg]
     default entity and None for all of them (describe)."""
     flags = [(kind, name) for kind, name in (("topics", options["topic_name"]), ("brokers", options["broker_name"]),
                                              ("users", options["user_name"]), ("clients", options["client_name"]),
-                                             ("ips", options["ip_name"])) if name is not None]
+                                             ("ips", options["ip_name"]),
+                                             ("client-metrics", options["client_metrics_name"])) if name is not None]
     flags += [(kind, "") for kind, flag in (("users", options["user_defaults"]), ("clients", options["client_defaults"]),
                                             ("ips", options["ip_defaults"])) if flag]
     types, names = [ENTITY_TYPES[t.lower()] for t in options["entity_types"]], list(options["entity_names"])
@@ -116,8 +125,8 @@ def _entities(options: dict) -> list[Entity]:  # type: ignore[type-arg]
     if len(kinds) > 1 and set(kinds) != {"users", "clients"}:
         raise click.ClickException("Only 'users' and 'clients' entity types may be specified together")
     for kind, name in entities:
-        if name == "" and kind == "topics":
-            raise click.ClickException("--entity-default is not for topics")
+        if name == "" and kind in ("topics", "client-metrics"):
+            raise click.ClickException(f"--entity-default is not for {kind}")
         if name is not None and name != "":
             if kind == "brokers" and not name.strip().isdigit():
                 raise click.ClickException(f"the entity name for brokers must be a broker id, not {name!r}")
@@ -127,6 +136,8 @@ def _entities(options: dict) -> list[Entity]:  # type: ignore[type-arg]
 def _resource(kind: str, name: str) -> ConfigResource:
     from josef_client.admin import ConfigResource
 
+    if kind == "client-metrics":
+        return ConfigResource.client_metrics(name)
     return ConfigResource.topic(name) if kind == "topics" else ConfigResource.broker(name)
 
 
@@ -177,6 +188,10 @@ async def _names(admin: AsyncAdmin, kind: str, name: str | None) -> list[str]:
         return [name]
     if kind == "topics":
         return list(await admin.list_topics(include_internal=True))
+    if kind == "client-metrics":
+        from josef_client.admin import ResourceType
+
+        return [r.name for r in await admin.list_config_resources([ResourceType.CLIENT_METRICS])]
     cluster = await admin.describe_cluster()
     return [str(b.node_id) for b in cluster.brokers] + [""]
 
@@ -185,8 +200,8 @@ async def _names(admin: AsyncAdmin, kind: str, name: str | None) -> list[str]:
 @entity_options
 @click.option("--all", "all_", is_flag=True, help="Every config, not only the dynamic overrides.")
 def describe(bootstrap_server: str, command_config: Path | None, all_: bool, **options: Any) -> None:
-    """Describe the configs of topics or brokers (the dynamic overrides, or with --all every config), or client
-    quotas and users' SCRAM credentials."""
+    """Describe the configs of topics, brokers or client-metrics resources (the dynamic overrides, or with --all
+    every config), or client quotas and users' SCRAM credentials."""
     entities = _entities(options)
     kind, name = entities[0]
     if kind in QUOTA_ENTITY_TYPES:
@@ -207,6 +222,8 @@ def describe(bootstrap_server: str, command_config: Path | None, all_: bool, **o
         for n, resource in zip(names, resources):
             if kind == "topics":
                 dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            elif kind == "client-metrics":
+                dynamic = ConfigSource.CLIENT_METRICS_CONFIG
             elif n == "":
                 dynamic = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
             else:
@@ -232,8 +249,8 @@ def describe(bootstrap_server: str, command_config: Path | None, all_: bool, **o
               help="Overrides to remove (repeatable, or comma-separated).")
 def alter(bootstrap_server: str, command_config: Path | None, add_configs: tuple[str, ...],
           delete_configs: tuple[str, ...], **options: Any) -> None:
-    """Set (--add-config) or remove (--delete-config) config overrides of a topic or broker, client quotas, or a
-    user's SCRAM credentials."""
+    """Set (--add-config) or remove (--delete-config) config overrides of a topic, broker or client-metrics
+    resource, client quotas, or a user's SCRAM credentials."""
     from josef_client.admin import AlterConfigOp, AlterOp
 
     entities = _entities(options)

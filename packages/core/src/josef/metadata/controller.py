@@ -23,7 +23,7 @@ from josef import delegation_tokens, scram
 from josef.acls import AclBinding, AclBindingFilter, InvalidAcl
 from josef.config import AlterOp, Config, ConfigError
 from josef.log import remote_storage_enabled
-from josef.metadata import client_quotas, partition_changes
+from josef.metadata import client_metrics, client_quotas, partition_changes
 from josef.metadata.broker_heartbeats import BrokerHeartbeats
 from josef.metadata.image import (
     MIGRATING_DIR,
@@ -47,6 +47,7 @@ from josef.metadata.features import (
 from josef.metadata.image import BrokerImage
 from josef.metadata.records import (
     BROKER_RESOURCE,
+    CLIENT_METRICS_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
@@ -1195,6 +1196,11 @@ class Controller:
                 if not resource_name:
                     raise ControllerError(ErrorCode.invalid_request, "a group config resource needs a group id")
                 lookup = self._config.definition.group_key
+            elif resource_type == CLIENT_METRICS_RESOURCE:
+                if not resource_name:
+                    raise ControllerError(ErrorCode.invalid_request, "Subscription name can't be empty")
+                # Unknown keys (None here) are refused with the whole set below, as Kafka's ClientMetricsConfigs does.
+                lookup = client_metrics.KEYS.get
             else:
                 raise ControllerError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
             wanted = dict(current) if incremental else {}
@@ -1208,7 +1214,7 @@ class Controller:
                 elif op == DELETE:
                     wanted.pop(name, None)
                 elif op in (APPEND, SUBTRACT):
-                    if key.type.name != "LIST":
+                    if key is None or key.type.name != "LIST":
                         raise ControllerError(ErrorCode.invalid_config, f"{name} is not a list; APPEND and SUBTRACT need one")
                     items = (wanted.get(name) or key.render(self._default(resource_type, key)) or "").split(",")
                     items = [i for i in items if i]
@@ -1220,13 +1226,18 @@ class Controller:
                     wanted[name] = ",".join(items)
                 else:
                     raise ControllerError(ErrorCode.invalid_request, f"unknown config operation {op}")
-                if name in wanted:
+                if name in wanted and key is not None:
                     try:
                         key.parse(wanted[name])
                     except ConfigError as exc:
                         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
             if resource_type == TOPIC_RESOURCE:
                 self._check_tiered(resource_name, current, wanted)
+            elif resource_type == CLIENT_METRICS_RESOURCE:
+                try:
+                    client_metrics.check(resource_name, wanted)
+                except client_metrics.ClientMetricsError as exc:
+                    raise ControllerError(exc.code, str(exc)) from None
             elr = self._elr(image) is not None
             if elr and resource_type == BROKER_RESOURCE:
                 self._check_min_isr_change(resource_name, current, wanted, {name for name, _, _ in ops})
@@ -1317,5 +1328,7 @@ class Controller:
             return self._config.topic_default(key)
         if resource_type == GROUP_RESOURCE:
             return self._config.group_default(key)
+        if resource_type == CLIENT_METRICS_RESOURCE:
+            return key.default
         return self._config[key.name]
 

@@ -33,6 +33,8 @@ from kio.static.primitive import i8, i16, i32, i64
 #: Resource types of ConfigRecord, numbered as in DescribeConfigs.
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+#: A client-metrics subscription (KIP-714, Kafka's ConfigResource.Type.CLIENT_METRICS): :mod:`josef.metadata.client_metrics`.
+CLIENT_METRICS_RESOURCE = 16
 #: A consumer or share group's configs (Kafka's ConfigResource.Type.GROUP, KIP-848/KIP-932).
 GROUP_RESOURCE = 32
 #: ``PartitionChangeRecord.leader`` when the leader did not change.

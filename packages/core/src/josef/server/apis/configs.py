@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic, broker and group resources."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic, broker, group and client-metrics resources."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 from kio.schema.errors import ErrorCode
 
 from josef.config import ConfigKey, ConfigSource, ConfigType, synonyms
+from josef.metadata import client_metrics
 from josef.metadata.controller import SET, ControllerError
-from josef.metadata.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from josef.metadata.records import BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from josef.server.dispatch import RequestContext
 
 if TYPE_CHECKING:
@@ -83,6 +84,26 @@ def group_config_entries(broker: Broker, overrides: Mapping[str, str], names: An
     return entries
 
 
+def _client_metrics_entries(overrides: Mapping[str, str], names: Any, want_synonyms: bool,
+                            want_docs: bool) -> list[dict[str, Any]]:
+    """Every key of a client-metrics resource: its value (CLIENT_METRICS_CONFIG) or Kafka's default (DEFAULT_CONFIG).
+
+    A resource that does not exist is described with the defaults alone, as Kafka describes it.
+    """
+    entries = []
+    for key in client_metrics.KEYS.values():
+        if names is not None and key.name not in names:
+            continue
+        if key.name in overrides:
+            value: Any = key.parse(overrides[key.name])
+            source = ConfigSource.CLIENT_METRICS_CONFIG
+            chain = [{"name": key.name, "value": key.render(value), "source": int(source)}]
+        else:
+            value, source, chain = key.default, ConfigSource.DEFAULT_CONFIG, []
+        entries.append(_entry(key, key.name, value, source, False, chain, want_synonyms, want_docs))
+    return entries
+
+
 def _broker_entries(broker: Broker, names: Any, want_synonyms: bool, want_docs: bool) -> list[dict[str, Any]]:
     config = broker.config
     entries = []
@@ -121,6 +142,13 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
         elif resource.resource_type == GROUP_RESOURCE:
             overrides = broker.image.config(GROUP_RESOURCE, resource.resource_name)
             result["configs"] = group_config_entries(broker, overrides, names, want_synonyms, want_docs)
+        elif resource.resource_type == CLIENT_METRICS_RESOURCE:
+            if not resource.resource_name:
+                result.update(error_code=ErrorCode.invalid_request,
+                              error_message="Client metrics subscription name must not be empty")
+            else:
+                overrides = broker.image.config(CLIENT_METRICS_RESOURCE, resource.resource_name)
+                result["configs"] = _client_metrics_entries(overrides, names, want_synonyms, want_docs)
         else:
             result.update(error_code=ErrorCode.invalid_request,
                           error_message=f"resource type {resource.resource_type} is not supported")
