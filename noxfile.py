@@ -22,7 +22,7 @@ nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "metadata-zk", "coordinator-group",
-            "coordinator-txn", "coordinator-share"]
+            "coordinator-txn", "coordinator-share", "client-telemetry"]
 #: The backend matrix: (metadata quorum, log storage). kraft/local runs every integration test; the zookeeper cells
 #: (JOSEF_TEST_METADATA=zookeeper, one ZooKeeper server for the session) the tests marked `metadata`, the tiered cells
 #: (JOSEF_TEST_STORAGE=tiered) the tests whose brokers come from the backend fixtures, every topic tiered; see

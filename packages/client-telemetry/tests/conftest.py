@@ -1,0 +1,46 @@
+"""What the receiver's tests share: pushes shaped as the broker hands them to a receiver.
+
+The broker's push type is :class:`josef.telemetry.ClientTelemetryPush`; with
+a core from before it, a class of the same shape stands in.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Callable
+
+import attrs
+import pytest
+
+try:
+    from josef.telemetry import ClientTelemetryPush
+except ImportError:  # a core whose receivers get receive(instance, payload, terminating) only
+
+    @attrs.frozen
+    class ClientTelemetryPush:  # type: ignore[no-redef]
+        client_instance_id: uuid.UUID
+        client_id: str | None
+        client_software_name: str
+        client_software_version: str
+        client_address: str
+        principal: str
+        listener: str
+        payload: bytes
+        terminating: bool
+
+
+MakePush = Callable[..., ClientTelemetryPush]
+
+
+def make_push(payload: bytes, *, instance: uuid.UUID, client_id: str | None = "app", terminating: bool = False,
+              software: tuple[str, str] = ("librdkafka", "2.16.0")) -> ClientTelemetryPush:
+    return ClientTelemetryPush(client_instance_id=instance, client_id=client_id, client_software_name=software[0],
+                               client_software_version=software[1], client_address="127.0.0.1",
+                               principal="User:ANONYMOUS", listener="PLAINTEXT", payload=payload,
+                               terminating=terminating)
+
+
+@pytest.fixture
+def push() -> MakePush:
+    """``push(payload, instance=..., client_id=..., terminating=..., software=(name, version))``."""
+    return make_push
