@@ -252,8 +252,9 @@ def register_http_routes(register: Register) -> None:
     the first by name. Its handlers run on the node's event loop
     and must not block; the listener's authentication (``http.authentication``)
     applies to them as to ``/metrics``: a handler finds who asks in
-    ``request["principal"]``, and ``request["authorization_context"]`` to
-    ask ``services.authorizer`` whether they may do more than read. Returns
+    ``request[josef.server.http.PRINCIPAL]``, and
+    ``request[josef.server.http.AUTHORIZATION_CONTEXT]`` to ask
+    ``services.authorizer`` whether they may do more than read. Returns
     nothing.
     """
 

@@ -18,8 +18,8 @@ certificate of an ``https://`` listener with the node's principal builder
 (a listener that is not PLAINTEXT, or an authorizer) and ``none`` otherwise;
 ``none`` on a secured node is refused at start-up: a secured cluster never
 has an open admin surface. Plugins' handlers find the principal in
-``request["principal"]`` and an authorization context for
-``services.authorizer`` in ``request["authorization_context"]``.
+``request[PRINCIPAL]`` and an authorization context for
+``services.authorizer`` in ``request[AUTHORIZATION_CONTEXT]``.
 
 - ``/metrics``: Prometheus' text format (:class:`josef.metrics.NodeMetrics`).
 - ``/health/live``: 200 while the node's event loop answers at all.
@@ -122,6 +122,12 @@ class HttpRequestContext:
     correlation_id: int = 0
 
 
+#: Who made a request (after :class:`Authentication`): ``request[PRINCIPAL]``.
+PRINCIPAL = web.RequestKey("principal", KafkaPrincipal)
+#: The request as the node's authorizer sees it: ``services.authorizer.authorize(request[AUTHORIZATION_CONTEXT], ...)``.
+AUTHORIZATION_CONTEXT = web.RequestKey("authorization_context", HttpRequestContext)
+
+
 class Authentication:
     """The listener's middleware: who is asking (Basic against SCRAM, or the client certificate) and may they."""
 
@@ -148,8 +154,8 @@ class Authentication:
             log.info("HTTP %s %s from %s refused: %s may not DESCRIBE the cluster", request.method, request.path,
                      host, principal)
             raise web.HTTPForbidden(text=f"{principal} may not describe the cluster\n")
-        request["principal"] = principal
-        request["authorization_context"] = context
+        request[PRINCIPAL] = principal
+        request[AUTHORIZATION_CONTEXT] = context
         return await handler(request)
 
     async def _basic(self, request: web.Request) -> KafkaPrincipal | None:
