@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -78,12 +80,15 @@ def test_counters_move_by_what_was_produced_and_a_dead_broker_shows(josef_cluste
     admin.create_topics([NewTopic("metered", 3, 3, topic_configs={"min.insync.replicas": "2"}),
                          NewTopic("single", -1, -1, replica_assignments={0: [3]})])
     admin.close()
+    # Client telemetry (KIP-714): every client pushes its metrics each second; the workspace installs the receiver.
+    subprocess.run([sys.executable, "-m", "josef", "client-metrics", "--bootstrap-server", b, "--alter", "--name",
+                    "everything", "--metrics", "*", "--interval", "1000"], check=True, timeout=TIMEOUT_S)
     everyone = list(ports.values())
     before = {m: total(everyone, f"kafka_server_brokertopicmetrics_{m}_total", topic="metered")
               for m in ("messagesin", "bytesin", "bytesout", "replicationbytesin")}
     produce_requests = total(everyone, "kafka_network_requestmetrics_requests_total", request="Produce")
 
-    producer = Producer({"bootstrap.servers": b, "acks": "all", "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": b, "acks": "all", "linger.ms": 5, "client.id": "metered-producer"})
     for i in range(RECORDS):
         producer.produce("metered", VALUE, key=str(i).encode())
     assert producer.flush(TIMEOUT_S) == 0
@@ -109,6 +114,9 @@ def test_counters_move_by_what_was_produced_and_a_dead_broker_shows(josef_cluste
     assert moved["bytesin"] > (RECORDS + LAGGING) * len(VALUE)
     assert moved["bytesout"] >= moved["bytesin"] * RECORDS / (RECORDS + LAGGING)  # every batch read was read once
     assert moved["replicationbytesin"] == 2 * moved["bytesin"]  # two followers copied every batch
+    eventually(lambda: any(name.startswith("org_apache_kafka_producer_") and ("client_id", "metered-producer") in labels
+                           for p in everyone for name, labels in scrape(p)),
+               "the producer's pushed metrics are on some broker's /metrics")
     one = scrape(ports[1])
     assert value(one, "kafka_network_requestmetrics_totaltimems_count", request="Produce") > 0
     assert value(one, "kafka_network_requestmetrics_totaltimems", request="Produce", quantile="0.99") > 0
