@@ -1,33 +1,13 @@
-"""What the receiver's tests share: pushes shaped as the broker hands them to a receiver.
-
-The broker's push type is :class:`josef.telemetry.ClientTelemetryPush`; with
-a core from before it, a class of the same shape stands in.
-"""
+"""What the receiver's tests share: pushes as the broker hands them to a receiver."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Callable
 
-import attrs
 import pytest
 
-try:
-    from josef.telemetry import ClientTelemetryPush
-except ImportError:  # a core whose receivers get receive(instance, payload, terminating) only
-
-    @attrs.frozen
-    class ClientTelemetryPush:  # type: ignore[no-redef]
-        client_instance_id: uuid.UUID
-        client_id: str | None
-        client_software_name: str
-        client_software_version: str
-        client_address: str
-        principal: str
-        listener: str
-        payload: bytes
-        terminating: bool
-
+from josef.telemetry import ClientTelemetryPush
 
 MakePush = Callable[..., ClientTelemetryPush]
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 import time
 import urllib.request
 
-import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-import josef.telemetry
 from josef import hookimpl
 from josef.node.cluster import free_ports
 from josef.node.runner import BrokerThread
 from josef.plugins import get_plugin_manager
 from josef.testing import broker_overrides
 from josef_client_telemetry.receiver import PrometheusTelemetryReceiver
-
-pytestmark = pytest.mark.skipif(not hasattr(josef.telemetry, "ClientTelemetryPush"),
-                                reason="this core hands receivers receive(), not receive_push()")
-
 
 class Hurry:
     """Asks for no metric, every second: clients push at the shortest interval of the broker's receivers,

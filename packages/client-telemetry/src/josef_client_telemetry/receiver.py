@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator
 
 import attrs
 from google.protobuf.message import DecodeError
@@ -30,6 +30,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from josef.telemetry import ClientTelemetryPush
 from josef_client_telemetry.points import Labels, Point, decode
 
 log = logging.getLogger(__name__)
@@ -65,22 +66,6 @@ FAMILIES: dict[str, type[Metric]] = {
 }
 
 
-class Push(Protocol):
-    """What the receiver reads of a push; :class:`josef.telemetry.ClientTelemetryPush` has it (and more)."""
-
-    @property
-    def client_instance_id(self) -> uuid.UUID: ...
-    @property
-    def client_id(self) -> str | None: ...
-    @property
-    def client_software_name(self) -> str: ...
-    @property
-    def client_software_version(self) -> str: ...
-    @property
-    def payload(self) -> bytes: ...
-    @property
-    def terminating(self) -> bool: ...
-
 
 @attrs.define
 class Client:
@@ -91,7 +76,7 @@ class Client:
     series: dict[tuple[str, Labels], Point] = attrs.Factory(dict)
 
 
-def identity(push: Push) -> dict[str, str]:
+def identity(push: ClientTelemetryPush) -> dict[str, str]:
     """The labels every series of a client carries, from what the broker knows of it (not from its payload)."""
     labels = {"client_instance_id": str(push.client_instance_id)}
     if push.client_id is not None:
@@ -123,7 +108,7 @@ class PrometheusTelemetryReceiver:
         self.dropped_points = 0
         self._warned: set[str] = set()
 
-    def receive_push(self, push: Push) -> None:
+    def receive_push(self, push: ClientTelemetryPush) -> None:
         """Take one push: forget a terminating client, else update its series. Never raises on a client's input."""
         now = self.clock()
         self._expire(now)

@@ -242,7 +242,11 @@ def application(broker: Broker, mode: str) -> web.Application:
         app.add_subapp(f"/{name}/", factory(broker.services))
     if routes:
         home = f"/{routes[0][0]}/"
-        app.router.add_get("/", lambda _: web.HTTPFound(home))
+
+        async def redirect(_: web.Request) -> web.StreamResponse:
+            raise web.HTTPFound(home)
+
+        app.router.add_get("/", redirect)
     return app
 
 
