@@ -110,6 +110,7 @@ class FakeCoordinator:
         self.services = services
         self._settings = settings
         self.markers = MarkerChannel(services, self._completed)  # type: ignore[arg-type]
+        self.producer_ids_allocated = 0
         #: Set (and replaced) each time a transaction's completion has been attempted.
         self.completed = anyio.Event()
 

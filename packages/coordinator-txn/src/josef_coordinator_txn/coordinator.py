@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -12,10 +12,13 @@ from josef_coordinator_txn import api_admin, api_producer, api_transactions
 from josef_coordinator_txn.api_common import TRANSACTION_KEY_TYPE
 from josef_coordinator_txn.configs import TxnSettings
 from josef_coordinator_txn.markers import MarkerChannel
+from josef_coordinator_txn.metrics import transaction_metrics
 from josef_coordinator_txn.shard import TransactionShard
 from josef_coordinator_txn.transactions import write_completion
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from josef.services import BrokerServices
     from josef.server.dispatch import Handler
 
@@ -31,6 +34,8 @@ class TransactionCoordinator:
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
         self.markers = MarkerChannel(services, write_completion)
+        #: Producer ids this coordinator took from the broker's blocks (new transactional ids, exhausted epochs).
+        self.producer_ids_allocated = 0
 
     def settings(self) -> TxnSettings:
         return TxnSettings.from_config(self.services.config)
@@ -86,3 +91,6 @@ class TransactionCoordinator:
         """Whether a partition this broker leads is still being loaded (ListTransactions cannot answer for it)."""
         return self.services.coordinators.loading(self)
 
+    def collect(self) -> Iterable[Metric]:
+        """The node's ``/metrics`` (:mod:`josef_coordinator_txn.metrics`): read at scrape time."""
+        return transaction_metrics(self.shards(), self.markers, self.producer_ids_allocated)

@@ -99,6 +99,16 @@ class MarkerChannel:
         self._on_written = on_written
         self._queues: dict[int, list[_Marker]] = {}
         self._sending: set[int] = set()
+        #: The brokers markers were ever queued for (a series each, 0 once their queue is empty).
+        self._destinations: set[int] = set()
+        #: Markers waiting for their partitions' leaders to be known (Kafka's UnknownDestinationQueueSize).
+        self.unknown_destination = 0
+        #: Completions whose Complete* append was refused and waits to be written again (LogAppendRetryQueueSize).
+        self.log_append_retries = 0
+
+    def queue_sizes(self) -> dict[int, int]:
+        """Markers queued for each destination broker, waiting for its next WriteTxnMarkers."""
+        return {broker: len(self._queues.get(broker, ())) for broker in self._destinations}
 
     def send(self, completion: PendingCompletion) -> None:
         """Start writing the markers of ``completion`` to all its partitions."""
@@ -122,11 +132,12 @@ class MarkerChannel:
                 by_leader[state.leader].add(tp)
         for leader, tps in by_leader.items():
             self._queues.setdefault(leader, []).append(_Marker(completion, frozenset(tps)))
+            self._destinations.add(leader)
             if leader not in self._sending:
                 self._sending.add(leader)
                 self._spawn(lambda leader=leader: self._send_loop(leader))
         if unknown:
-            self._retry_later(completion, frozenset(unknown))
+            self._retry_later(completion, frozenset(unknown), unknown_destination=True)
         self._maybe_written(completion)
 
     async def _send_loop(self, broker_id: int) -> None:
@@ -181,9 +192,17 @@ class MarkerChannel:
             self._retry_later(completion, frozenset(retry))
         self._maybe_written(completion)
 
-    def _retry_later(self, completion: PendingCompletion, partitions: frozenset[TopicPartitionKey]) -> None:
+    def _retry_later(self, completion: PendingCompletion, partitions: frozenset[TopicPartitionKey], *,
+                     unknown_destination: bool = False) -> None:
+        if unknown_destination:
+            self.unknown_destination += 1
+
         async def again() -> None:
-            await anyio.sleep(RETRY_BACKOFF_S)
+            try:
+                await anyio.sleep(RETRY_BACKOFF_S)
+            finally:
+                if unknown_destination:
+                    self.unknown_destination -= 1
             self._route(completion, partitions)
 
         self._spawn(again)

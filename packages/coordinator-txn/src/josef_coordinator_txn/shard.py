@@ -28,6 +28,7 @@ always carry the current one, and partitions refuse markers from an older one.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
@@ -62,6 +63,10 @@ class TransactionShard:
         self.transactions: dict[str, TransactionMetadata] = {}
         self.loading = True
         self.coordinator_epoch: int = context.leader_epoch
+        #: The runtime builds a shard when it starts loading its partition: the load's start, then its duration.
+        self._load_started = time.monotonic()
+        #: How long loading the partition took, in ms (None while it loads): Kafka's partition-load-time.
+        self.load_time_ms: float | None = None
 
     @property
     def active(self) -> bool:
@@ -90,6 +95,7 @@ class TransactionShard:
     def loaded(self) -> None:
         """Finish what the previous coordinator left in Prepare*: send its markers again; start the timers."""
         self.loading = False
+        self.load_time_ms = (time.monotonic() - self._load_started) * 1000
         now = clock.now_ms()
         for metadata in self.transactions.values():
             if metadata.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
@@ -132,9 +138,11 @@ class TransactionShard:
     async def generate_producer_id(self) -> int:
         """A new producer id from the broker's block; its failures are answered as Kafka's ProducerIdManager's."""
         try:
-            return await self.coordinator.services.new_producer_id()
+            producer_id = await self.coordinator.services.new_producer_id()
         except ProducerIdUnavailable as exc:
             raise TxnError(exc.code, exc.message) from exc
+        self.coordinator.producer_ids_allocated += 1
+        return producer_id
 
     # Writes --------------------------------------------------------------------------------------------
 

@@ -342,7 +342,12 @@ async def write_completion(completion: PendingCompletion) -> None:
             log.info("%s: not completing the transaction here (%s); its next coordinator will",
                      metadata.transactional_id, error.name)
             return
-        await anyio.sleep(RETRY_BACKOFF_S)
+        markers = shard.coordinator.markers
+        markers.log_append_retries += 1
+        try:
+            await anyio.sleep(RETRY_BACKOFF_S)
+        finally:
+            markers.log_append_retries -= 1
 
 
 # The coordinator's own work ----------------------------------------------------------------------------
