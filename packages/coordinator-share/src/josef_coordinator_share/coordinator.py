@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -11,11 +11,14 @@ from josef.protocol.api_keys import ApiKey
 from josef_coordinator_share import api_share, api_state
 from josef_coordinator_share.api_state import SHARE_KEY_TYPE
 from josef_coordinator_share.configs import ShareSettings
+from josef_coordinator_share.metrics import ShareCounters, share_metrics
 from josef_coordinator_share.partitions import SharePartitionManager
 from josef_coordinator_share.shard import ShareStateShard
 from josef_coordinator_share.state import ShareKey
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from josef.server.dispatch import Handler
     from josef.services import BrokerServices
 
@@ -30,6 +33,8 @@ class ShareCoordinator:
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
+        #: What the share partitions and the shards count for the node's /metrics (josef_coordinator_share.metrics).
+        self.counters = ShareCounters()
         #: The share partitions this broker leads, and its share sessions.
         self.partitions = SharePartitionManager(services, self)
 
@@ -73,6 +78,14 @@ class ShareCoordinator:
 
     def new_shard(self, context: ShardContext) -> ShareStateShard:
         return ShareStateShard(context, self)
+
+    def shards(self) -> list[ShareStateShard]:
+        """The shards of ``__share_group_state`` loaded on this broker."""
+        return [c.shard for c in self.services.coordinators.shards(self) if isinstance(c.shard, ShareStateShard)]
+
+    def collect(self) -> Iterable[Metric]:
+        """Share groups' metrics on the node's ``/metrics`` (:mod:`josef_coordinator_share.metrics`)."""
+        return share_metrics(self)
 
     async def shard_for(self, key: ShareKey) -> ShareStateShard:
         """The loaded shard keeping ``key``; CoordinatorError (NOT_COORDINATOR...) otherwise."""

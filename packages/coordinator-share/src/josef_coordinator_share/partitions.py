@@ -61,6 +61,8 @@ class Window:
     state_epoch: int
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     dropped: bool = False
+    #: Records whose acquisition lock expired (Kafka's AcquisitionLockTimeoutPerSec of the share partition).
+    lock_timeouts: int = 0
 
 
 @attrs.frozen
@@ -79,6 +81,7 @@ class SharePartitionManager:
     def __init__(self, services: BrokerServices, coordinator: ShareCoordinator) -> None:
         self.services = services
         self.coordinator = coordinator
+        self.counters = coordinator.counters
         self.persister = Persister(services, coordinator)
         self.sessions = ShareSessionCache()
         self.windows: dict[tuple[str, TopicPartition], Window] = {}
@@ -121,7 +124,9 @@ class SharePartitionManager:
             window = self.windows.get((group, tp))
             if window is not None and window.leader_epoch == self._led(tp).leader_epoch:
                 return window
+            started = time.monotonic()
             window = await self._load(group, tp)
+            self.counters.loaded((time.monotonic() - started) * 1000)
             self.windows[group, tp] = window
             return window
 
@@ -198,6 +203,8 @@ class SharePartitionManager:
                        for tp, max_bytes in requests}
             remaining = deadline - now_ms()
             if remaining <= 0 or any(a.acquired or a.error != ErrorCode.none for a in answers.values()):
+                for tp, answer in answers.items():
+                    self.counters.requested(tp.topic, fetch=True, failed=answer.error != ErrorCode.none)
                 return answers
             await self.services.partitions.wait_for_data([tp for tp, _ in requests], remaining)
 
@@ -252,6 +259,17 @@ class SharePartitionManager:
     async def acknowledge(self, group: str, member_id: str, tp: TopicPartition,
                           batches: Sequence[tuple[int, int, Sequence[int]]]) -> tuple[ErrorCode, str | None]:
         """Apply and persist ``member_id``'s acknowledgements of ``tp``; the partition's error (NONE when done)."""
+        tally = [0] * len(self.counters.acknowledged)
+        code, message = await self._acknowledge(group, member_id, tp, batches, tally)
+        self.counters.requested(tp.topic, fetch=False, failed=code != ErrorCode.none)
+        if code == ErrorCode.none:
+            for ack, records in enumerate(tally):
+                self.counters.acknowledged[ack] += records
+        return code, message
+
+    async def _acknowledge(self, group: str, member_id: str, tp: TopicPartition,
+                           batches: Sequence[tuple[int, int, Sequence[int]]], tally: list[int],
+                           ) -> tuple[ErrorCode, str | None]:
         try:
             window = await self.window(group, tp)
         except ShareError as exc:
@@ -261,7 +279,8 @@ class SharePartitionManager:
                 return ErrorCode.not_leader_or_follower, f"{tp} moved"
             saved = window.partition.snapshot()
             try:
-                changed = window.partition.acknowledge(member_id, batches, now_ms() + self.lock_duration_ms(group))
+                changed = window.partition.acknowledge(member_id, batches, now_ms() + self.lock_duration_ms(group),
+                                                       tally)
                 await self._write(window, changed)
             except ShareError as exc:
                 window.partition.restore(saved)
@@ -318,6 +337,7 @@ class SharePartitionManager:
                     changed = window.partition.expire_locks(now)
                     try:
                         await self._write(window, changed)
+                        window.lock_timeouts += sum(s.last - s.first + 1 for s in changed)
                     except ShareError as exc:
                         window.partition.restore(saved)
                         log.warning("releasing expired locks of %s: %s; trying again", window.tp, exc.message)

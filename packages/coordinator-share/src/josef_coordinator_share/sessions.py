@@ -41,6 +41,8 @@ class ShareSessionCache:
 
     def __init__(self) -> None:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        #: Sessions closed because they were idle (Kafka's ShareSessionEvictionsPerSec).
+        self.evictions = 0
 
     def open(self, group_id: str, member_id: str, partitions: Iterable[Hashable], max_sessions: int,
              idle_timeout_s: float) -> tuple[ShareSession, list[ShareSession]]:
@@ -79,4 +81,5 @@ class ShareSessionCache:
         idle = [s for s in self.sessions.values() if s.last_used < cutoff]
         for session in idle:
             del self.sessions[session.group_id, session.member_id]
+        self.evictions += len(idle)
         return idle

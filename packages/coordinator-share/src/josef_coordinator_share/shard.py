@@ -23,6 +23,7 @@ every ``share.coordinator.state.topic.prune.interval.ms``.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -67,6 +68,8 @@ class ShareStateShard:
         self.updates: TimelineDict[ShareKey, int] = TimelineDict(snapshots)
         #: The offset of each share partition's last snapshot: the oldest record it needs.
         self.snapshot_offsets: TimelineDict[ShareKey, int] = TimelineDict(snapshots)
+        #: The log start offset the last pruning left (-1: not pruned yet), Kafka's last-pruned-offset.
+        self.last_pruned_offset = -1
 
     @property
     def active(self) -> bool:
@@ -146,6 +149,12 @@ class ShareStateShard:
     async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     batches: tuple[StateBatch, ...]) -> None:
         """WriteShareGroupState: one share partition's changes, as a ShareUpdate or (every N) a ShareSnapshot."""
+        started = time.monotonic()
+        await self._write_state(key, state_epoch, leader_epoch, start_offset, batches)
+        self.coordinator.counters.state_written((time.monotonic() - started) * 1000)
+
+    async def _write_state(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                           batches: tuple[StateBatch, ...]) -> None:
         current = self.states.get(key)
         if current is None:
             state = ShareState(0, max(state_epoch, 0), leader_epoch, start_offset, combine((), batches, start_offset))
@@ -201,7 +210,7 @@ class ShareStateShard:
                     return
                 offset = self.prune_offset()
             try:
-                self.context.delete_records_before(offset)
+                self.last_pruned_offset = self.context.delete_records_before(offset)
             except CoordinatorError as exc:
                 log.warning("%s: pruning below offset %d failed: %s", self.context.tp, offset, exc.message)
             self.schedule_prune()

@@ -206,10 +206,11 @@ class SharePartition:
     # Acknowledging and releasing ------------------------------------------------------------------------
 
     def acknowledge(self, member_id: str, acknowledgements: Sequence[tuple[int, int, Sequence[int]]],
-                    deadline: int) -> list[Span]:
+                    deadline: int, tally: list[int] | None = None) -> list[Span]:
         """Apply a member's acknowledgements, ``(first, last, types)`` with one type for the range or one per
         offset; the spans changed (what to persist). Raises :class:`ShareError` (INVALID_RECORD_STATE for
-        offsets this member does not hold, INVALID_REQUEST for malformed batches) before changing anything."""
+        offsets this member does not hold, INVALID_REQUEST for malformed batches) before changing anything.
+        ``tally``, indexed by acknowledge type, is added the records acknowledged with each (once per range)."""
         plans: list[tuple[int, int, int]] = []
         for first, last, types in acknowledgements:
             if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
@@ -235,6 +236,8 @@ class SharePartition:
         changed: list[Span] = []
         for first, last, ack in plans:
             changed += self._transition(first, last, lambda s, ack=ack: self._acknowledged(s, ack, deadline))
+            if tally is not None:
+                tally[ack] += last - first + 1
         self._advance()
         return changed
 
