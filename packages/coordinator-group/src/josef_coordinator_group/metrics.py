@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from josef.led_partitions import PartitionUnavailable
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.topic_partition import TopicPartition
+from josef_coordinator_group.share_metrics import share_group_metrics
 
 if TYPE_CHECKING:
     from josef_coordinator_group.coordinator import GroupCoordinator
@@ -148,6 +149,7 @@ class GroupMetrics:
         yield GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numoffsets",
                                 "Committed offsets this broker's groups hold.", value=offsets)
         yield from (current, lag, lag_sum)
+        yield from share_group_metrics(shards)
 
 
 def _kept(tp: TopicPartition, wanted: dict[int, dict[str, list[int]]]) -> bool:
