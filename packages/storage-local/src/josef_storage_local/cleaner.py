@@ -18,6 +18,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import attrs
 
 from josef.config import Config
 from josef.log import CleanerStats, LogDirError
@@ -66,6 +69,21 @@ class Throttler:
             self._observed = 0
 
 
+@dataclass(frozen=True)
+class CleanerState:
+    """What Kafka's LogCleaner and LogCleanerManager gauges read (:mod:`josef_storage_local.metrics`)."""
+
+    max_clean_time_s: float
+    recopy_percent: float
+    max_buffer_utilization_percent: float
+    max_compaction_delay_s: float
+    dead_threads: int
+    #: Logs whose last cleaning failed (Kafka's uncleanable partitions; here tried again after the back-off).
+    uncleanable: list[LocalLog]
+    max_dirty_percent: float
+    time_since_last_run_ms: float
+
+
 class LogCleaner:
     """The cleaner threads of one storage; :meth:`start` after the logs are opened, :meth:`stop` before they close."""
 
@@ -79,9 +97,19 @@ class LogCleaner:
         self._threads: list[threading.Thread] = []
         self._started = False
         self._throttler = Throttler(config["log.cleaner.io.max.bytes.per.second"], self._stop)
+        # For the metrics: written by the threads, read by a scrape, each under _stats_lock for a moment.
+        self._stats_lock = threading.Lock()
+        #: Each thread's last completed cleaning and how full its offset map was (0-1), by thread number.
+        self._last_stats: dict[int, tuple[CleanerStats, float]] = {}
+        self._uncleanable: dict[int, LocalLog] = {}
+        self._max_dirty_ratio = 0.0
+        self._max_compaction_delay_ms = 0
+        self._last_run = time.monotonic()
 
     def start(self) -> None:
         count = self._config["log.cleaner.threads"]
+        with self._stats_lock:
+            self._last_stats = {n: last for n, last in self._last_stats.items() if n < count}
         self._started = True
         self._stop.clear()
         self._threads = [
@@ -123,7 +151,9 @@ class LogCleaner:
     def grab_filthiest(self, now_ms: int) -> LocalLog | None:
         """The dirtiest log worth cleaning that no thread is cleaning, marked as taken (Kafka's ``grabFilthiestCompactedLog``)."""
         with self._lock:
+            self._last_run = time.monotonic()
             best, best_ratio = None, -1.0
+            max_delay_ms = 0
             for log in self._logs():
                 if id(log) in self._in_progress:
                     continue
@@ -133,16 +163,46 @@ class LogCleaner:
                     continue
                 if priority is None:
                     continue
+                max_delay_ms = max(max_delay_ms, log.compaction_delay_ms)
                 ratio, due = priority
                 if (due or ratio > log.config.min_cleanable_dirty_ratio) and ratio > best_ratio:
                     best, best_ratio = log, ratio
             if best is not None:
                 self._in_progress.add(id(best))
+            with self._stats_lock:
+                self._max_dirty_ratio = max(best_ratio, 0.0)
+                self._max_compaction_delay_ms = max_delay_ms
             return best
+
+    def state(self) -> CleanerState:
+        """The cleaner's gauges now, as Kafka computes them from each thread's last cleaning."""
+        with self._stats_lock:
+            for key in [key for key, log in self._uncleanable.items() if log.closed]:  # deleted, moved away
+                del self._uncleanable[key]
+            last = list(self._last_stats.values())
+            uncleanable = list(self._uncleanable.values())
+            max_dirty, max_delay_ms, last_run = self._max_dirty_ratio, self._max_compaction_delay_ms, self._last_run
+        threads = max(len(self._threads), 1)
+        dead = sum(not thread.is_alive() for thread in self._threads) if not self._stop.is_set() else 0
+        return CleanerState(
+            max_clean_time_s=max((stats.elapsed_s for stats, _ in last), default=0.0),
+            recopy_percent=100 * sum(stats.bytes_written / max(stats.bytes_read, 1) for stats, _ in last) / threads,
+            max_buffer_utilization_percent=100 * max((used for _, used in last), default=0.0),
+            max_compaction_delay_s=max_delay_ms / 1000,
+            dead_threads=dead,
+            uncleanable=uncleanable,
+            max_dirty_percent=100 * max_dirty,
+            time_since_last_run_ms=(time.monotonic() - last_run) * 1000,
+        )
 
     def _run(self, number: int) -> None:
         backoff_s = self._config["log.cleaner.backoff.ms"] / 1000
-        options = self._options()
+        used = [0.0]  # how full this pass's offset map got
+
+        def map_used(keys: int, capacity: int) -> None:
+            used[0] = keys / max(capacity, 1)
+
+        options = attrs.evolve(self._options(), map_used=map_used)
         while not self._stop.is_set():
             log = self.grab_filthiest(self._clock())
             if log is None:
@@ -153,12 +213,17 @@ class LogCleaner:
             except Exception:
                 # Kafka marks the partition uncleanable; here it is tried again after the back-off.
                 logger.exception("log cleaner thread %d failed to clean %s", number, log.tp)
+                with self._stats_lock:
+                    self._uncleanable[id(log)] = log
                 self._stop.wait(backoff_s)
                 continue
             finally:
                 with self._lock:
                     self._in_progress.discard(id(log))
             if stats.cleaned_to >= 0:
+                with self._stats_lock:
+                    self._last_stats[number] = (stats, used[0])
+                    self._uncleanable.pop(id(log), None)
                 logger.info("log cleaner thread %d cleaned %s: %s", number, log.tp, summary(stats))
             else:  # given up (the log changed or closed): not again at once
                 self._stop.wait(backoff_s)

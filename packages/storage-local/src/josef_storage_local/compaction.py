@@ -86,6 +86,8 @@ class CleanerOptions:
     throttle: Callable[[int], None] = lambda n: None
     #: True when the pass must stop (the storage closes).
     stopped: Callable[[], bool] = lambda: False
+    #: Told the keys the pass's offset map holds and its capacity, once built (the cleaner's buffer utilization).
+    map_used: Callable[[int, int], None] = lambda used, capacity: None
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from josef.log import (
     AbortedTxn,
@@ -49,6 +49,9 @@ from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.logdir import LogDir
 from josef_storage_local.scheduler import Scheduler, remove_files
 from josef_storage_local.segment import DELETED_SUFFIX, SUFFIXES, Segment
+
+if TYPE_CHECKING:
+    from josef_storage_local.metrics import FlushStats
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +128,10 @@ class LocalLog:
         *,
         recover: bool,
         clock: Clock = wall_clock_ms,
+        flush_stats: FlushStats | None = None,
     ) -> None:
-        """Open the log in ``dir``, creating it if new; ``recover`` after an unclean shutdown."""
+        """Open the log in ``dir``, creating it if new; ``recover`` after an unclean shutdown; its flushes are
+        timed in ``flush_stats`` (the storage's LogFlushStats)."""
         self.tp = tp
         self.dir = dir
         self.config = config
@@ -134,6 +139,9 @@ class LocalLog:
         self._lock = threading.RLock()
         self._log_dir = log_dir
         self._clock = clock
+        self._flush_stats = flush_stats
+        #: How far past max.compaction.lag.ms the log's dirty section was at the last cleaning_priority (ms, 0: not).
+        self.compaction_delay_ms = 0
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._producer_source: Callable[[], Sequence[ProducerEntry]] | None = None
@@ -342,6 +350,16 @@ class LocalLog:
     @property
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        """How many segments the log has (read without the lock: for metrics)."""
+        return len(self._segments)
+
+    @property
+    def log_dir_path(self) -> Path:
+        """The log directory (of ``log.dirs``) holding the log."""
+        return self._log_dir.path
 
     @property
     def recovery_point(self) -> int:
@@ -657,6 +675,7 @@ class LocalLog:
         Due: records older than max.compaction.lag.ms are dirty, or a kept
         tombstone's delete horizon has passed.
         """
+        self.compaction_delay_ms = 0
         if self.closed or not self.config.compact or self._stable_offset_source is None:
             return None
         first_dirty, end = self._cleanable_range(now_ms)
@@ -669,7 +688,9 @@ class LocalLog:
         due = tombstones_due
         if dirty_bytes and self.config.max_compaction_lag_ms < now_ms:
             first_timestamp = self._segments[dirty_from].first_batch_timestamp()
-            due = due or 0 <= first_timestamp < now_ms - self.config.max_compaction_lag_ms
+            overdue = now_ms - self.config.max_compaction_lag_ms - first_timestamp
+            if first_timestamp >= 0 and overdue > 0:
+                due, self.compaction_delay_ms = True, overdue
         return dirty_bytes / max(clean_bytes + dirty_bytes, 1), due
 
     @_offline_rule
@@ -740,6 +761,7 @@ class LocalLog:
         counters = Counters()
         offsets = OffsetMap(options.map_capacity)
         clean_end = max(build_offset_map(plan, offsets, options, Counters()), plan.first_dirty)
+        options.map_used(len(offsets), offsets.capacity)
         offsets.latest_offset = clean_end - 1
         horizon = -1
         todo = [source for source in plan.segments if source.base_offset < clean_end]
@@ -1013,6 +1035,7 @@ class LocalLog:
                 self._epochs.checkpoint()
             except OSError as exc:
                 raise dir_error(exc, "writing the leader-epoch checkpoint in", self.dir) from exc
+        started = time.monotonic()
         try:
             for segment in segments:
                 try:
@@ -1025,6 +1048,8 @@ class LocalLog:
             if self.closed:
                 return
             raise dir_error(exc, "flushing the log in", self.dir) from exc
+        if self._flush_stats is not None:
+            self._flush_stats.record(started)
         with self._lock:
             if self.closed or truncations != self._truncations or offset <= self._recovery_point:
                 return
@@ -1058,6 +1083,7 @@ class LocalLog:
         flush_from = self._recovery_point
         if self._unflushed_txn_offset is not None:
             flush_from = min(flush_from, self._unflushed_txn_offset)
+        started = time.monotonic()
         try:
             for segment in itertools.islice(
                 self._segments, self._segment_index(flush_from), None
@@ -1072,6 +1098,8 @@ class LocalLog:
             self._log_dir.checkpoint_if_due()
         except OSError as exc:
             raise dir_error(exc, "flushing the log in", self.dir) from exc
+        if self._flush_stats is not None:
+            self._flush_stats.record(started)
 
     @_serialised
     def close(self) -> None:

@@ -7,7 +7,9 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
+
+from prometheus_client.core import Metric
 
 from josef.config import Config
 from josef.log import LogConfig, LogDirError, LogDirInfo, LogDirNotFoundError
@@ -17,6 +19,7 @@ from josef_storage_local.cleaner import LogCleaner
 from josef_storage_local.files import dir_error, fsync_dir
 from josef_storage_local.log import Clock, LocalLog, wall_clock_ms
 from josef_storage_local.logdir import LogDir, delete_dir_name
+from josef_storage_local.metrics import FlushStats, storage_metrics
 from josef_storage_local.move import FUTURE_SUFFIX, finish_interrupted_moves, fsync_tree, sync
 from josef_storage_local.scheduler import Scheduler
 
@@ -50,6 +53,8 @@ class LocalLogStorage:
         #: Flushes, checkpoints and delayed deletions, in a thread from :meth:`startup` on.
         self.scheduler = Scheduler(clock)
         self._cleaner = LogCleaner(self._open_logs, config, clock)
+        #: Kafka's LogFlushStats: every flush of this storage's logs, timed (:mod:`josef_storage_local.metrics`).
+        self.flush_stats = FlushStats()
         self._dirs = []
         # Absolute, as DescribeLogDirs reports them and AlterReplicaLogDirs names them.
         absolute = [Path(os.path.abspath(path)) for path in paths]
@@ -119,6 +124,25 @@ class LocalLogStorage:
         error = dir_error(exc, action, path)
         log_dir.fail(error)
         return error
+
+    # Metrics ---------------------------------------------------------------------------------
+
+    @property
+    def logs(self) -> Mapping[TopicPartition, LocalLog]:
+        """The open logs (copy it before iterating: worker threads open and delete logs)."""
+        return self._logs
+
+    @property
+    def cleaner(self) -> LogCleaner:
+        return self._cleaner
+
+    def log_dir_states(self) -> list[tuple[str, bool]]:
+        """Each log directory and whether it is offline."""
+        return [(str(log_dir.path), log_dir.error is not None) for log_dir in self._dirs]
+
+    def collect(self) -> Iterable[Metric]:
+        """The storage's metrics on the node's ``/metrics`` (:mod:`josef_storage_local.metrics`)."""
+        return storage_metrics(self, METADATA_TOPIC)
 
     def offline_dirs(self) -> list[str]:
         return [str(log_dir.path) for log_dir in self._dirs if log_dir.error is not None]
@@ -219,6 +243,7 @@ class LocalLogStorage:
                     log_dir,
                     recover=log_dir.needs_recovery(tp),
                     clock=self._clock,
+                    flush_stats=self.flush_stats,
                 )
             except LogDirError as exc:
                 log_dir.fail(exc)
