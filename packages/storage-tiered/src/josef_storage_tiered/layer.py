@@ -11,7 +11,9 @@ topics (``__*``) are never tiered, as Kafka refuses remote storage for them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
+
+from prometheus_client.core import Metric
 
 from josef.config import Config, ConfigError
 from josef.log import Log, LogConfig, LogStorage
@@ -20,6 +22,7 @@ from josef.services import BrokerServices
 
 from josef_storage_tiered.broker_config import TOPIC_BASED_RLMM, prefixed
 from josef_storage_tiered.manager import RemoteLogManager
+from josef_storage_tiered.metrics import remote_metrics
 from josef_storage_tiered.remote import open_backend
 from josef_storage_tiered.tiered_log import TieredLog, local_config
 
@@ -33,6 +36,12 @@ class TieredLogStorage:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def collect(self) -> Iterable[Metric]:
+        """Tiered storage's metrics (:mod:`josef_storage_tiered.metrics`). Defined here, not left to
+        :meth:`__getattr__`: the node exports the local storage's own ``collect()`` already, and a family twice
+        in one scrape is refused."""
+        return remote_metrics(self.manager)
 
     def open(self, tp: TopicPartition, config: LogConfig) -> Log:
         if tp.topic.startswith("__"):

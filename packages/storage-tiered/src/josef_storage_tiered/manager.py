@@ -36,7 +36,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,9 @@ from josef.remote_storage import (
 from josef.segment_files import encode_epoch_checkpoint
 from josef.services import BrokerServices
 from josef_storage_tiered.metadata_topic import MetadataTopic
+from josef_storage_tiered.metrics import (BUILD_AUX_ERRORS, BUILD_AUX_REQUESTS, COPY_BYTES, COPY_ERRORS,
+                                          COPY_REQUESTS, DELETE_ERRORS, DELETE_REQUESTS, FETCH_BYTES, FETCH_ERRORS,
+                                          FETCH_REQUESTS, RemoteCounters)
 from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, find_timestamp, read_batches
 from josef_storage_tiered.tiered_log import TieredLog
 
@@ -166,6 +169,13 @@ class RemoteLogManager:
         self._fetch_quota = ByteRate(config["remote.log.manager.fetch.max.bytes.per.second"])
         #: When a partition's next copy may be tried, after failures (exponential backoff).
         self._backoff: dict[TopicPartition, tuple[float, float]] = {}
+        #: Kafka's remote BrokerTopicMetrics meters, per topic (:mod:`josef_storage_tiered.metrics`).
+        self.counters = RemoteCounters()
+        #: (bytes, segments) eligible for copying and not copied yet, of the partitions this broker leads, as of
+        #: their last visit (Kafka's RemoteCopyLagBytes and RemoteCopyLagSegments).
+        self.copy_lag: dict[TopicPartition, tuple[int, int]] = {}
+        #: (bytes, segments) of remote segments due for deletion and not deleted yet (RemoteDeleteLag*).
+        self.delete_lag: dict[TopicPartition, tuple[int, int]] = {}
 
     # Partitions ------------------------------------------------------------------------------
 
@@ -185,6 +195,8 @@ class RemoteLogManager:
                 continue
             self._logs.pop(tp, None)
             self._views.pop(tp, None)
+            self.copy_lag.pop(tp, None)
+            self.delete_lag.pop(tp, None)
             key = self._keys.pop(tp, None)
             if key is None:
                 continue
@@ -204,9 +216,11 @@ class RemoteLogManager:
             await self.topic.publish(partition, RemotePartitionDeleteMetadata(*key, state, _now_ms(),
                                                                               self._services.node_id))
         for segment in segments:
+            self.counters.add(key[1].topic, DELETE_REQUESTS)
             try:
                 await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
             except RemoteStorageError as exc:
+                self.counters.add(key[1].topic, DELETE_ERRORS)
                 logger.warning("deleting remote segment %s of deleted %s failed: %s",
                                                     segment.segment_id.id, key[1], exc)
                 return
@@ -259,6 +273,25 @@ class RemoteLogManager:
     def view(self, tp: TopicPartition) -> RemoteView:
         return self._views.get(tp) or RemoteView()
 
+    def existing_topics(self) -> Container[str]:
+        """The topics of the broker's metadata image (a deleted topic's meters are dropped)."""
+        return self._services.image.topics
+
+    def led_partitions(self) -> list[tuple[TopicPartition, int | None]]:
+        """The tiered partitions this broker leads, with how many remote segments their metadata knows (None: not
+        read yet): for the metrics, on the event loop."""
+        image, node_id = self._services.image, self._services.node_id
+        led = []
+        for tp in self._logs:
+            topic = image.topics.get(tp.topic)
+            state = topic.partitions.get(tp.partition) if topic is not None else None
+            if state is None or state.leader != node_id:
+                continue
+            key = self._keys.get(tp)
+            known = key is not None and self._store.is_initialized(*key)
+            led.append((tp, len(self._store.cache(*key)) if known else None))  # type: ignore[misc]
+        return led
+
     def is_ready(self, tp: TopicPartition) -> bool:
         """Whether the partition's remote log metadata has been read up to where it was when the broker began
         following it (Kafka's RemoteLogMetadataCache.isInitialized): until then, what is remote is not known."""
@@ -285,13 +318,24 @@ class RemoteLogManager:
         upper = min(upper, segment.end_offset + 1)
         if self._fetch_quota.exceeded():  # Kafka answers such a fetch without records; the consumer asks again
             return RemoteRecords(b"")
-        records = await anyio.to_thread.run_sync(read_batches, self.storage, self.indexes, segment, offset, max_bytes,
-                                                 upper, min_one_batch, limiter=self._readers)
+        topic = log.tp.topic
+        self.counters.add(topic, FETCH_REQUESTS)
+        try:
+            records = await anyio.to_thread.run_sync(read_batches, self.storage, self.indexes, segment, offset,
+                                                     max_bytes, upper, min_one_batch, limiter=self._readers)
+        except LogDirError:
+            self.counters.add(topic, FETCH_ERRORS)
+            raise
         self._fetch_quota.record(len(records))
+        self.counters.add(topic, FETCH_BYTES, len(records))
         if not read_committed or not records:
             return RemoteRecords(records)
-        found, complete = await anyio.to_thread.run_sync(aborted_txns, self.indexes, list(view.segments[index:]),
-                                                         offset, upper, limiter=self._readers)
+        try:
+            found, complete = await anyio.to_thread.run_sync(aborted_txns, self.indexes, list(view.segments[index:]),
+                                                             offset, upper, limiter=self._readers)
+        except LogDirError:
+            self.counters.add(topic, FETCH_ERRORS)
+            raise
         if not complete:  # transactions aborted in local segments may reach back into what was read
             found += [t for t in log.inner.aborted_txns(log.local_log_start_offset, upper) if t not in found]
         return RemoteRecords(records, found)
@@ -300,14 +344,19 @@ class RemoteLogManager:
         """The producer snapshot of the remote segment ending at ``offset - 1`` (a follower starting at its leader's
         local log start, which is where such a segment ends); RemoteStorageError while none is known or the fetch
         fails, so the follower tries again."""
+        self.counters.add(tp.topic, BUILD_AUX_REQUESTS)  # Kafka's BuildRemoteLogAuxState: a follower starting there
         segment = next((s for s in self.view(tp).segments if s.end_offset == offset - 1), None)
         if segment is None:
+            self.counters.add(tp.topic, BUILD_AUX_ERRORS)
             raise RemoteStorageError(f"{tp}: no remote segment ending at offset {offset - 1} is known yet")
         try:
             return await anyio.to_thread.run_sync(self.storage.fetch_index, segment, IndexType.PRODUCER_SNAPSHOT,
                                                   limiter=self._readers)
         except RemoteResourceNotFoundError:
             return None  # copied without one: no producer had written there
+        except RemoteStorageError:
+            self.counters.add(tp.topic, BUILD_AUX_ERRORS)
+            raise
 
     async def offset_for_timestamp(self, log: TieredLog, timestamp: int) -> tuple[int, int] | None:
         """The first remote record at or after the log start stamped >= ``timestamp``: in the first segment
@@ -349,11 +398,16 @@ class RemoteLogManager:
             return
         state = self._services.image.topics[log.tp.topic].partitions.get(log.tp.partition)
         if state is None or state.leader != self._services.node_id:
+            self.copy_lag.pop(log.tp, None)  # a follower's are its leader's to report
+            self.delete_lag.pop(log.tp, None)
             return
         epoch = state.leader_epoch
         config = log.config
-        if config.remote_storage_enable and not config.remote_log_copy_disable and self._may_copy(log.tp):
-            await self._copy(log, key, epoch)
+        if config.remote_storage_enable and not config.remote_log_copy_disable:
+            if self._may_copy(log.tp):
+                await self._copy(log, key, epoch)
+        else:
+            self.copy_lag.pop(log.tp, None)
         await self._expire(log, key, epoch)
 
     def _still_leader(self, tp: TopicPartition, epoch: int) -> bool:
@@ -376,18 +430,25 @@ class RemoteLogManager:
     async def _copy(self, log: TieredLog, key: PartitionKey, epoch: int) -> None:
         copied = self.view(log.tp).next_offset
         stable = log.last_stable_offset
+        eligible = []
         for segment in log.inner.closed_segments():
             if segment.next_offset <= copied:
                 continue
             if segment.next_offset > stable or segment.base_offset < copied:
-                return  # not stable yet; or a segment straddling what is copied (a truncated lineage): not copied
+                break  # not stable yet; or a segment straddling what is copied (a truncated lineage): not copied
+            eligible.append(segment)
+            copied = segment.next_offset
+        lag_bytes = sum(s.size_bytes for s in eligible)
+        self.copy_lag[log.tp] = (lag_bytes, len(eligible))
+        for done, segment in enumerate(eligible):
             if not self._still_leader(log.tp, epoch):
                 return
             if not await self._copy_segment(log, key, epoch, segment):
                 self._failed(log.tp)
                 return
             self._backoff.pop(log.tp, None)
-            copied = segment.next_offset
+            lag_bytes -= segment.size_bytes
+            self.copy_lag[log.tp] = (lag_bytes, len(eligible) - done - 1)
 
     async def _copy_segment(self, log: TieredLog, key: PartitionKey, epoch: int, segment: ClosedSegment) -> bool:
         entries = [e for e in log.epoch_entries() if e.start_offset < segment.next_offset]
@@ -404,13 +465,16 @@ class RemoteLogManager:
         partition = self._metadata_partition(key)
         await self._copy_quota.wait()
         await self.topic.publish(partition, metadata)
+        self.counters.add(log.tp.topic, COPY_REQUESTS)
         try:
             custom = await anyio.to_thread.run_sync(self._upload, metadata, segment, entries, limiter=self._copiers)
         except (RemoteStorageError, OSError) as exc:
+            self.counters.add(log.tp.topic, COPY_ERRORS)
             logger.warning("copying %s offsets %d-%d to remote storage failed: %s", log.tp, metadata.start_offset,
                         metadata.end_offset, exc)
             return False  # left COPY_SEGMENT_STARTED: deleted as a failed copy at a later visit
         self._copy_quota.record(segment.size_bytes)
+        self.counters.add(log.tp.topic, COPY_BYTES, segment.size_bytes)
         if not self._still_leader(log.tp, epoch):
             return False  # the new leader deletes it with the other unfinished copies
         await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
@@ -457,26 +521,37 @@ class RemoteLogManager:
                 doomed.append(segment)
                 excess -= segment.segment_size_in_bytes
         partition = self._metadata_partition(key)
+        lag_bytes = sum(s.segment_size_in_bytes for s in doomed)
+        left = len(doomed)
+        self.delete_lag[log.tp] = (lag_bytes, left)
         for segment in doomed:
             if not self._still_leader(log.tp, epoch):
                 return
-            await self._delete(partition, segment)
+            if await self._delete(partition, segment):
+                lag_bytes -= segment.segment_size_in_bytes
+                left -= 1
+                self.delete_lag[log.tp] = (lag_bytes, left)
 
-    async def _delete(self, partition: int, segment: RemoteLogSegmentMetadata) -> None:
+    async def _delete(self, partition: int, segment: RemoteLogSegmentMetadata) -> bool:
+        """Delete one remote segment; whether it is gone (False: retried at a later visit)."""
         if segment.state is not _S.DELETE_SEGMENT_STARTED:
             await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
                 segment.segment_id, segment.custom_metadata, _S.DELETE_SEGMENT_STARTED, _now_ms(),
                 self._services.node_id))
+        topic = segment.segment_id.tp.topic
+        self.counters.add(topic, DELETE_REQUESTS)
         try:
             await anyio.to_thread.run_sync(self.storage.delete_log_segment_data, segment, limiter=self._expirers)
         except RemoteStorageError as exc:
+            self.counters.add(topic, DELETE_ERRORS)
             logger.warning("deleting remote segment %s failed (retried later): %s",
                                                 segment.segment_id.id, exc)
-            return
+            return False
         self.indexes.forget(segment)
         await self.topic.publish(partition, RemoteLogSegmentMetadataUpdate(
             segment.segment_id, segment.custom_metadata, _S.DELETE_SEGMENT_FINISHED, _now_ms(),
             self._services.node_id))
+        return True
 
 
 def record_key(record: Any) -> PartitionKey | None:

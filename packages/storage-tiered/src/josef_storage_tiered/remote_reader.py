@@ -32,6 +32,8 @@ class IndexCache:
         self._entries: OrderedDict[tuple[object, IndexType], bytes] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+        #: Lookups answered from memory, fetched from remote storage, and files dropped to make room (metrics).
+        self.hits = self.misses = self.evictions = 0
 
     def get(self, segment: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
         """The file, from memory or fetched (RemoteStorageError when the fetch fails).
@@ -45,7 +47,9 @@ class IndexCache:
             data = self._entries.get(key)
             if data is not None:
                 self._entries.move_to_end(key)
+                self.hits += 1
                 return data
+            self.misses += 1
         try:
             data = self._storage.fetch_index(segment, kind)
         except RemoteResourceNotFoundError:
@@ -59,7 +63,13 @@ class IndexCache:
             while self._size > self.max_bytes and len(self._entries) > 1:
                 _, dropped = self._entries.popitem(last=False)
                 self._size -= len(dropped)
+                self.evictions += 1
         return data
+
+    def stats(self) -> tuple[int, int, int, int, int]:
+        """(files, bytes, hits, misses, evictions), read together."""
+        with self._lock:
+            return len(self._entries), self._size, self.hits, self.misses, self.evictions
 
     def forget(self, segment: RemoteLogSegmentMetadata) -> None:
         """Drop a deleted segment's files."""
