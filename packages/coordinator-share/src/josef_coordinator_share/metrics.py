@@ -37,9 +37,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
 
 from josef.metrics import add_quantiles, summary
+from josef.metrics.topics import TopicCounters
 from josef_coordinator_share.share_partition import ACCEPT, REJECT, RELEASE, RENEW
 
 if TYPE_CHECKING:
@@ -52,12 +52,12 @@ LATENCY_SAMPLES = 256
 #: Kafka's ackType tag of each acknowledge type counted (gaps are not records: not counted, as Kafka).
 ACK_TYPES = ((ACCEPT, "Accept"), (RELEASE, "Release"), (REJECT, "Reject"), (RENEW, "Renew"))
 #: The BrokerTopicMetrics meters kept per topic, in :attr:`ShareCounters.topics`' order.
-TOPIC_METERS = (
+TOPIC_METERS = tuple((f"kafka_server_brokertopicmetrics_{meter}", doc) for meter, doc in (
     ("totalsharefetchrequests", "Partitions of ShareFetch requests."),
     ("failedsharefetchrequests", "Partitions of ShareFetch requests that failed."),
     ("totalshareacknowledgementrequests", "Partitions acknowledged (ShareFetch or ShareAcknowledge)."),
     ("failedshareacknowledgementrequests", "Partitions whose acknowledgement failed."),
-)
+))
 TOTAL_FETCH, FAILED_FETCH, TOTAL_ACK, FAILED_ACK = range(len(TOPIC_METERS))
 
 
@@ -71,7 +71,7 @@ class ShareCounters:
         self.loads = 0
         self.load_time_total_ms = 0.0
         #: {topic: [TOTAL_FETCH, FAILED_FETCH, TOTAL_ACK, FAILED_ACK]}
-        self.topics: dict[str, list[int]] = {}
+        self.topics = TopicCounters(TOPIC_METERS)
         self.state_writes = 0
         self.state_write_latencies_ms: deque[float] = deque(maxlen=LATENCY_SAMPLES)
 
@@ -82,9 +82,7 @@ class ShareCounters:
 
     def requested(self, topic: str, *, fetch: bool, failed: bool) -> None:
         """One partition of ``topic`` fetched (``fetch``) or acknowledged, and whether that failed."""
-        counts = self.topics.get(topic)
-        if counts is None:
-            counts = self.topics[topic] = [0] * len(TOPIC_METERS)
+        counts = self.topics.of(topic)
         counts[TOTAL_FETCH if fetch else TOTAL_ACK] += 1
         if failed:
             counts[FAILED_FETCH if fetch else FAILED_ACK] += 1
@@ -133,19 +131,8 @@ def share_metrics(coordinator: ShareCoordinator) -> Iterable[Metric]:
     yield CounterMetricFamily("kafka_server_sharesessioncache_sharesessionevictions", "Share sessions closed "
                               "because they were not used for long enough.", value=sessions.evictions)
 
-    topics = coordinator.services.image.topics
-    for gone in [t for t in counters.topics if t not in topics]:  # a deleted topic's series go, as Kafka's meters
-        del counters.topics[gone]
-    families = [CounterMetricFamily(f"kafka_server_brokertopicmetrics_{meter}", doc, labels=["topic"])
-                for meter, doc in TOPIC_METERS]
-    totals = [0] * len(TOPIC_METERS)
-    for topic, counts in sorted(counters.topics.items()):
-        for i, family in enumerate(families):
-            family.add_metric([topic], counts[i])
-            totals[i] += counts[i]
-    for family, total in zip(families, totals):
-        family.samples.append(Sample(f"{family.name}_total", {}, total))  # Kafka's all-topics meter
-    yield from families
+    counters.topics.keep_only(coordinator.services.image.topics)
+    yield from counters.topics.collect()
 
     prefix = "kafka_server_share_coordinator_metrics"
     latencies = counters.state_write_latencies_ms

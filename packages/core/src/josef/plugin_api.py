@@ -59,6 +59,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
                      "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "ClientTelemetryPush", "TelemetrySubscription"),
     "josef.metrics": ("Collector", "NodeMetrics", "QUANTILES", "add_quantiles", "summary"),
+    "josef.metrics.topics": ("TopicCounters", "per_topic"),
     "josef.server.http": ("PRINCIPAL", "AUTHORIZATION_CONTEXT", "HttpRequestContext"),
     "josef.remote_storage": "*",
     "josef.remote_log_metadata": "*",

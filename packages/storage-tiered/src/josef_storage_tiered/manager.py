@@ -69,7 +69,7 @@ from josef.services import BrokerServices
 from josef_storage_tiered.metadata_topic import MetadataTopic
 from josef_storage_tiered.metrics import (BUILD_AUX_ERRORS, BUILD_AUX_REQUESTS, COPY_BYTES, COPY_ERRORS,
                                           COPY_REQUESTS, DELETE_ERRORS, DELETE_REQUESTS, FETCH_BYTES, FETCH_ERRORS,
-                                          FETCH_REQUESTS, RemoteCounters)
+                                          FETCH_REQUESTS, remote_counters)
 from josef_storage_tiered.remote_reader import IndexCache, aborted_txns, find_timestamp, read_batches
 from josef_storage_tiered.tiered_log import TieredLog
 
@@ -170,7 +170,7 @@ class RemoteLogManager:
         #: When a partition's next copy may be tried, after failures (exponential backoff).
         self._backoff: dict[TopicPartition, tuple[float, float]] = {}
         #: Kafka's remote BrokerTopicMetrics meters, per topic (:mod:`josef_storage_tiered.metrics`).
-        self.counters = RemoteCounters()
+        self.counters = remote_counters()
         #: (bytes, segments) eligible for copying and not copied yet, of the partitions this broker leads, as of
         #: their last visit (Kafka's RemoteCopyLagBytes and RemoteCopyLagSegments).
         self.copy_lag: dict[TopicPartition, tuple[int, int]] = {}

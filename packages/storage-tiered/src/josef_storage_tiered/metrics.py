@@ -41,12 +41,13 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
+
+from josef.metrics.topics import TopicCounters, per_topic
 
 if TYPE_CHECKING:
     from josef_storage_tiered.manager import RemoteLogManager
 
-#: Kafka's remote BrokerTopicMetrics meters (without ``PerSec``), in :attr:`RemoteCounters.topics`' order.
+#: Kafka's remote BrokerTopicMetrics meters (without ``PerSec``), in :func:`remote_counters`' order.
 METERS = (
     ("RemoteCopyBytes", "Bytes of segments copied to remote storage."),
     ("RemoteCopyRequests", "Segment copies to remote storage tried."),
@@ -77,37 +78,15 @@ GAUGES = (
 _PREFIX = "kafka_server_brokertopicmetrics"
 
 
-class RemoteCounters:
-    """The remote meters of each topic: plain integers, added to on the event loop."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, list[int]] = {}
-
-    def add(self, topic: str, meter: int, amount: int = 1) -> None:
-        counts = self.topics.get(topic)
-        if counts is None:
-            counts = self.topics[topic] = [0] * len(METERS)
-        counts[meter] += amount
-
-
-def _with_all_topics(family: Metric, suffix: str, by_topic: dict[str, int]) -> Metric:
-    total = 0
-    for topic, amount in sorted(by_topic.items()):
-        family.add_metric([topic], amount)
-        total += amount
-    family.samples.append(Sample(f"{family.name}{suffix}", {}, total))  # Kafka's all-topics series
-    return family
+def remote_counters() -> TopicCounters:
+    """The remote meters of each topic (index them with the constants above): plain ints, added to on the event loop."""
+    return TopicCounters([(f"{_PREFIX}_{meter.lower()}", doc) for meter, doc in METERS])
 
 
 def remote_metrics(manager: RemoteLogManager) -> Iterable[Metric]:
     """Every family of one broker's tiered storage."""
-    counters = manager.counters.topics
-    existing = manager.existing_topics()
-    for gone in [t for t in counters if t not in existing]:  # a deleted topic's series go, as Kafka's meters
-        del counters[gone]
-    for i, (meter, doc) in enumerate(METERS):
-        yield _with_all_topics(CounterMetricFamily(f"{_PREFIX}_{meter.lower()}", doc, labels=["topic"]), "_total",
-                               {topic: counts[i] for topic, counts in counters.items()})
+    manager.counters.keep_only(manager.existing_topics())
+    yield from manager.counters.collect()
 
     gauges: list[defaultdict[str, int]] = [defaultdict(int) for _ in GAUGES]
     for tp, metadata_count in manager.led_partitions():
@@ -117,8 +96,7 @@ def remote_metrics(manager: RemoteLogManager) -> Iterable[Metric]:
         for i, amount in enumerate((*copy, *delete, manager.view(tp).size_bytes, metadata_count or 0)):
             gauges[i][topic] += amount
     for (gauge, doc), by_topic in zip(GAUGES, gauges):
-        yield _with_all_topics(GaugeMetricFamily(f"{_PREFIX}_{gauge.lower()}", doc, labels=["topic"]), "",
-                               dict(by_topic))
+        yield per_topic(GaugeMetricFamily(f"{_PREFIX}_{gauge.lower()}", doc, labels=["topic"]), by_topic)
 
     entries, size, hits, misses, evictions = manager.indexes.stats()
     yield GaugeMetricFamily("kafka_log_remoteindexcache_entrycount", "Files of remote segments' indexes held in "

@@ -9,7 +9,7 @@ carry their record counts in their headers: no per-record work).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Container, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -36,18 +36,69 @@ _DOCS = {
  REPLICATION_BYTES_IN, REPLICATION_BYTES_OUT, _, _) = range(len(METERS))
 
 
-class BrokerTopicMetrics:
-    """Counters per topic: a list of :data:`METERS` counts for each topic, kept until the topic is deleted."""
+def per_topic(family: Metric, by_topic: Mapping[str, float]) -> Metric:
+    """Fill ``family`` (labelled ``topic``) with a series per topic and Kafka's all-topics series: no label, their sum.
 
-    def __init__(self) -> None:
+    Kafka registers each BrokerTopicMetrics meter twice, with and without the
+    ``topic`` key; dashboards read either. Returns ``family``.
+    """
+    total = 0.0
+    for topic, amount in sorted(by_topic.items()):
+        family.add_metric([topic], amount)
+        total += amount
+    suffix = "_total" if family.type == "counter" else ""
+    family.samples.append(Sample(f"{family.name}{suffix}", {}, total))
+    return family
+
+
+class TopicCounters:
+    """Counters per topic: for each topic, a list of ints, one per meter, that hot paths add to (index them).
+
+    ``meters`` are (family name, documentation); :meth:`collect` exports one
+    counter family per meter with :func:`per_topic`'s series.
+    """
+
+    def __init__(self, meters: Sequence[tuple[str, str]]) -> None:
+        self.meters = tuple(meters)
         self.topics: dict[str, list[int]] = {}
 
     def of(self, topic: str) -> list[int]:
-        """The topic's counts, to add to (index them with the constants above)."""
+        """The topic's counts, to add to."""
         counts = self.topics.get(topic)
         if counts is None:
-            counts = self.topics[topic] = [0] * len(METERS)
+            counts = self.topics[topic] = [0] * len(self.meters)
         return counts
+
+    def add(self, topic: str, meter: int, amount: int = 1) -> None:
+        self.of(topic)[meter] += amount
+
+    def keep_only(self, existing: Container[str]) -> None:
+        """Forget the topics that no longer exist: a deleted topic's series go, as Kafka removes its meters."""
+        for gone in [t for t in self.topics if t not in existing]:
+            del self.topics[gone]
+
+    def collect(self) -> list[Metric]:
+        return [per_topic(CounterMetricFamily(name, doc, labels=["topic"]),
+                          {topic: counts[i] for topic, counts in self.topics.items()})
+                for i, (name, doc) in enumerate(self.meters)]
+
+
+class BrokerTopicMetrics(TopicCounters):
+    """The core's BrokerTopicMetrics: :data:`METERS` per topic, counted by the produce and fetch handlers.
+
+    ``existing()`` gives the topics that exist (the metadata image's), whose
+    series are kept at each scrape.
+    """
+
+    def __init__(self, existing: Callable[[], Container[str]] = dict) -> None:
+        super().__init__([(f"kafka_server_brokertopicmetrics_{m.lower()}", _DOCS[m]) for m in METERS])
+        self._existing = existing
+
+    def collect(self) -> list[Metric]:
+        existing = self._existing()
+        if existing:
+            self.keep_only(existing)
+        return super().collect()
 
     def produced(self, topic: str, messages: int, size: int) -> None:
         counts = self.of(topic)
@@ -61,19 +112,3 @@ class BrokerTopicMetrics:
         counts[TOTAL_PRODUCE] += 1
         if rejected:
             counts[BYTES_REJECTED] += size
-
-    def forget(self, topic: str) -> None:
-        """A deleted topic's series go (Kafka removes its meters with the topic)."""
-        self.topics.pop(topic, None)
-
-    def collect(self) -> Iterable[Metric]:
-        families = [CounterMetricFamily(f"kafka_server_brokertopicmetrics_{meter.lower()}", _DOCS[meter],
-                                        labels=["topic"]) for meter in METERS]
-        totals = [0] * len(METERS)
-        for topic, counts in sorted(self.topics.items()):
-            for i, family in enumerate(families):
-                family.add_metric([topic], counts[i])
-                totals[i] += counts[i]
-        for family, total in zip(families, totals):
-            family.samples.append(Sample(f"{family.name}_total", {}, total))  # Kafka's all-topics meter
-        return families

@@ -121,7 +121,7 @@ class Broker:
         #: What ``/metrics`` exports (josef.metrics): the counters handlers add to, and the node's state.
         self.metrics = NodeMetrics()
         self.request_metrics = RequestMetrics()
-        self.topic_metrics = BrokerTopicMetrics()
+        self.topic_metrics = BrokerTopicMetrics(lambda: self.image.topics)
         for collector in (self.request_metrics, self.topic_metrics, NodeStateMetrics(self)):
             self.metrics.register(collector)
         self.http = HttpListener(self, config)
