@@ -44,7 +44,7 @@ from josef_client.commands.common import (
     run,
 )
 from josef_client.commands.groups import _consumer, _table, fetch_offsets, list_groups
-from josef_client.commands.metadata_quorum import METADATA_TOPIC, Replica, _replica
+from josef_client.commands.metadata_quorum import METADATA_TOPIC, Replica, _replica, metadata_partition
 
 if TYPE_CHECKING:
     from josef.protocol.topic_partition import TopicPartition
@@ -293,9 +293,7 @@ def quorum_nodes(leader_id: int, voters: Sequence[Replica], observers: Sequence[
 async def read_quorum(admin: AsyncAdmin) -> Quorum | None:
     """The KRaft quorum (DescribeQuorum through a broker, on the admin client's connection so --command-config's
     security applies); None from a cluster that does not offer the API."""
-    from kio.schema.errors import ErrorCode
-
-    from josef.protocol.errors import KafkaError, UnsupportedVersionError
+    from josef.protocol.errors import UnsupportedVersionError
 
     conn = await admin.cluster.any_connection()
     try:
@@ -303,14 +301,7 @@ async def read_quorum(admin: AsyncAdmin) -> Quorum | None:
             {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
     except UnsupportedVersionError:
         return None
-    if response.error_code != ErrorCode.none:
-        raise KafkaError(response.error_code, getattr(response, "error_message", None) or "DescribeQuorum failed")
-    partition = next((p for t in response.topics if t.topic_name == METADATA_TOPIC for p in t.partitions
-                      if p.partition_index == 0), None)
-    if partition is None:
-        raise KafkaError(ErrorCode.unknown_server_error, f"the DescribeQuorum answer has no {METADATA_TOPIC}-0")
-    if partition.error_code != ErrorCode.none:
-        raise KafkaError(partition.error_code, getattr(partition, "error_message", None) or "DescribeQuorum failed")
+    partition = metadata_partition(response)
     leader_id = int(partition.leader_id)
     return Quorum(leader_id, int(partition.leader_epoch), int(partition.high_watermark),
                   quorum_nodes(leader_id, [_replica(v) for v in partition.current_voters],

@@ -126,10 +126,8 @@ async def describe_quorum(addresses: Sequence[tuple[str, int]], *, controller: b
                           client_id: str = "josef-metadata-quorum",
                           timeout_ms: int = 30000) -> tuple[str | None, QuorumInfo]:
     """The cluster id (when asked for) and the quorum as DescribeQuorum describes it."""
-    from kio.schema.errors import ErrorCode
-
     from josef.protocol.api_keys import ApiKey
-    from josef.protocol.errors import KafkaError, UnsupportedVersionError
+    from josef.protocol.errors import UnsupportedVersionError
 
     conn = await _connect(addresses, client_id, timeout_ms)
     try:
@@ -152,6 +150,20 @@ async def describe_quorum(addresses: Sequence[tuple[str, int]], *, controller: b
             {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
     finally:
         await conn.close()
+    partition = metadata_partition(response)
+    endpoints = {int(node.node_id): [_endpoint(l.name, l.host, l.port) for l in node.listeners]
+                 for node in getattr(response, "nodes", ())}
+    return cluster_id, QuorumInfo(int(partition.leader_id), int(partition.leader_epoch), int(partition.high_watermark),
+                                  [_replica(v) for v in partition.current_voters],
+                                  [_replica(o) for o in partition.observers], endpoints)
+
+
+def metadata_partition(response: Any) -> Any:
+    """The ``__cluster_metadata-0`` entry of a DescribeQuorum response; KafkaError for any error it carries."""
+    from kio.schema.errors import ErrorCode
+
+    from josef.protocol.errors import KafkaError
+
     if response.error_code != ErrorCode.none:
         raise KafkaError(response.error_code, getattr(response, "error_message", None) or "DescribeQuorum failed")
     partition = next((p for t in response.topics if t.topic_name == METADATA_TOPIC for p in t.partitions
@@ -161,11 +173,7 @@ async def describe_quorum(addresses: Sequence[tuple[str, int]], *, controller: b
     if partition.error_code != ErrorCode.none:
         raise KafkaError(partition.error_code, getattr(partition, "error_message", None) or
                          f"DescribeQuorum of {METADATA_TOPIC}-0 failed")
-    endpoints = {int(node.node_id): [_endpoint(l.name, l.host, l.port) for l in node.listeners]
-                 for node in getattr(response, "nodes", ())}
-    return cluster_id, QuorumInfo(int(partition.leader_id), int(partition.leader_epoch), int(partition.high_watermark),
-                                  [_replica(v) for v in partition.current_voters],
-                                  [_replica(o) for o in partition.observers], endpoints)
+    return partition
 
 
 # Output ------------------------------------------------------------------------------------------
