@@ -58,7 +58,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
                      "AlterConfigRequest", "ConfigResource", "ConfigResourceType", "CREATE_TOPIC_POLICY",
                      "ALTER_CONFIG_POLICY"),
     "josef.telemetry": ("ClientTelemetryReceiver", "ClientTelemetryPush", "TelemetrySubscription"),
-    "josef.metrics": ("Collector", "NodeMetrics", "QUANTILES", "add_quantiles", "summary"),
+    "josef.metrics": ("Collector", "NodeMetrics", "QUANTILES", "Table", "add_quantiles", "summary"),
     "josef.metrics.topics": ("TopicCounters", "per_topic"),
     "josef.server.http": ("PRINCIPAL", "AUTHORIZATION_CONTEXT", "HttpRequestContext"),
     "josef.remote_storage": "*",

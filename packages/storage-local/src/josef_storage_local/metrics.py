@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from josef.metrics import add_quantiles, summary
+from josef.metrics import Table, add_quantiles, summary
 
 if TYPE_CHECKING:
     from josef_storage_local.storage import LocalLogStorage
@@ -73,12 +73,11 @@ def storage_metrics(storage: LocalLogStorage, metadata_topic: str) -> Iterable[M
     add_quantiles(flushes, [], *storage.flush_stats.read())
     yield flushes
 
-    segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition's log on this broker.",
-                                 labels=["topic", "partition"])
-    for tp, log in sorted(dict(storage.logs).items()):  # a copy: a worker thread may open or delete logs meanwhile
-        if tp.topic != metadata_topic and not log.closed:
-            segments.add_metric([tp.topic, str(tp.partition)], log.segment_count)
-    yield segments
+    yield Table("kafka_log_log_numlogsegments", "gauge", "Segments of the partition's log on this broker.",
+                ("topic", "partition"), [(tp.topic, tp.partition, log.segment_count)
+                                         # a copy: a worker thread may open or delete logs meanwhile
+                                         for tp, log in list(storage.logs.items())
+                                         if tp.topic != metadata_topic and not log.closed], 2)
 
     dirs = storage.log_dir_states()
     yield GaugeMetricFamily("kafka_log_logmanager_offlinelogdirectorycount", "Log directories offline after a disk "

@@ -32,6 +32,7 @@ import time
 from typing import Any, Iterable, Protocol, Sequence
 
 import anyio
+import attrs
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric, SummaryMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
@@ -48,6 +49,46 @@ class Collector(Protocol):
     """prometheus-client's custom collector: families built from the state it reads, when scraped."""
 
     def collect(self) -> Iterable[Metric]: ...
+
+
+@attrs.frozen
+class Table:
+    """A family read as rows on the event loop and written as text in the worker thread.
+
+    For the families with a series per partition: building prometheus-client
+    samples for tens of thousands of partitions held the event loop for tens
+    of ms per scrape (and the garbage collector for more), where a list of
+    tuples costs a few. Each row holds the label values in ``labels``' order,
+    then values; ``value`` is the index of this family's value in a row, so
+    several families may share rows. Label values must need no escaping
+    (topic names, numbers).
+    """
+
+    name: str
+    kind: str
+    documentation: str
+    labels: tuple[str, ...]
+    rows: Sequence[tuple[Any, ...]]
+    value: int
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The series as prometheus-client's samples, for readers other than the scrape (which writes :meth:`text`)."""
+        n = len(self.labels)
+        return [Sample(self.name, dict(zip(self.labels, map(str, row[:n]))), row[self.value]) for row in self.rows]
+
+    def text(self) -> str:
+        n = len(self.labels)
+        head = f"# HELP {self.name} {_help(self.documentation)}\n# TYPE {self.name} {self.kind}\n"
+        series = self.name + "{" + ",".join(f'{label}="%s"' for label in self.labels) + "} %s\n"
+        value = self.value
+        if n == 2:  # (topic, partition): the common case, without building a tuple per row
+            return head + "".join([series % (row[0], row[1], row[value]) for row in self.rows])
+        return head + "".join([series % (*row[:n], row[value]) for row in self.rows])
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
 class NodeMetrics:
@@ -68,9 +109,9 @@ class NodeMetrics:
         if callable(getattr(plugin_object, "collect", None)):
             self.register(plugin_object)
 
-    def families(self) -> list[Metric]:
+    def families(self) -> list[Metric | Table]:
         """Every collector's families, read now: on the node's event loop, where the state they read changes."""
-        families: list[Metric] = []
+        families: list[Metric | Table] = []
         for collector in self._collectors:
             try:
                 families.extend(collector.collect())
@@ -105,10 +146,11 @@ class _Families:
         return self._families
 
 
-def _exposition(registry: CollectorRegistry, families: Sequence[Metric]) -> bytes:
+def _exposition(registry: CollectorRegistry, families: Sequence[Metric | Table]) -> bytes:
     own = CollectorRegistry(auto_describe=False)
-    own.register(_Families(list(registry.collect()) + list(families)))
-    return generate_latest(own)
+    tables = [f for f in families if isinstance(f, Table)]
+    own.register(_Families(list(registry.collect()) + [f for f in families if not isinstance(f, Table)]))
+    return generate_latest(own) + "".join(table.text() for table in tables).encode()
 
 
 def summary(name: str, documentation: str, labels: Sequence[str]) -> SummaryMetricFamily:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from josef.metrics import Table
+
 if TYPE_CHECKING:
     from josef.node.broker import Broker
 
@@ -29,29 +31,21 @@ class NodeStateMetrics:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[Metric | Table]:
         broker = self._broker
         if broker.is_broker and getattr(broker, "replicas", None) is not None:
             yield from self._replicas()
         if broker.is_controller and hasattr(broker, "quorum"):
             yield from self._controller()
 
-    def _replicas(self) -> Iterable[Metric]:
+    def _replicas(self) -> Iterable[Metric | Table]:
         replicas = self._broker.replicas
         node_id = self._broker.node_id
         led = under_replicated = under_min_isr = at_min_isr = 0
-        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's log on this broker (local).",
-                                 labels=["topic", "partition"])
-        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The partition's log start offset.",
-                                  labels=["topic", "partition"])
-        end = GaugeMetricFamily("kafka_log_log_logendoffset", "The partition's log end offset on this broker.",
-                                labels=["topic", "partition"])
+        logs = []
         for tp, partition in list(replicas.partitions.items()):
-            labels = [tp.topic, str(tp.partition)]
             log = partition.log
-            size.add_metric(labels, log.size_bytes)
-            start.add_metric(labels, log.log_start_offset)
-            end.add_metric(labels, log.log_end_offset)
+            logs.append((tp.topic, tp.partition, log.size_bytes, log.log_start_offset, log.log_end_offset))
             if partition.leader_id != node_id:
                 continue
             led += 1
@@ -79,7 +73,10 @@ class NodeStateMetrics:
                                   "leads, accepted by the controller.", value=replicas.isr_shrinks)
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions of partitions this "
                                   "broker leads, accepted by the controller.", value=replicas.isr_expands)
-        yield from (size, start, end)
+        for name, doc, column in (("size", "Bytes of the partition's log on this broker (local).", 2),
+                                  ("logstartoffset", "The partition's log start offset.", 3),
+                                  ("logendoffset", "The partition's log end offset on this broker.", 4)):
+            yield Table(f"kafka_log_log_{name}", "gauge", doc, ("topic", "partition"), logs, column)
         lags = GaugeMetricFamily("kafka_server_fetcherlagmetrics_consumerlag", "How far this follower's log is "
                                  "behind its leader's high watermark, in offsets, at its last fetch.",
                                  labels=["clientId", "topic", "partition"])

@@ -48,14 +48,20 @@ def _request_name(api_key: int) -> str:
 
 
 class ApiRequests:
-    """One API's counts per version and its recent requests' times (seconds)."""
+    """One API's counts per version and its recent requests' times (seconds).
 
-    __slots__ = ("by_version", "count", "sums", "samples", "next")
+    A request costs one tuple stored and two counts: the all-time sums of
+    the times are added up a whole ring at a time, when it wraps (so once
+    per :data:`SAMPLES` requests), and for the part written since at scrape.
+    """
+
+    __slots__ = ("by_version", "count", "flushed", "samples", "next")
 
     def __init__(self) -> None:
         self.by_version: dict[int, int] = {}
         self.count = 0
-        self.sums = [0.0] * len(TIMES)
+        #: The sums of the times of every request before the current ring's first.
+        self.flushed = [0.0] * len(TIMES)
         self.samples: list[tuple[float, ...] | None] = [None] * SAMPLES
         self.next = 0
 
@@ -64,11 +70,20 @@ class ApiRequests:
         by_version = self.by_version
         by_version[version] = by_version.get(version, 0) + 1
         self.count += 1
-        self.samples[self.next] = times
-        self.next = (self.next + 1) % SAMPLES
-        sums = self.sums
-        for i, value in enumerate(times):
-            sums[i] += value
+        i = self.next
+        self.samples[i] = times
+        i += 1
+        if i == SAMPLES:
+            self.flushed = [flushed + sum(column) for flushed, column in zip(self.flushed, zip(*self.samples))]
+            i = 0
+        self.next = i
+
+    def sums(self) -> list[float]:
+        """Each time's sum over every request recorded."""
+        since = self.samples[:self.next]
+        if not since:
+            return list(self.flushed)
+        return [flushed + sum(column) for flushed, column in zip(self.flushed, zip(*since))]
 
 
 class RequestMetrics:
@@ -96,7 +111,8 @@ class RequestMetrics:
             for version, count in sorted(api.by_version.items()):
                 requests.add_metric([request, str(version)], count)
             recent = [s for s in api.samples if s is not None]
+            sums = api.sums()
             for i, name in enumerate(TIMES):
-                add_quantiles(times[name], [request], [s[i] * 1000 for s in recent], api.count, api.sums[i] * 1000)
+                add_quantiles(times[name], [request], [s[i] * 1000 for s in recent], api.count, sums[i] * 1000)
         yield requests
         yield from times.values()

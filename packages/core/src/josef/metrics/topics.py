@@ -99,16 +99,3 @@ class BrokerTopicMetrics(TopicCounters):
         if existing:
             self.keep_only(existing)
         return super().collect()
-
-    def produced(self, topic: str, messages: int, size: int) -> None:
-        counts = self.of(topic)
-        counts[MESSAGES_IN] += messages
-        counts[BYTES_IN] += size
-        counts[TOTAL_PRODUCE] += 1
-
-    def produce_failed(self, topic: str, size: int, rejected: bool) -> None:
-        counts = self.of(topic)
-        counts[FAILED_PRODUCE] += 1
-        counts[TOTAL_PRODUCE] += 1
-        if rejected:
-            counts[BYTES_REJECTED] += size

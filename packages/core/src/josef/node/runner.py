@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 from concurrent.futures import Future
@@ -36,6 +37,10 @@ def run_forever(config: Config, *, auto_format: bool, pm: pluggy.PluginManager |
         async with anyio.create_task_group() as tg:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 await tg.start(broker.run)
+                # What start-up made (modules, plugins, the image, open logs) lives as long as the process: out of
+                # the collector's sight, a full collection no longer walks it, which held the event loop for tens
+                # of ms each time on a broker with thousands of partitions.
+                gc.freeze()
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     broker.request_stop()

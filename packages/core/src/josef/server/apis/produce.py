@@ -27,6 +27,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from josef.replication.partition import Partition, PartitionError
+from josef.metrics.topics import BYTES_IN, BYTES_REJECTED, FAILED_PRODUCE, MESSAGES_IN, METERS, TOTAL_PRODUCE
 from josef.server.apis.common import current_leader, error_of, leader_endpoints, partition_for, topic_name
 from josef.protocol.produce_codec import ProduceRequest, response_encoder
 from josef.protocol.records import HEADER_SIZE, BatchHeader, RecordErrors
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 #: Errors of batches refused for what they are, whose bytes count as Kafka's BytesRejectedPerSec.
 _REJECTED = frozenset({ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
                        ErrorCode.invalid_record, ErrorCode.invalid_timestamp})
+
+#: Where the counts of partitions of a topic id no topic has go (nowhere to report them).
+_UNCOUNTED = [0] * len(METERS)
 
 #: From this Produce version on, clients use Transactions V2 and the leader adds the partition itself.
 ADD_PARTITION_VERSION = 12
@@ -53,6 +57,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
     waiting = []  # (partition, offset the high watermark must pass, response dict)
     for topic in request.topic_data:
         name = topic_name(ctx, topic)
+        counts = meters.of(name) if name is not None else _UNCOUNTED
         partitions = []
         for data in topic.partition_data:
             result: dict[str, Any] = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
@@ -72,8 +77,10 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
             except Exception as exc:
                 code, message = error_of(exc)
                 log.debug("produce to %s-%s failed: %s", name, data.index, message)
-                if name is not None:
-                    meters.produce_failed(name, len(data.records or b""), code in _REJECTED)
+                counts[FAILED_PRODUCE] += 1
+                counts[TOTAL_PRODUCE] += 1
+                if code in _REJECTED:
+                    counts[BYTES_REJECTED] += len(data.records or b"")
                 result["error_code"], result["error_message"] = code, message
                 result["current_leader"] = current_leader(ctx, name, data.index, code)
                 if isinstance(exc, RecordErrors):
@@ -81,7 +88,9 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> Encoded | Lat
                                                for index, why in exc.errors]
                 continue
             replicas.appended(partition.tp)
-            meters.produced(name, info.record_count, len(data.records))
+            counts[MESSAGES_IN] += info.record_count
+            counts[BYTES_IN] += len(data.records)
+            counts[TOTAL_PRODUCE] += 1
             result["base_offset"] = info.first_offset
             result["log_append_time"] = append_time
             result["log_start_offset"] = partition.log.log_start_offset
