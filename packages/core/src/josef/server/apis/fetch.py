@@ -178,7 +178,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
             key = (topic_id if ctx.api_version >= TOPIC_ID_VERSION else name, part.partition)
             cached[key] = CachedPartition(name, topic_id, part, r.high_watermark, r.log_start_offset)
         session_id = sessions.create(_now_ms(), replica_id >= 0, ctx.api_version >= TOPIC_ID_VERSION, cached)
-    return _encode(ctx, answered, session_id, replica_id >= 0)
+    # Partitions' bytes and errors are counted one by one only when there are some: not for a caught-up poll.
+    return _encode(ctx, answered, session_id, replica_id >= 0, bool(total or failed or remote))
 
 
 def _changed(session: FetchSession, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]]
@@ -296,7 +297,7 @@ async def _read_remote(ctx: RequestContext, result: _Result, budget: int, first:
 
 
 def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, FetchPartition], _Result]],
-            session_id: int, follower: bool) -> Encoded:
+            session_id: int, follower: bool, eventful: bool) -> Encoded:
     """The response: consecutive partitions of one topic under one topic entry, as Kafka groups them."""
     encoder = response_encoder(ctx.api_version)
     out: list[Any] = []
@@ -315,10 +316,12 @@ def _encode(ctx: RequestContext, answered: list[tuple[tuple[str | None, Any, Fet
             encoder.partition(out, part.partition, r.error_code, r.high_watermark, r.last_stable_offset,
                               r.log_start_offset, r.records, r.aborted, r.preferred_read_replica, r.diverging_epoch,
                               r.current_leader)
-            if r.records:
-                size += len(r.records)
-            if r.error_code != _NONE:
-                failed += 1
+        if eventful:
+            for _, r in answered[i:j]:
+                if r.records:
+                    size += len(r.records)
+                if r.error_code != _NONE:
+                    failed += 1
         encoder.topic_end(out)
         if name is not None:
             counts = meters.of(name)
