@@ -20,9 +20,10 @@ answers its requests in order (:mod:`josef.server.network`):
   one's, the shared write);
 - TotalTimeMs: arrival until written.
 
-Recording is one tuple per request in a ring of the last :data:`SAMPLES`
-per API (Kafka's histograms keep a reservoir of 1028), plus counters; the
-quantiles are computed when Prometheus scrapes.
+Recording is one tuple of the request's clock readings per request in a
+ring of the last :data:`SAMPLES` per API (Kafka's histograms keep a
+reservoir of 1028), plus counters; the times and their quantiles are
+computed from the readings when Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ SAMPLES = 1024
 #: Kafka's names of the request times, in the order :meth:`ApiRequests.record` takes them.
 TIMES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ThrottleTimeMs", "ResponseQueueTimeMs",
          "ResponseSendTimeMs", "TotalTimeMs")
+
+
+#: A request's clock readings (``time.monotonic()`` seconds): arrival, handler start, handler end, answer ready,
+#: write start, write end; and its throttle (seconds).
+Readings = tuple[float, float, float, float, float, float, float]
+
+
+def times_of(readings: Readings) -> tuple[float, ...]:
+    """A request's times in :data:`TIMES`' order, from its readings."""
+    arrived, started, handled, ready, writing, sent, throttle = readings
+    return (started - arrived, handled - started, ready - handled, throttle, writing - ready, sent - writing,
+            sent - arrived)
 
 
 def _request_name(api_key: int) -> str:
@@ -65,25 +78,32 @@ class ApiRequests:
         self.samples: list[tuple[float, ...] | None] = [None] * SAMPLES
         self.next = 0
 
-    def record(self, version: int, times: tuple[float, float, float, float, float, float, float]) -> None:
-        """Count one request of ``version`` and keep its times, in :data:`TIMES`' order."""
+    def record(self, version: int, readings: Readings) -> None:
+        """Count one request of ``version`` and keep its clock readings."""
         by_version = self.by_version
         by_version[version] = by_version.get(version, 0) + 1
         self.count += 1
         i = self.next
-        self.samples[i] = times
+        self.samples[i] = readings
         i += 1
         if i == SAMPLES:
-            self.flushed = [flushed + sum(column) for flushed, column in zip(self.flushed, zip(*self.samples))]
+            self.flushed = _summed(self.flushed, self.samples)  # type: ignore[arg-type]
             i = 0
         self.next = i
 
+    def recent(self) -> list[tuple[float, ...]]:
+        """The times of the last :data:`SAMPLES` requests (fewer before there were as many)."""
+        return [times_of(s) for s in self.samples if s is not None]
+
     def sums(self) -> list[float]:
         """Each time's sum over every request recorded."""
-        since = self.samples[:self.next]
-        if not since:
-            return list(self.flushed)
-        return [flushed + sum(column) for flushed, column in zip(self.flushed, zip(*since))]
+        return _summed(self.flushed, self.samples[:self.next])  # type: ignore[arg-type]
+
+
+def _summed(sums: list[float], readings: list[Readings]) -> list[float]:
+    if not readings:
+        return list(sums)
+    return [total + sum(column) for total, column in zip(sums, zip(*map(times_of, readings)))]
 
 
 class RequestMetrics:
@@ -110,7 +130,7 @@ class RequestMetrics:
             request = _request_name(key)
             for version, count in sorted(api.by_version.items()):
                 requests.add_metric([request, str(version)], count)
-            recent = [s for s in api.samples if s is not None]
+            recent = api.recent()
             sums = api.sums()
             for i, name in enumerate(TIMES):
                 add_quantiles(times[name], [request], [s[i] * 1000 for s in recent], api.count, sums[i] * 1000)

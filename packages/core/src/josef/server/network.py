@@ -195,15 +195,15 @@ class Connection:
                         self._authenticated()
                     if reply is None:
                         self._owed -= 1
-                        self._requests.of(key).record(version, (started - arrived, handled - started, 0.0, throttle,
-                                                                0.0, 0.0, handled - arrived))
+                        self._requests.of(key).record(version, (arrived, started, handled, handled, handled, handled,
+                                                                throttle))
                     elif not self._queued and isinstance(reply, list):
                         if not (self._next_frame_received() and writer.hold(reply)):
                             await writer.write([reply])
                         self._answered(1)
                         sent = clock()
-                        self._requests.of(key).record(version, (started - arrived, handled - started, 0.0, throttle,
-                                                                0.0, sent - handled, sent - arrived))
+                        self._requests.of(key).record(version, (arrived, started, handled, handled, handled, sent,
+                                                                throttle))
                     else:
                         writer.flush_held()
                         self._queued += 1
@@ -271,8 +271,7 @@ class Connection:
         self._answered(len(ready), queued=True)
         sent = time.monotonic()
         for _, (_, key, version, arrived, started, handled, throttle), ready_at in ready:
-            self._requests.of(key).record(version, (started - arrived, handled - started, ready_at - handled, throttle,
-                                                    start - ready_at, sent - start, sent - arrived))
+            self._requests.of(key).record(version, (arrived, started, handled, ready_at, start, sent, throttle))
 
     def _answered(self, count: int, queued: bool = False) -> None:
         self._owed -= count
