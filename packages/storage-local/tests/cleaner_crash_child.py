@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cleaning import append_keyed  # noqa: E402
-from conftest import Harness  # noqa: E402
+from local_harness import Harness  # noqa: E402
 from josef.testing import ManualClock  # noqa: E402
 
 from josef.log import LogConfig  # noqa: E402

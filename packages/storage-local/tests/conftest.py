@@ -1,7 +1,4 @@
-"""A harness for the local storage tests: a storage on a temporary directory, a settable clock, real batches.
-
-Building and inspecting batches is shared with the storage contract suite (:mod:`josef.testing.storage`).
-"""
+"""Fixtures of the local storage tests: a :class:`local_harness.Harness` on a temporary directory and its clock."""
 
 from __future__ import annotations
 
@@ -10,61 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from josef.node.broker_config import CORE_KEYS
-from josef.config import Config, ConfigDef
-from josef.log import LogConfig
-from josef.protocol.topic_partition import TopicPartition
 from josef.testing import ManualClock
-from josef.testing.storage import SMALL, TP, append_batch, batches, records
-from josef_storage_local.log import LocalLog
-from josef_storage_local.storage import LocalLogStorage
-
-
-class Harness:
-    """A storage on ``root``, restarted cleanly or after a simulated crash, with helpers to append and inspect."""
-
-    tp = TP
-    config = SMALL
-    append = staticmethod(append_batch)
-    batches = staticmethod(batches)
-    records = staticmethod(records)
-
-    def __init__(self, root: Path, clock: ManualClock) -> None:
-        self.root = root
-        self.clock = clock
-        self.logs: list[LocalLog] = []
-        self.storage = self.start()
-
-    def start(self, **keys: str) -> LocalLogStorage:
-        config = Config.build(ConfigDef(CORE_KEYS), {"log.dir": str(self.root), **keys})
-        self.storage = LocalLogStorage(config, clock=self.clock)
-        return self.storage
-
-    def open(self, config: LogConfig = SMALL, tp: TopicPartition = TP) -> LocalLog:
-        log = self.storage.open(tp, config)
-        self.logs.append(log)
-        return log
-
-    def reopen(self, config: LogConfig = SMALL, tp: TopicPartition = TP) -> LocalLog:
-        """Start a new storage on the same directory and open the log."""
-        self.start()
-        return self.open(config, tp)
-
-    def restart(self, config: LogConfig = SMALL, tp: TopicPartition = TP) -> LocalLog:
-        """Close cleanly, then reopen."""
-        self.storage.close()
-        return self.reopen(config, tp)
-
-    def crash(self) -> None:
-        """Drop every file handle without closing anything: no trim, no flush, no checkpoint, no marker."""
-        for log in self.logs:
-            log.release()
-
-    def path(self, tp: TopicPartition = TP) -> Path:
-        return self.root / str(tp)
-
-    def segment_file(self, base_offset: int, suffix: str, tp: TopicPartition = TP) -> Path:
-        return self.path(tp) / f"{base_offset:020d}{suffix}"
+from local_harness import Harness
 
 
 @pytest.fixture

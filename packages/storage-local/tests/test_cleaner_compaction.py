@@ -14,7 +14,7 @@ from josef.protocol.topic_partition import TopicPartition
 from josef.testing import ManualClock
 from josef_storage_local.compaction import CleanerOptions
 
-from conftest import Harness
+from local_harness import Harness
 
 COMPACT = LogConfig(segment_bytes=256 * 1024, cleanup_policy=("compact",), retention_ms=-1,
                     delete_retention_ms=60_000)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cleaner_crash_child import CONFIG
 from cleaning import read_all
-from conftest import Harness
+from local_harness import Harness
 
 from josef.testing import ManualClock
 

@@ -15,7 +15,7 @@ from josef.protocol.topic_partition import TopicPartition
 from josef.testing import ManualClock, eventually
 from josef_storage_local.log import LocalLog
 
-from conftest import Harness
+from local_harness import Harness
 
 COMPACT = LogConfig(segment_bytes=64 * 1024, cleanup_policy=("compact",), retention_ms=-1, delete_retention_ms=1000)
 

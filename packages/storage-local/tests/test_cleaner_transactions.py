@@ -13,7 +13,7 @@ from josef.protocol.records import TRANSACTIONAL_BIT, build_marker, iter_batches
 from josef.testing import ManualClock
 from josef_storage_local.compaction import DELETE_HORIZON_BIT
 
-from conftest import Harness
+from local_harness import Harness
 
 RETENTION = 60_000
 COMPACT = LogConfig(segment_bytes=64 * 1024, cleanup_policy=("compact",), retention_ms=-1,

@@ -426,6 +426,7 @@ class ContractServices:
         self.image = MetadataImage()
         self.authorizer = AllowAll(config)
         self.coordinators = ContractRuntime(self, tg)
+        self.spawned: list[Callable[[], Awaitable[None]]] = []
         self._next_producer_id = 1000
 
     def add_topic(self, name: str, partitions: int = 1) -> None:
@@ -446,6 +447,11 @@ class ContractServices:
 
     def core_handler(self, api_key: int) -> Any:
         return TAKEOVER_APIS[api_key]
+
+    def spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        """Keep a coordinator's background work in :attr:`spawned` without running it: the suite drives the
+        coordinator through its calls and the clock, and a loop of its own would outlive the scenario."""
+        self.spawned.append(function)
 
     async def call_peer(self, node_id: int, api_key: int, body: Mapping[str, Any], *, version: int | None = None) -> Any:
         raise KafkaConnectionError(f"broker {node_id} cannot be reached: a contract test has no other brokers")

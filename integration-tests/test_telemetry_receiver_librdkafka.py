@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from importlib import metadata
 from typing import Any
 
@@ -27,7 +26,7 @@ CLIENT_ID = "metered-producer"
 
 
 class Capture:
-    """Keeps every push as the broker hands it: a push object, or (core before ``receive_push``) its parts."""
+    """Keeps every push as the broker hands it."""
 
     requested_metrics = ("",)
     push_interval_ms = 1000
@@ -39,11 +38,6 @@ class Capture:
     def receive_push(self, push: Any) -> None:
         self.pushes.append(push)
         if push.terminating:
-            self.terminated.set()
-
-    def receive(self, client_instance_id: uuid.UUID, payload: bytes, terminating: bool) -> None:
-        self.pushes.append((client_instance_id, payload, terminating))
-        if terminating:
             self.terminated.set()
 
 
@@ -73,13 +67,12 @@ def pushes(tmp_path_factory) -> list[Any]:
 
 
 @pytest.fixture
-def real(pushes, push) -> list[Any]:
-    """The captured pushes as the receiver gets them (built here from their parts with a core before receive_push)."""
-    # What confluent-kafka says in its ApiVersions requests.
+def real(pushes) -> list[Any]:
+    """The captured pushes, with the client's software as confluent-kafka says it in ApiVersions."""
     version = f"{metadata.version('confluent-kafka')}-rdkafka-{confluent_kafka.libversion()[0]}"
-    software = ("confluent-kafka-python", version)
-    return [p if not isinstance(p, tuple) else push(p[1], instance=p[0], client_id=CLIENT_ID, terminating=p[2],
-                                                       software=software) for p in pushes]
+    assert all((p.client_id, p.client_software_name, p.client_software_version)
+               == (CLIENT_ID, "confluent-kafka-python", version) for p in pushes)
+    return pushes
 
 
 def test_librdkafkas_producer_metrics_are_exported_with_the_client_labels(real):
