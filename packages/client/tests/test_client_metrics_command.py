@@ -54,7 +54,7 @@ def test_subscriptions_are_altered_listed_described_and_deleted_as_kafka_prints_
     (("--alter", "--name", "x", "--generate-name"), "One of --name or --generate-name must be specified with --alter."),
     (("--delete",), "A client metrics resource name must be specified with --delete."),
     (("--list", "--describe"), "give only one of --alter, --delete, --describe, --list"),
-    (("--list", "--name", "x"), "No such option '--name'"),
+    (("--list", "--name", "x"), "No such option"),  # (click 8.1 adds ': --name', 8.2 " '--name'")
 ])
 def test_kafka_s_refusals_before_connecting(args, message):
     result = run(client_metrics, NOWHERE, *args)
