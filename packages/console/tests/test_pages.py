@@ -137,7 +137,7 @@ def test_the_document_wraps_the_main_section_and_loads_only_from_the_node():
 
 
 def test_a_voter_that_fell_behind_needs_attention():
-    from josef_console.model import Quorum, QuorumNode
+    from josef.metadata.quorum_status import Quorum, QuorumNode
 
     img = image()
     topics = cluster.topics(img, 1)

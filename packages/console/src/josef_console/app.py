@@ -34,7 +34,8 @@ from josef_console import actions, cluster, pages
 from josef_console.cluster import EARLIEST, LATEST, ClusterReader, reason
 from josef_console.configs import ACTIONS_ENABLE, REFRESH_MS, SAMPLE_MS, WINDOW_MS
 from josef_console.html import FRAGMENT_HEADER, Html, document, h
-from josef_console.model import Quorum, Unreadable
+from josef.metadata.quorum_status import Quorum
+from josef_console.model import Unreadable
 from josef_console.plugin import NAME
 from josef_console.remote import RemoteSizes
 from josef_console.sampler import Throughput, run_sampler

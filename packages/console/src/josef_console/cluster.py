@@ -38,6 +38,7 @@ from josef.metadata.image import MetadataImage
 from josef.metadata.records import TOPIC_RESOURCE
 from josef.protocol.api_keys import ApiKey
 from josef.protocol.consumer_protocol import decode_assignment
+from josef.metadata.quorum_status import Quorum, quorum_of
 from josef.protocol.errors import check
 from josef.services import BrokerServices
 from josef_console.model import (
@@ -49,8 +50,6 @@ from josef_console.model import (
     Health,
     Member,
     Partition,
-    Quorum,
-    QuorumNode,
     Topic,
     Transaction,
     Unreadable,
@@ -155,24 +154,6 @@ def reassignments(all_topics: Iterable[Topic]) -> list[Partition]:
     return [p for t in all_topics for p in t.partitions if p.reassigning]
 
 
-def quorum_nodes(leader_id: int, voters: list[Any], observers: list[Any]) -> tuple[QuorumNode, ...]:
-    """DescribeQuorum's replicas with their lag behind the leader, as kafka-metadata-quorum.sh computes it."""
-    leader = next((v for v in voters if v.replica_id == leader_id), None)
-
-    def node(replica: Any, role: str) -> QuorumNode:
-        if leader is None:
-            return QuorumNode(int(replica.replica_id), role, int(replica.log_end_offset), None, None)
-        known = replica.log_end_offset >= 0  # -1: it has not fetched from this leader
-        lag_time = None
-        if leader.last_caught_up_timestamp >= 0 and replica.last_caught_up_timestamp >= 0:
-            lag_time = max(0, int(leader.last_caught_up_timestamp - replica.last_caught_up_timestamp))
-        return QuorumNode(int(replica.replica_id), role, int(replica.log_end_offset),
-                          int(leader.log_end_offset - replica.log_end_offset) if known else None, lag_time)
-
-    return tuple([node(v, "Leader" if v.replica_id == leader_id else "Follower") for v in voters]
-                 + [node(o, "Observer") for o in observers])
-
-
 def _members_of_classic(group: Any) -> tuple[Member, ...]:
     members = []
     for m in group.members:
@@ -247,9 +228,7 @@ class ClusterReader:
         if partition is None:
             raise ValueError(f"the answer has no {METADATA_TOPIC}-0")
         check(partition.error_code, getattr(partition, "error_message", None))
-        leader = int(partition.leader_id)
-        return Quorum(leader, int(partition.leader_epoch), int(partition.high_watermark),
-                      quorum_nodes(leader, list(partition.current_voters), list(partition.observers)))
+        return quorum_of(partition)
 
     async def log_sizes(self, topic_names: Iterable[str] | None = None
                         ) -> tuple[dict[TP, dict[int, int]], list[Unreadable]]:

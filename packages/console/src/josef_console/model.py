@@ -34,31 +34,6 @@ class Broker:
 
 
 @attrs.frozen
-class QuorumNode:
-    """A voter or observer of the metadata log, as the quorum leader sees it."""
-
-    node_id: int
-    role: str  # Leader, Follower or Observer
-    log_end_offset: int
-    #: Records behind the leader's log end (None: unknown: no leader, or it has not fetched from this one).
-    lag: int | None
-    #: How long it has not been caught up, by the leader's clock (None: not since the leader's election).
-    lag_time_ms: int | None
-
-
-@attrs.frozen
-class Quorum:
-    leader_id: int
-    epoch: int
-    high_watermark: int
-    nodes: tuple[QuorumNode, ...]
-
-    @property
-    def voters(self) -> tuple[QuorumNode, ...]:
-        return tuple(n for n in self.nodes if n.role != "Observer")
-
-
-@attrs.frozen
 class Feature:
     name: str
     #: The finalized level (0: off), as the cluster runs it.

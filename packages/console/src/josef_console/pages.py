@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from josef.metadata.quorum_status import Quorum, QuorumNode
 from josef_console.charts import format_rate, sparkline
 from josef_console.html import (
     Html,
@@ -35,8 +36,6 @@ from josef_console.model import (
     Group,
     Health,
     Partition,
-    Quorum,
-    QuorumNode,
     Topic,
     Transaction,
     Unreadable,

@@ -60,6 +60,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | str] = {
     "josef.telemetry": ("ClientTelemetryReceiver", "ClientTelemetryPush", "TelemetrySubscription"),
     "josef.metrics": ("Collector", "NodeMetrics", "QUANTILES", "Table", "add_quantiles", "summary"),
     "josef.metrics.topics": ("TopicCounters", "per_topic"),
+    "josef.metadata.quorum_status": "*",
     "josef.server.http": ("PRINCIPAL", "AUTHORIZATION_CONTEXT", "HttpRequestContext"),
     "josef.remote_storage": "*",
     "josef.remote_log_metadata": "*",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, TypeVar
 import attrs
 import click
 
+from josef.metadata.quorum_status import Quorum, QuorumNode, quorum_of
 from josef.protocol.api_keys import ApiKey
 from josef_client.commands.common import (
     Command,
@@ -44,7 +45,7 @@ from josef_client.commands.common import (
     run,
 )
 from josef_client.commands.groups import _consumer, _table, fetch_offsets, list_groups
-from josef_client.commands.metadata_quorum import METADATA_TOPIC, Replica, _replica, metadata_partition
+from josef_client.commands.metadata_quorum import METADATA_TOPIC, metadata_partition
 
 if TYPE_CHECKING:
     from josef.protocol.topic_partition import TopicPartition
@@ -91,31 +92,6 @@ class Broker:
     #: Fenced by the controller: it stopped heartbeating (or has not caught up since it started). Only
     #: DescribeCluster v2 names fenced brokers; before it they are simply missing.
     fenced: bool = False
-
-
-@attrs.frozen
-class QuorumNode:
-    """A voter or observer of the metadata log, as the quorum leader sees it."""
-
-    node_id: int
-    role: str  # Leader, Follower or Observer
-    log_end_offset: int
-    #: Records behind the leader's log end (None: unknown, no leader or the leader has not heard from it).
-    lag: int | None
-    #: How long it has not been caught up, by the leader's clock (None: not since the leader was elected).
-    lag_time_ms: int | None
-
-
-@attrs.frozen
-class Quorum:
-    leader_id: int
-    epoch: int
-    high_watermark: int
-    nodes: tuple[QuorumNode, ...]
-
-    @property
-    def voters(self) -> tuple[QuorumNode, ...]:
-        return tuple(n for n in self.nodes if n.role != "Observer")
 
 
 @attrs.frozen
@@ -267,29 +243,6 @@ async def read_brokers(admin: AsyncAdmin) -> tuple[str | None, int, tuple[Broker
         Broker(b.broker_id, b.host, b.port, b.rack, bool(b.is_fenced)) for b in sorted(response.brokers, key=lambda b: b.broker_id))
 
 
-def lag_time_ms(leader: Replica, replica: Replica) -> int | None:
-    """How long ``replica`` has not been caught up, measured on the leader's clock (its own stamp is its now), as
-    kafka-metadata-quorum's MaxFollowerLagTimeMs; None when the leader has not seen it caught up since its election."""
-    if leader.last_caught_up_timestamp < 0 or replica.last_caught_up_timestamp < 0:
-        return None
-    return max(0, leader.last_caught_up_timestamp - replica.last_caught_up_timestamp)
-
-
-def quorum_nodes(leader_id: int, voters: Sequence[Replica], observers: Sequence[Replica]) -> tuple[QuorumNode, ...]:
-    leader = next((v for v in voters if v.replica_id == leader_id), None)
-
-    def node(replica: Replica, role: str) -> QuorumNode:
-        if leader is None:
-            return QuorumNode(replica.replica_id, role, replica.log_end_offset, None, None)
-        known = replica.log_end_offset >= 0  # -1: it has not fetched from this leader
-        return QuorumNode(replica.replica_id, role, replica.log_end_offset,
-                          leader.log_end_offset - replica.log_end_offset if known else None,
-                          lag_time_ms(leader, replica))
-
-    return tuple([node(v, "Leader" if v.replica_id == leader_id else "Follower") for v in voters]
-                 + [node(o, "Observer") for o in observers])
-
-
 async def read_quorum(admin: AsyncAdmin) -> Quorum | None:
     """The KRaft quorum (DescribeQuorum through a broker, on the admin client's connection so --command-config's
     security applies); None from a cluster that does not offer the API."""
@@ -301,11 +254,7 @@ async def read_quorum(admin: AsyncAdmin) -> Quorum | None:
             {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
     except UnsupportedVersionError:
         return None
-    partition = metadata_partition(response)
-    leader_id = int(partition.leader_id)
-    return Quorum(leader_id, int(partition.leader_epoch), int(partition.high_watermark),
-                  quorum_nodes(leader_id, [_replica(v) for v in partition.current_voters],
-                               [_replica(o) for o in partition.observers]))
+    return quorum_of(metadata_partition(response))
 
 
 def _min_isr(entries: Any) -> int | None:
