@@ -48,6 +48,8 @@ from josef.testing.fuzz.requests import FUZZ_TOPICS
 
 #: The topic the health check produces to and fetches from (never among the names the fuzzer draws).
 HEALTH_TOPIC = "fuzz-health-check"
+#: How long the health check retries a produce its leader refuses as not leading yet.
+LEADER_WAIT_S = 10.0
 _READY = re.compile(r"ready on PLAINTEXT://([^:,\s]+):(\d+)")
 _INTERNAL = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata", HEALTH_TOPIC, *FUZZ_TOPICS})
 
@@ -369,17 +371,25 @@ def health_problem(target: Target) -> str | None:
         return f"ApiVersions failed: {exc!r}"
     value = uuid.uuid4().bytes
     try:
-        leader = _leader(target, HEALTH_TOPIC)
-        if leader is None:
-            return f"{HEALTH_TOPIC} has no leader"
-        with Client(leader, timeout=30) as client:
-            produced = client.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
-                                                       "topic_data": [{"name": HEALTH_TOPIC, "partition_data": [
-                                                           {"index": 0, "records": build_batch(
-                                                               [(None, value, int(time.time() * 1000))])}]}]})
+        # A leader named by the metadata may still be opening the partition (NOT_LEADER_OR_FOLLOWER meanwhile):
+        # retried for a while, as clients retry it; a broker that stays so is unhealthy.
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while True:
+            leader = _leader(target, HEALTH_TOPIC)
+            if leader is None:
+                return f"{HEALTH_TOPIC} has no leader"
+            with Client(leader, timeout=30) as client:
+                produced = client.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                                           "topic_data": [{"name": HEALTH_TOPIC, "partition_data": [
+                                                               {"index": 0, "records": build_batch(
+                                                                   [(None, value, int(time.time() * 1000))])}]}]})
             answer = produced.responses[0].partition_responses[0]
-            if answer.error_code != ErrorCode.none:
-                return f"Produce answered {answer.error_code.name}"
+            if answer.error_code != ErrorCode.not_leader_or_follower or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if answer.error_code != ErrorCode.none:
+            return f"Produce answered {answer.error_code.name}"
+        with Client(leader, timeout=30) as client:
             fetched = client.call(ApiKey.FETCH, 12, {
                 "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
