@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -18,6 +20,7 @@ from josef.protocol.api_keys import ApiKey
 from josef.server.http import authentication
 from josef.testing import RawClient, broker_overrides
 
+QUICK_START_PORT = 9644
 ACL_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
@@ -104,3 +107,24 @@ def test_mutual_tls_names_the_principal_from_the_client_certificate(tmp_path):
         assert refused.value.code == 403
         with pytest.raises((urllib.error.URLError, ConnectionError)):  # no certificate: TLS refuses it
             urllib.request.urlopen(url, context=files.client_context(), timeout=10)
+
+
+def test_the_quick_start_serves_metrics_on_9644(tmp_path):
+    """`josef server start` without a properties file, as the README's quick start runs it (Kafka's port made free)."""
+    node = subprocess.Popen([sys.executable, "-m", "josef", "server", "start", "--override",
+                             "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert node.stdout is not None
+        lines = []
+        for line in node.stdout:
+            lines.append(line)
+            if " ready on " in line:
+                break
+        assert any("HTTP listener (metrics, health) on http://127.0.0.1:9644" in line for line in lines), lines
+        status, body, _ = get(QUICK_START_PORT, "/metrics")
+        assert status == 200 and b"kafka_server_brokertopicmetrics_messagesin_total" in body
+        assert json.loads(get(QUICK_START_PORT, "/health/ready")[1])["ready"] is True
+    finally:
+        node.kill()
+        node.wait(30)
